@@ -1,0 +1,170 @@
+"""Inputs and outputs of the planner: plain frozen dataclasses (the planner itself is pure).
+
+Roles are ``prefill`` and ``decode``; an aggregated (non-disaggregated) deployment has only
+``decode``, whose replicas both prefill and decode. The caller (controller or simulator) builds an
+``Observation``, keeps the ``PlannerState`` the last ``Decision`` returned (e.g. in CR status via
+``PlannerState.to_dict``/``from_dict``), and writes ``RoleDecision.desired`` as the role's replicas.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Literal
+
+from v41flash.metrics.figures import WindowFigures
+
+Role = Literal["prefill", "decode"]
+Action = Literal["scale_up", "scale_down", "hold"]
+ROLES: tuple[Role, ...] = ("prefill", "decode")
+
+
+# ---------------------------------------------------------------- inputs
+@dataclass(frozen=True)
+class RoleReplicas:
+    desired: int  # replicas currently written in the workload spec (what the planner last asked for)
+    ready: int  # Ready pods/replicas
+    starting: int = 0  # created but not Ready yet (weights loading); they count as coming capacity
+    starting_for_s: tuple[float, ...] = ()  # how long each starting replica has been starting
+
+
+@dataclass(frozen=True)
+class RoleObservation:
+    replicas: RoleReplicas
+    window: WindowFigures | None  # None: no metrics at all for this role
+    rolling_out: bool = False  # a template/spec rollout is in progress (pods being replaced)
+
+
+@dataclass(frozen=True)
+class Observation:
+    decode: RoleObservation
+    prefill: RoleObservation | None = None  # None: aggregated deployment
+
+
+@dataclass(frozen=True)
+class Slo:
+    ttft_s: float  # TTFT target (seconds) at ttft_percentile
+    e2e_p95_s: float  # p95 end-to-end latency target (seconds)
+    ttft_percentile: float = 0.9  # 0.9 = p90
+    window_s: float = 60.0  # evaluation window
+    itl_s: float | None = None  # optional explicit inter-token latency target; else derived from e2e
+
+
+@dataclass(frozen=True)
+class RoleBounds:
+    min_replicas: int = 1
+    max_replicas: int = 8
+    autoscale: bool = True  # False: the planner leaves this role's replicas alone (HPA/KEDA/manual)
+
+
+@dataclass(frozen=True)
+class Bounds:
+    decode: RoleBounds = RoleBounds()
+    prefill: RoleBounds = RoleBounds()
+    gpu_budget: int | None = None  # total GPUs across roles (None: unlimited)
+
+
+@dataclass(frozen=True)
+class PlannerConfig:
+    """Knobs with defaults; the controller maps the CR's autoscaling fields onto these."""
+
+    interval_s: float = 30.0  # expected time between decisions
+    max_metrics_age_s: float = 120.0  # a window older than this is stale
+    scale_down_stabilization_s: float = 300.0  # scale down to the max recommendation of this long
+    scale_down_cooldown_s: float = 300.0  # no scale-down this soon after any scale change of the role
+    max_scale_down_step: int = 1  # replicas removed per decision at most
+    down_margin: float = 0.15  # scale down only if need × (1 + margin) fits in fewer replicas
+    up_tolerance: float = 0.05  # fractional need within this of the current count is not a scale-up
+    target_utilization: float = 0.9  # plan replicas so the model's capacity is used at most this much
+    correction_min: float = 0.5  # bounds of the learned latency correction (observed / predicted)
+    correction_max: float = 2.0
+    correction_smoothing: float = 0.4  # EWMA weight of a new correction sample (log space)
+    min_requests_for_feedback: float = 20.0  # a window with fewer finished requests teaches nothing
+    trend_alpha: float = 0.5  # Holt level smoothing of the request rate
+    trend_beta: float = 0.3  # Holt trend smoothing
+    forecast_horizon_s: float | None = None  # None: the role's cold start (what a new replica misses)
+    backlog_drain_s: float = 60.0  # waiting requests should be absorbed within this many seconds
+
+
+# ---------------------------------------------------------------- state
+@dataclass(frozen=True)
+class RoleState:
+    correction: float = 1.0  # learned multiplier on the profile's latency (observed / predicted)
+    corrections_learned: int = 0  # windows that updated the correction
+    last_scale_time: float | None = None
+    last_action: Action = "hold"
+    recommendations: tuple[tuple[float, int], ...] = ()  # (time, replicas) within stabilization
+    rate_level: float | None = None  # Holt level of request rate (req/s)
+    rate_trend: float = 0.0  # Holt trend (req/s per second)
+    rate_time: float | None = None  # time of the last rate update
+
+
+@dataclass(frozen=True)
+class PlannerState:
+    prefill: RoleState = RoleState()
+    decode: RoleState = RoleState()
+    last_decision_time: float | None = None
+
+    def role(self, role: Role) -> RoleState:
+        return self.prefill if role == "prefill" else self.decode
+
+    def with_role(self, role: Role, rs: RoleState) -> PlannerState:
+        return replace(self, **{role: rs})
+
+    def to_dict(self) -> dict:
+        """JSON-safe form for CR status (round-trips through from_dict)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> PlannerState:
+        if not data:
+            return cls()
+
+        def role(d: dict | None) -> RoleState:
+            d = dict(d or {})
+            d["recommendations"] = tuple(tuple(r) for r in d.get("recommendations", ()))
+            known = {f for f in RoleState.__dataclass_fields__}
+            return RoleState(**{k: v for k, v in d.items() if k in known})
+
+        return cls(
+            prefill=role(data.get("prefill")),
+            decode=role(data.get("decode")),
+            last_decision_time=data.get("last_decision_time"),
+        )
+
+
+# ---------------------------------------------------------------- outputs
+@dataclass(frozen=True)
+class RoleDecision:
+    role: Role
+    current: int  # replicas the workload had (RoleReplicas.desired)
+    desired: int  # replicas to write
+    action: Action
+    reason: str  # one line for humans (status, Events)
+    needed: float | None = None  # fractional replicas the model needs for the forecast demand
+    demand_rate: float | None = None  # req/s the plan was sized for (forecast)
+    observed_ttft_s: float | None = None
+    observed_e2e_p95_s: float | None = None
+    observed_itl_s: float | None = None
+    predicted_ttft_s: float | None = None  # at desired replicas and forecast demand
+    predicted_e2e_p95_s: float | None = None
+    predicted_itl_s: float | None = None
+    correction: float = 1.0
+    clamped: str | None = None  # what bound/budget changed the model's answer, if any
+    slo_breached: bool = False
+
+
+@dataclass(frozen=True)
+class Decision:
+    time: float
+    decode: RoleDecision
+    prefill: RoleDecision | None
+    state: PlannerState  # persist and pass back next time
+    notes: tuple[str, ...] = field(default=())
+
+    def roles(self) -> tuple[RoleDecision, ...]:
+        return tuple(d for d in (self.prefill, self.decode) if d is not None)
+
+    @property
+    def action(self) -> Action:
+        """The overall action: any scale-up wins, then any scale-down, else hold."""
+        acts = {d.action for d in self.roles()}
+        return "scale_up" if "scale_up" in acts else "scale_down" if "scale_down" in acts else "hold"
