@@ -1,0 +1,395 @@
+"""The V41FlashDeployment API (v41flash.io/v1alpha1): spec and status as pydantic models.
+
+These models are the single source of truth: `crds/` is generated from them (`v41flash crd`), the
+CEL rules below are enforced by the apiserver at admission AND evaluated offline by `v41flash validate`
+(see api/validation.py), and the renderer and controller read specs through them.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+GROUP = "v41flash.io"
+VERSION = "v1alpha1"
+KIND = "V41FlashDeployment"
+PLURAL = "v41flashdeployments"
+SINGULAR = "v41flashdeployment"
+SHORT_NAMES = ["v41f"]
+API_VERSION = f"{GROUP}/{VERSION}"
+
+GPUProduct = Literal["H100", "H200", "B200", "B300", "GB200", "GB300", "MI355X"]
+# GPUs per node (per tray for GB200/GB300 NVL72) when spec.gpu.gpusPerNode is not set.
+DEFAULT_GPUS_PER_NODE: dict[str, int] = {
+    "H100": 8, "H200": 8, "B200": 8, "B300": 8, "GB200": 4, "GB300": 4, "MI355X": 8,
+}
+# Low-latency tensor parallel size when not overridden: TP4, except H100 whose 80 GB cards need TP8.
+DEFAULT_LOW_LATENCY_TP: dict[str, int] = {"H100": 8}
+LOW_LATENCY_TP = 4
+HIGH_THROUGHPUT_DP = 2
+ROUTED_EXPERTS = 384
+# EPLBConfig.communicator values vLLM 0.33.0 accepts ("symm_mem" from the recipe is rejected).
+EPLB_COMMUNICATORS = ("torch_nccl", "torch_gloo", "torch_xccl", "nixl", "pynccl")
+ROUTER_POLICIES = (
+    "consistent_hash", "cache_aware", "kv_aware", "round_robin", "power_of_two", "random",
+    "sticky_least_loaded",
+)
+DEFAULT_IMAGE = "vllm/vllm-openai:v0.33.0"
+DEFAULT_ROUTER_IMAGE = "v41flash/vllm-router:0.1.17"
+DEFAULT_CHECKPOINT = "deepseek-ai/DeepSeek-V4.1-Flash-1017"
+
+
+def cel(rule: str, message: str | None = None, *, field_path: str | None = None,
+        message_expression: str | None = None, reason: str = "FieldValueInvalid") -> dict[str, str]:
+    """One x-kubernetes-validations entry."""
+    out = {"rule": rule, "reason": reason}
+    if message:
+        out["message"] = message
+    if message_expression:
+        out["messageExpression"] = message_expression
+    if field_path:
+        out["fieldPath"] = field_path
+    return out
+
+
+def validations(*rules: dict[str, str]) -> dict[str, Any]:
+    return {"x-kubernetes-validations": list(rules)}
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+# --- model / weights -------------------------------------------------------------------------------
+
+class SecretKeyRef(Model):
+    name: str = Field(min_length=1, description="Secret name (same namespace).")
+    key: str = Field("token", min_length=1, description="Key in the Secret holding the value.")
+
+
+class PVCWeights(Model):
+    claim_name: str = Field(min_length=1, description="PersistentVolumeClaim holding the checkpoint.")
+    sub_path: str = Field("", description="Directory of the checkpoint inside the volume ('' = root).")
+
+
+class HubWeights(Model):
+    token_secret_ref: SecretKeyRef | None = Field(
+        None, description="Secret with a Hugging Face token (HF_TOKEN); omit for public checkpoints.")
+
+
+class WeightsSource(Model):
+    model_config = ConfigDict(json_schema_extra=validations(
+        cel("has(self.pvc) != has(self.hub)", "exactly one of pvc or hub must be set",
+            field_path=".pvc"),
+    ))
+    pvc: PVCWeights | None = Field(None, description="Load weights from a PVC mounted read-only.")
+    hub: HubWeights | None = Field(None, description="Download weights from the Hugging Face hub at start.")
+
+
+class CacheVolume(Model):
+    claim_name: str = Field(
+        "", description="PVC for VLLM_CACHE_ROOT (compile and autotune artifacts; a warm cache turns a "
+                        "75-90 min first boot into minutes). '' = an emptyDir of sizeLimit.")
+    size_limit: str = Field("200Gi", description="emptyDir size limit when claimName is ''.")
+
+
+class ModelSpec(Model):
+    checkpoint: str = Field(
+        DEFAULT_CHECKPOINT, pattern=r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$",
+        description="Hugging Face checkpoint id: deepseek-ai/DeepSeek-V4.1-Flash-1017 (default, "
+                    "2026-10-17) or deepseek-ai/DeepSeek-V4.1-Flash (0909 launch).")
+    revision: str = Field("", description="Checkpoint revision (commit or tag); '' = the default branch.")
+    served_model_name: str = Field(
+        "", description="Model name clients send in requests; '' = the checkpoint id.")
+    source: WeightsSource = Field(
+        WeightsSource(hub=HubWeights()),
+        description="Where weights come from: a PVC or the hub.")
+    cache: CacheVolume = Field(default_factory=CacheVolume, description="Model/compile cache volume.")
+
+
+# --- engine roles ----------------------------------------------------------------------------------
+
+class EPLBSpec(Model):
+    model_config = ConfigDict(json_schema_extra=validations(
+        cel("self.enabled || self.numRedundantExperts == 0",
+            "numRedundantExperts > 0 needs enabled: true (vLLM refuses redundant experts without EPLB)",
+            field_path=".numRedundantExperts"),
+    ))
+    enabled: bool = Field(False, description="Expert-parallel load balancing (--enable-eplb).")
+    num_redundant_experts: int = Field(
+        0, ge=0, le=384,
+        description="Redundant expert copies; (384 routed experts + this) must split evenly over EP ranks.")
+    window_size: int = Field(1000, ge=1, description="EPLB load-statistics window (steps).")
+    step_interval: int = Field(3000, ge=1, description="Steps between expert rearrangements.")
+    use_async: bool = Field(True, description="Rearrange experts asynchronously.")
+    communicator: Literal[EPLB_COMMUNICATORS] = Field(  # type: ignore[valid-type]
+        "torch_nccl", description="Weight-transfer communicator (values vLLM 0.33.0 accepts).")
+    log_balancedness: bool = Field(False, description="Log expert balancedness.")
+
+
+class EnvVar(Model):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="Variable name.")
+    value: str = Field("", description="Value.")
+
+
+class Resources(Model):
+    cpu: str = Field("32", description="CPU request (and limit) of an engine container.")
+    memory: str = Field("512Gi", description="Memory request (and limit) of an engine container.")
+    shm_size: str = Field("64Gi", description="/dev/shm (memory-backed emptyDir) size; DP ranks and "
+                                              "Engram share memory through it.")
+
+
+class RoleSpec(Model):
+    model_config = ConfigDict(json_schema_extra=validations(
+        cel("self.minReplicas <= self.maxReplicas", "minReplicas must be <= maxReplicas",
+            field_path=".minReplicas"),
+    ))
+    enabled: bool = Field(True, description="Run this role. Turn prefill off for an aggregated deployment.")
+    min_replicas: int = Field(1, ge=0, le=512, description="Fewest replicas (the planner's floor; the "
+                                                           "initial count).")
+    max_replicas: int = Field(4, ge=0, le=512, description="Most replicas (the planner's ceiling).")
+    replicas_managed_by: Literal["operator", "external"] = Field(
+        "operator", description="operator: v41flash writes replicas (planner or minReplicas). external: an "
+                                "HPA/KEDA owns them and the operator never touches replicas.")
+    tensor_parallel_size: int | None = Field(
+        None, ge=1, le=64, description="Override the profile's tensor parallel size (low-latency: 4, 8 on "
+                                       "H100; high-throughput: 1).")
+    data_parallel_size: int | None = Field(
+        None, ge=1, le=256, description="Override the profile's data parallel size per replica "
+                                        "(high-throughput: 2; low-latency: 1).")
+    expert_parallel: bool | None = Field(
+        None, description="Override expert parallelism (on for high-throughput).")
+    nodes_per_replica: int = Field(
+        1, ge=1, le=72, description="Nodes one replica spans (>1 renders a LeaderWorkerSet).")
+    max_num_seqs: int | None = Field(None, ge=1, le=4096, description="--max-num-seqs (per DP rank).")
+    max_num_batched_tokens: int | None = Field(None, ge=1, description="--max-num-batched-tokens.")
+    max_model_len: int | None = Field(None, ge=1, le=1048576, description="--max-model-len.")
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="--gpu-memory-utilization.")
+    eplb: EPLBSpec = Field(default_factory=EPLBSpec, description="Expert-parallel load balancing.")
+    resources: Resources = Field(default_factory=Resources, description="Non-GPU container resources.")
+    extra_args: list[str] = Field(default_factory=list, description="Extra vLLM arguments (escape hatch; "
+                                                                    "checked against vLLM 0.33.0's parser).")
+    extra_env: list[EnvVar] = Field(default_factory=list, description="Extra environment (escape hatch).")
+
+
+def _role_rules(role: str) -> list[dict[str, str]]:
+    """Cross-field rules for one role that need the profile and GPU: effective parallel sizes."""
+    r = f"self.{role}"
+    gpn = ("(has(self.gpu.gpusPerNode) ? self.gpu.gpusPerNode : "
+           "(self.gpu.product in ['GB200', 'GB300'] ? 4 : 8))")
+    tp = (f"(has({r}.tensorParallelSize) ? {r}.tensorParallelSize : (self.profile == 'high-throughput' ? 1 "
+          f": (self.gpu.product == 'H100' ? 8 : 4)))")
+    dp = f"(has({r}.dataParallelSize) ? {r}.dataParallelSize : (self.profile == 'high-throughput' ? 2 : 1))"
+    ep = f"(has({r}.expertParallel) ? {r}.expertParallel : self.profile == 'high-throughput')"
+    off = f"!{r}.enabled || "
+    return [
+        cel(off + f"{tp} <= {gpn}",
+            message_expression=(f"'tensor parallel size ' + string({tp}) + ' does not fit a node "
+                                f"of ' + string({gpn}) + ' GPUs (tensor parallelism stays inside one node)'"),
+            field_path=f".{role}.tensorParallelSize"),
+        cel(off + f"({tp} * {dp}) % {r}.nodesPerReplica == 0 && ({tp} * {dp}) / {r}.nodesPerReplica <= {gpn}",
+            message_expression=(f"'a {role} replica needs ' + string({tp} * {dp}) + ' GPUs (TP x DP) over "
+                                f"' + string({r}.nodesPerReplica) + ' node(s), which does not split evenly into "
+                                f"nodes of ' + string({gpn}) + ' GPUs; set nodesPerReplica or the parallel sizes'"),
+            field_path=f".{role}.nodesPerReplica"),
+        cel(off + f"!{r}.eplb.enabled || ({ep} && {tp} * {dp} > 1)",
+            "EPLB needs expert parallelism with TP x DP > 1 (profile high-throughput or expertParallel: true)",
+            field_path=f".{role}.eplb.enabled"),
+        cel(off + f"!{r}.eplb.enabled || (384 + {r}.eplb.numRedundantExperts) % ({tp} * {dp}) == 0",
+            message_expression=("'384 routed experts + ' + "
+                                f"string({r}.eplb.numRedundantExperts) + ' redundant do not split evenly over ' "
+                                f"+ string({tp} * {dp}) + ' expert-parallel ranks'"),
+            field_path=f".{role}.eplb.numRedundantExperts"),
+    ]
+
+
+# --- GPU topology, KV transfer, routing, SLO, autoscaling -----------------------------------------
+
+class Toleration(Model):
+    key: str = Field("", description="Taint key ('' with operator Exists matches all).")
+    operator: Literal["Exists", "Equal"] = Field("Exists", description="Exists or Equal.")
+    value: str = Field("", description="Taint value for Equal.")
+    effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] = Field("", description="Taint effect.")
+
+
+class GPUSpec(Model):
+    product: GPUProduct = Field("H200", description="GPU product: H100, H200, B200, B300, GB200, GB300, MI355X.")
+    gpus_per_node: int | None = Field(
+        None, ge=1, le=72, description="GPUs per node (per tray on GB200/GB300); default from product.")
+    product_label: str = Field(
+        "nvidia.com/gpu.product",
+        description="Node label whose value names the GPU product (GPU Feature Discovery's).")
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Extra node labels every engine pod requires.")
+    topology_key: str = Field(
+        "nvidia.com/gpu.clique",
+        description="Node label of an NVLink domain/rack: a multi-node replica's pods share its value.")
+    rdma_resource: str = Field("", description="RDMA device resource to request per pod (e.g. "
+                                               "rdma/ib); '' = none.")
+    tolerations: list[Toleration] = Field(
+        [Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")],
+        description="Tolerations for GPU node taints.")
+
+
+class KVTransferSpec(Model):
+    connector: Literal["NixlConnector"] = Field("NixlConnector", description="vLLM KV connector for P/D.")
+    load_failure_policy: Literal["fail", "recompute"] = Field(
+        "fail", description="What decode does when a KV load fails.")
+    ucx_tls: str = Field("", description="UCX_TLS for NIXL; '' = per GPU fabric default "
+                                         "(GB300 MNNVL: cuda_copy,cuda_ipc,tcp).")
+    extra_config: dict[str, Any] = Field(
+        default_factory=dict, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+        description="kv_connector_extra_config passed through to vLLM.")
+
+
+class RoutingSpec(Model):
+    model_config = ConfigDict(json_schema_extra=validations(
+        cel("!(self.policy == 'kv_aware' || self.decodePolicy == 'kv_aware') || self.kvEvents",
+            "kv_aware routing without KV events silently degrades to load balancing: set kvEvents: true "
+            "or pick another policy", field_path=".kvEvents"),
+    ))
+    policy: Literal[ROUTER_POLICIES] = Field(  # type: ignore[valid-type]
+        "consistent_hash", description="vllm-router policy for prefill (or for the only role when aggregated).")
+    decode_policy: Literal[ROUTER_POLICIES] = Field(  # type: ignore[valid-type]
+        "round_robin", description="vllm-router policy for decode in P/D mode.")
+    session_header: str = Field(
+        "x-session-id", description="HTTP header that keys session affinity (consistent_hash, "
+                                    "sticky_least_loaded, kv_aware).")
+    session_affinity_ttl_seconds: int = Field(600, ge=0, description="kv_aware session affinity TTL.")
+    kv_events: bool = Field(False, description="Publish engines' KV-cache events for kv_aware routing.")
+    cache_threshold: float = Field(0.5, ge=0, le=1, description="cache_aware --cache-threshold.")
+    balance_abs_threshold: int = Field(64, ge=0, description="cache_aware --balance-abs-threshold.")
+    balance_rel_threshold: float = Field(1.5, ge=1, description="cache_aware --balance-rel-threshold.")
+    request_timeout_seconds: int = Field(14400, ge=1, description="Router request timeout.")
+    retries: bool = Field(False, description="Retry failed requests on another engine (off: a retry "
+                                             "would recompute a long prefill elsewhere).")
+    replicas: int = Field(1, ge=1, le=16, description="Router replicas.")
+    image: str = Field(DEFAULT_ROUTER_IMAGE, description="vllm-router image (PyPI vllm-router 0.1.17).")
+
+
+class TTFTTarget(Model):
+    target_seconds: float = Field(2.0, gt=0, description="Time to first token target.")
+    percentile: Literal[50, 90, 95, 99] = Field(90, description="Percentile the TTFT target applies to.")
+
+
+class SLOSpec(Model):
+    model_config = ConfigDict(json_schema_extra=validations(
+        cel("self.e2eP95Seconds >= self.ttft.targetSeconds",
+            "e2eP95Seconds must be >= ttft.targetSeconds (a request's first token comes before its end)",
+            field_path=".e2eP95Seconds"),
+    ))
+    ttft: TTFTTarget = Field(default_factory=TTFTTarget, description="TTFT target.")
+    e2e_p95_seconds: float = Field(60.0, gt=0, alias="e2eP95Seconds", description="p95 end-to-end request latency target.")
+    window_seconds: int = Field(60, ge=10, le=3600, description="Evaluation window for observed figures.")
+
+
+class AutoscalingSpec(Model):
+    model_config = ConfigDict(json_schema_extra=validations(
+        cel("self.scaleDownStabilizationSeconds >= self.scaleUpStabilizationSeconds",
+            "scaleDownStabilizationSeconds must be >= scaleUpStabilizationSeconds (scale down slower than up)",
+            field_path=".scaleDownStabilizationSeconds"),
+    ))
+    enabled: bool = Field(True, description="Run the SLO planner for roles whose replicas the operator manages.")
+    interval_seconds: int = Field(30, ge=5, le=3600, description="Planner cadence.")
+    scale_up_stabilization_seconds: int = Field(0, ge=0, description="Wait before acting on a scale-up.")
+    scale_down_stabilization_seconds: int = Field(600, ge=0, description="Demand must stay low this long "
+                                                                         "before a scale-down.")
+    gpu_budget: int = Field(0, ge=0, description="Most GPUs all roles may use together; 0 = no budget.")
+    capacity_profile: str = Field("", description="ConfigMap holding a capacity profile (profile.yaml); "
+                                                  "'' = the shipped profile for profile + GPU.")
+
+
+class V41FlashDeploymentSpec(Model):
+    model_config = ConfigDict(json_schema_extra=validations(
+        cel("self.decode.enabled", "the decode role serves every request: to run aggregated, turn "
+                                    "prefill off (spec.prefill.enabled: false), not decode",
+            field_path=".decode.enabled"),
+        *_role_rules("prefill"),
+        *_role_rules("decode"),
+    ))
+    model: ModelSpec = Field(default_factory=ModelSpec, description="Checkpoint and weights.")
+    image: str = Field(DEFAULT_IMAGE, description="vLLM image (pinned).")
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field("IfNotPresent", description="Pull policy.")
+    vllm_version: Literal["0.33.0"] = Field("0.33.0", description="vLLM version the image runs; arguments are "
+                                                                   "rendered for it.")
+    profile: Literal["low-latency", "high-throughput"] = Field(
+        "low-latency", description="low-latency: TP4 per replica. high-throughput: DEP2 (data-parallel "
+                                   "attention + expert parallel).")
+    gpu: GPUSpec = Field(default_factory=GPUSpec, description="GPU product and node topology.")
+    prefill: RoleSpec = Field(default_factory=RoleSpec, description="Prefill role.")
+    decode: RoleSpec = Field(default_factory=RoleSpec, description="Decode role.")
+    kv_transfer: KVTransferSpec = Field(default_factory=KVTransferSpec, description="P/D KV transfer.")
+    routing: RoutingSpec = Field(default_factory=RoutingSpec, description="The P/D router (vllm-router).")
+    slo: SLOSpec = Field(default_factory=SLOSpec, description="Latency targets the planner keeps.")
+    autoscaling: AutoscalingSpec = Field(default_factory=AutoscalingSpec, description="The SLO planner.")
+
+
+# --- status ---------------------------------------------------------------------------------------
+
+class Condition(Model):
+    model_config = ConfigDict(extra="ignore")
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str = ""
+    message: str = ""
+    observed_generation: int | None = None
+    last_transition_time: str = ""
+
+
+class RoleStatus(Model):
+    model_config = ConfigDict(extra="ignore")
+    desired_replicas: int = Field(0, description="Replicas the operator wants (planner or minReplicas).")
+    replicas: int = Field(0, description="Pods of this role that exist.")
+    ready_replicas: int = Field(0, description="Replicas serving (all their pods Ready).")
+    ready: str = Field("0/0", description="ready/desired, for kubectl get.")
+    gpus: int = Field(0, description="GPUs the role's existing replicas hold.")
+
+
+class RouterStatus(Model):
+    model_config = ConfigDict(extra="ignore")
+    ready_replicas: int = 0
+    service: str = Field("", description="Service clients send OpenAI requests to (host:port).")
+
+
+class ObservedSLO(Model):
+    model_config = ConfigDict(extra="ignore")
+    ttft_seconds: float | None = Field(None, description="Observed TTFT at the SLO percentile.")
+    e2e_p95_seconds: float | None = Field(None, alias="e2eP95Seconds", description="Observed p95 end-to-end latency.")
+    ttft: str = Field("", description="Observed TTFT at the SLO percentile, for kubectl get.")
+    request_rate: float | None = None
+    prefix_cache_hit_rate: float | None = None
+    load_imbalance: float | None = Field(None, description="max/mean running requests over engines.")
+    window_end: str = ""
+
+
+class PlannerDecision(Model):
+    model_config = ConfigDict(extra="ignore")
+    time: str = ""
+    action: str = ""
+    prefill: int | None = None
+    decode: int | None = None
+    reason: str = ""
+
+
+class V41FlashDeploymentStatus(Model):
+    model_config = ConfigDict(extra="ignore")
+    observed_generation: int | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    prefill: RoleStatus = Field(default_factory=RoleStatus)
+    decode: RoleStatus = Field(default_factory=RoleStatus)
+    router: RouterStatus = Field(default_factory=RouterStatus)
+    slo: ObservedSLO = Field(default_factory=ObservedSLO)
+    last_decision: PlannerDecision = Field(default_factory=PlannerDecision)
+    planner_state: dict[str, Any] = Field(
+        default_factory=dict, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+        description="Planner memory (corrections, stabilization), kept here so the operator is stateless.")
+
+
+class V41FlashDeployment(Model):
+    """The whole object, for offline validation of a manifest."""
+    model_config = ConfigDict(extra="ignore")
+    api_version: Literal["v41flash.io/v1alpha1"] = Field(alias="apiVersion")
+    kind: Literal["V41FlashDeployment"]
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: V41FlashDeploymentSpec = Field(default_factory=V41FlashDeploymentSpec)

@@ -1,0 +1,99 @@
+"""Offline validation of a V41FlashDeployment: the same checks the apiserver runs at admission, and more.
+
+1. Schema: the pydantic models (types, ranges, enums, unknown fields).
+2. Defaults applied, then every CEL rule of the generated CRD evaluated with the `cel` package, so the
+   rules are written once (in api/v1alpha1.py) and enforced both at admission and here.
+3. What only the operator can check (`extra_checks`, e.g. rendered vLLM arguments against vLLM's parser);
+   at runtime those make the deployment Stalled instead of being refused.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import cel
+import pydantic
+
+from . import v1alpha1 as api
+from .crd import crd
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: str  # e.g. spec.decode.minReplicas
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+def _loc_path(prefix: str, loc: Iterable[Any]) -> str:
+    path = prefix
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path
+
+
+def schema_problems(doc: dict[str, Any]) -> tuple[list[Problem], api.V41FlashDeployment | None]:
+    try:
+        return [], api.V41FlashDeployment.model_validate(doc)
+    except pydantic.ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("literal[", "function-")))]
+            problems.append(Problem(_loc_path("", loc).lstrip("."), err["msg"]))
+        return problems, None
+
+
+def defaulted(obj: api.V41FlashDeployment) -> dict[str, Any]:
+    """The object as the apiserver stores it after defaulting (absent optionals stay absent)."""
+    return {"metadata": obj.metadata, "spec": obj.spec.model_dump(by_alias=True, exclude_none=True)}
+
+
+def _join(base: str, field_path: str) -> str:
+    return base + field_path if field_path.startswith(".") else f"{base}.{field_path}"
+
+
+def _walk_rules(schema: dict[str, Any], value: Any, path: str) -> list[Problem]:
+    problems: list[Problem] = []
+    for rule in schema.get("x-kubernetes-validations", []):
+        try:
+            ok = cel.evaluate(rule["rule"], {"self": value})
+        except Exception as exc:  # a rule that cannot evaluate is a bug in our rules: surface it
+            problems.append(Problem(path, f"rule {rule['rule']!r} failed to evaluate: {exc}"))
+            continue
+        if ok is not True:
+            message = rule.get("message", "")
+            if "messageExpression" in rule:
+                message = str(cel.evaluate(rule["messageExpression"], {"self": value}))
+            problems.append(Problem(_join(path, rule.get("fieldPath", "")).lstrip("."), message))
+    if isinstance(value, dict):
+        for name, sub in schema.get("properties", {}).items():
+            if name in value:
+                problems += _walk_rules(sub, value[name], f"{path}.{name}")
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(value):
+            problems += _walk_rules(schema["items"], item, f"{path}[{i}]")
+    return problems
+
+
+def cel_problems(stored: dict[str, Any]) -> list[Problem]:
+    root = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return _walk_rules(root, stored, "")
+
+
+ExtraCheck = Callable[[api.V41FlashDeployment], list[Problem]]
+
+
+def validate(doc: dict[str, Any], extra_checks: Iterable[ExtraCheck] = ()) -> list[Problem]:
+    """Every problem with a V41FlashDeployment manifest, each naming its field; [] when valid."""
+    problems, obj = schema_problems(doc)
+    if obj is None:
+        return problems
+    problems = cel_problems(defaulted(obj))
+    if problems:
+        return problems
+    for check in extra_checks:
+        problems += check(obj)
+    return problems

@@ -1,0 +1,105 @@
+from pathlib import Path
+
+import pytest
+import yaml
+
+from v41flash.api import v1alpha1 as api
+from v41flash.api.crd import crd, crd_yaml
+from v41flash.api.validation import validate
+from v41flash.cli.manifests import CRD_PATH, _problems
+from corpus import invalid_cases
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = sorted((ROOT / "manifests" / "examples").glob("*.yaml"))
+
+
+def test_checked_in_crd_matches_models():
+    assert (ROOT / CRD_PATH).read_text() == crd_yaml(), "run `v41flash crd` to regenerate crds/"
+
+
+def _walk(node, path="openAPIV3Schema"):
+    yield path, node
+    for name, sub in node.get("properties", {}).items():
+        yield from _walk(sub, f"{path}.{name}")
+    if isinstance(node.get("items"), dict):
+        yield from _walk(node["items"], f"{path}[]")
+
+
+def test_crd_schema_is_structural():
+    root = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    for path, node in _walk(root):
+        assert "type" in node or node.get("x-kubernetes-preserve-unknown-fields"), path
+        for banned in ("$ref", "anyOf", "allOf", "oneOf", "title", "$defs"):
+            assert banned not in node, f"{path} has {banned}"
+        if "properties" in node:
+            assert "additionalProperties" not in node, path
+
+
+def test_every_spec_field_has_a_description():
+    spec = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    missing = [p for p, n in _walk(spec, "spec") if p != "spec" and not p.endswith("[]") and not n.get("description")]
+    assert missing == []
+
+
+def test_printer_columns():
+    cols = {c["name"]: c["jsonPath"] for c in crd()["spec"]["versions"][0]["additionalPrinterColumns"]}
+    assert cols["Prefill"] == ".status.prefill.ready"
+    assert cols["Decode"] == ".status.decode.ready"
+    assert cols["Ready"] == '.status.conditions[?(@.type=="Ready")].status'
+    assert cols["TTFT"] == ".status.slo.ttft"
+    assert {"Profile", "Age"} <= cols.keys()
+
+
+def test_empty_spec_gets_sensible_defaults():
+    spec = api.V41FlashDeploymentSpec()
+    assert spec.model.checkpoint == "deepseek-ai/DeepSeek-V4.1-Flash-1017"
+    assert spec.profile == "low-latency"
+    assert spec.vllm_version == "0.33.0"
+    assert spec.model.source.hub is not None and spec.model.source.pvc is None
+    assert spec.kv_transfer.connector == "NixlConnector"
+    assert spec.gpu.tolerations[0].key == "nvidia.com/gpu"
+    dumped = spec.model_dump(by_alias=True, exclude_none=True)
+    assert dumped["slo"]["e2eP95Seconds"] == 60.0
+    doc = {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": {"name": "x"}, "spec": {}}
+    assert validate(doc) == []
+
+
+def test_crd_defaults_match_model_defaults():
+    """The apiserver defaults from the CRD; offline validation from pydantic: they must agree."""
+    spec_schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+
+    def apply_defaults(schema, value):
+        for name, sub in schema.get("properties", {}).items():
+            if name not in value and "default" in sub:
+                value[name] = yaml.safe_load(yaml.safe_dump(sub["default"]))
+            if name in value and isinstance(value[name], dict):
+                apply_defaults(sub, value[name])
+        return value
+
+    assert apply_defaults(spec_schema, {}) == api.V41FlashDeploymentSpec().model_dump(by_alias=True, exclude_none=True)
+
+
+@pytest.mark.parametrize("case", invalid_cases(), ids=lambda c: c.name)
+def test_invalid_corpus_is_refused_naming_the_field(case):
+    problems = _problems(case.doc())
+    assert problems, f"{case.name} was accepted"
+    assert any(p.startswith(case.field + ":") for p in problems), problems
+
+
+def test_corpus_is_large_enough():
+    cases = invalid_cases()
+    assert len(cases) >= 20
+    assert sum(c.admission == "refused" for c in cases) >= 20
+
+
+def test_cel_errors_name_the_field_with_values():
+    doc = yaml.safe_load((ROOT / "tests/invalid/12-redundant-uneven.yaml").read_text())
+    problems = [str(p) for p in validate(doc)]
+    assert problems == ["spec.decode.eplb.numRedundantExperts: 384 routed experts + 10 redundant do not split "
+                        "evenly over 16 expert-parallel ranks"]
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_examples_are_valid(path):
+    for doc in yaml.safe_load_all(path.read_text()):
+        assert _problems(doc) == []
