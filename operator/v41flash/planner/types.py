@@ -82,6 +82,10 @@ class PlannerConfig:
     trend_beta: float = 0.3  # Holt trend smoothing
     forecast_horizon_s: float | None = None  # None: the role's cold start (what a new replica misses)
     backlog_drain_s: float = 60.0  # waiting requests should be absorbed within this many seconds
+    trend_damping: float = 0.8  # damped-trend factor per interval (caps extrapolation at ~4 intervals)
+    max_forecast_growth: float = 1.5  # a forecast never exceeds this × the smoothed level
+    min_requests_for_slo: float = 10.0  # fewer finished requests: latency percentiles are not judged
+    service_cv2: float = 1.0  # squared coefficient of variation of prefill service times (queueing)
 
 
 # ---------------------------------------------------------------- state
@@ -92,6 +96,7 @@ class RoleState:
     last_scale_time: float | None = None
     last_action: Action = "hold"
     recommendations: tuple[tuple[float, int], ...] = ()  # (time, replicas) within stabilization
+    tracking_since: float | None = None  # recommendations cover [tracking_since, now] without a gap
     rate_level: float | None = None  # Holt level of request rate (req/s)
     rate_trend: float = 0.0  # Holt trend (req/s per second)
     rate_time: float | None = None  # time of the last rate update
