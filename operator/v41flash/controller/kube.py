@@ -1,0 +1,135 @@
+"""The operator's I/O with the apiserver: server-side apply, listing and deleting children, status patches.
+
+Everything else in the controller is pure and takes what this module reads.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
+
+from ..api import v1alpha1 as api
+
+FIELD_MANAGER = "v41flash-operator"
+MANAGED_BY = "v41flash-operator"
+log = logging.getLogger(__name__)
+
+# Every kind the renderer can produce: what pruning lists (a role turned off must lose its objects).
+CHILD_KINDS: tuple[tuple[str, str], ...] = (
+    ("apps/v1", "Deployment"),
+    ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"),
+    ("v1", "Service"),
+    ("v1", "ServiceAccount"),
+    ("rbac.authorization.k8s.io/v1", "Role"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    ("policy/v1", "PodDisruptionBudget"),
+    ("v1", "ConfigMap"),
+)
+
+
+class KindNotInstalled(Exception):
+    """The cluster lacks a kind the deployment needs (e.g. the LeaderWorkerSet CRD)."""
+
+
+@dataclass(frozen=True)
+class ChildRef:
+    api_version: str
+    kind: str
+    name: str
+
+    @classmethod
+    def of(cls, obj: dict[str, Any]) -> ChildRef:
+        return cls(obj["apiVersion"], obj["kind"], obj["metadata"]["name"])
+
+
+def load_config(kubeconfig: str | None = None) -> client.ApiClient:
+    if kubeconfig:
+        config.load_kube_config(config_file=kubeconfig)
+    else:
+        try:
+            config.load_incluster_config()
+        except config.ConfigException:
+            config.load_kube_config()
+    return client.ApiClient()
+
+
+class Kube:
+    def __init__(self, api_client: client.ApiClient | None = None):
+        self.api_client = api_client or client.ApiClient()
+        self.dynamic = DynamicClient(self.api_client)
+        self.core = client.CoreV1Api(self.api_client)
+        self.custom = client.CustomObjectsApi(self.api_client)
+
+    def _resource(self, api_version: str, kind: str):
+        try:
+            return self.dynamic.resources.get(api_version=api_version, kind=kind)
+        except ResourceNotFoundError:
+            self.dynamic.resources.invalidate_cache()  # a CRD installed after start-up
+            try:
+                return self.dynamic.resources.get(api_version=api_version, kind=kind)
+            except ResourceNotFoundError as exc:
+                raise KindNotInstalled(f"{kind}.{api_version} is not served by this cluster") from exc
+
+    def has_kind(self, api_version: str, kind: str) -> bool:
+        try:
+            self._resource(api_version, kind)
+            return True
+        except KindNotInstalled:
+            return False
+
+    def apply(self, obj: dict[str, Any], namespace: str) -> dict[str, Any]:
+        """Server-side apply under our field manager; force: the operator fully owns its children's fields."""
+        res = self._resource(obj["apiVersion"], obj["kind"])
+        out = res.server_side_apply(body=obj, name=obj["metadata"]["name"], namespace=namespace,
+                                    field_manager=FIELD_MANAGER, force_conflicts=True)
+        return out.to_dict()
+
+    def list_children(self, namespace: str, instance: str, owner_uid: str) -> list[dict[str, Any]]:
+        """Our children of one deployment: labelled by us AND owned by this very CR (uid)."""
+        selector = f"app.kubernetes.io/instance={instance},app.kubernetes.io/managed-by={MANAGED_BY}"
+        found: list[dict[str, Any]] = []
+        for api_version, kind in CHILD_KINDS:
+            try:
+                res = self._resource(api_version, kind)
+            except KindNotInstalled:
+                continue
+            for item in res.get(namespace=namespace, label_selector=selector).to_dict().get("items", []):
+                owners = item["metadata"].get("ownerReferences") or []
+                if any(o.get("uid") == owner_uid for o in owners):
+                    item.setdefault("apiVersion", api_version)
+                    item.setdefault("kind", kind)
+                    found.append(item)
+        return found
+
+    def delete(self, ref: ChildRef, namespace: str) -> None:
+        try:
+            self._resource(ref.api_version, ref.kind).delete(
+                name=ref.name, namespace=namespace, body={"propagationPolicy": "Background"})
+        except NotFoundError:
+            pass
+
+    def list_pods(self, namespace: str, selector: str) -> list[client.V1Pod]:
+        return self.core.list_namespaced_pod(namespace, label_selector=selector).items
+
+    def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
+        self.core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": annotations}})
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any], resource_version: str) -> None:
+        """Replace the status with an optimistic lock: a stale view fails the `test` op (422/409) and the next
+        pass retries from a fresh read."""
+        body = [{"op": "test", "path": "/metadata/resourceVersion", "value": resource_version},
+                {"op": "add", "path": "/status", "value": status}]
+        self.api_client.call_api(
+            f"/apis/{api.GROUP}/{api.VERSION}/namespaces/{namespace}/{api.PLURAL}/{name}/status", "PATCH",
+            body=body, header_params={"Content-Type": "application/json-patch+json", "Accept": "application/json"},
+            auth_settings=["BearerToken"], response_type="object", _return_http_data_only=True)
+
+
+def is_conflict(exc: Exception) -> bool:
+    """A write lost to a concurrent one (stale resourceVersion): retry from a fresh read, not an error."""
+    return isinstance(exc, ApiException) and exc.status in (409, 422)

@@ -1,0 +1,189 @@
+"""One level-triggered reconcile: validate → decide replicas → render → apply → prune → observe → status.
+
+Runs on create/update/resume and on the timer, always the whole pipeline, so any drift or missed event is
+repaired on the next pass. A spec the operator cannot realize stops the pipeline BEFORE anything is
+applied (Stalled), so a running deployment keeps running on its last good spec.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from ..api import v1alpha1 as api
+from ..api.validation import validate
+from ..render import render
+from ..render.checks import operator_checks
+from ..render.resolve import resolve
+from .kube import ChildRef, Kube, KindNotInstalled, is_conflict
+from .status import ROLES, Stall, WorkloadState, compute_status, workload_state
+
+log = logging.getLogger(__name__)
+
+Emit = Callable[[str, str, str], None]  # (type Normal|Warning, reason, message) → a Kubernetes Event
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def desired_replicas(spec: api.V41FlashDeploymentSpec, previous_status: dict[str, Any]) -> dict[str, int | None]:
+    """Replicas the operator writes per enabled role; None = an external owner (HPA/KEDA) writes them.
+
+    The planner records its decision as status.<role>.desiredReplicas; the bounds are re-applied here so a
+    changed min/max takes effect at once. Without the planner a role runs at minReplicas.
+    """
+    out: dict[str, int | None] = {}
+    for role in ROLES:
+        rs: api.RoleSpec = getattr(spec, role)
+        if not rs.enabled:
+            continue
+        if rs.replicas_managed_by == "external":
+            out[role] = None
+            continue
+        want = rs.min_replicas
+        if spec.autoscaling.enabled:
+            prev = (previous_status.get(role) or {}).get("desiredReplicas")
+            if isinstance(prev, int) and prev > 0:
+                want = prev
+        out[role] = max(rs.min_replicas, min(rs.max_replicas, want))
+    return out
+
+
+@dataclass
+class Outcome:
+    status: dict[str, Any]
+    status_written: bool = False
+    applied: list[str] = field(default_factory=list)  # objects created or changed by this pass
+    pruned: list[str] = field(default_factory=list)
+    stall: Stall | None = None
+
+
+def _stall_for_problems(problems: list) -> Stall:
+    return Stall("InvalidSpec", "; ".join(str(p) for p in problems))
+
+
+def _label(obj: dict[str, Any]) -> str:
+    return f"{obj['kind']}/{obj['metadata']['name']}"
+
+
+def reconcile(kube: Kube, body: dict[str, Any], emit: Emit, *, now: str | None = None) -> Outcome:
+    now = now or now_iso()
+    meta = body["metadata"]
+    name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
+    generation = meta.get("generation", 1)
+    previous = dict(body.get("status") or {})
+
+    existing = kube.list_children(namespace, name, uid)
+    live = {ChildRef.of(o): o for o in existing}
+
+    stall: Stall | None = None
+    applied: list[str] = []
+    pruned: list[str] = []
+    problems = validate({"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": meta,
+                         "spec": body.get("spec") or {}}, extra_checks=operator_checks())
+    obj = api.V41FlashDeployment.model_validate(
+        {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": meta, "spec": body.get("spec") or {}}
+    ) if not problems else None
+
+    if problems:
+        stall = _stall_for_problems(problems)
+    else:
+        assert obj is not None
+        replicas = desired_replicas(obj.spec, previous)
+        owner = {"apiVersion": api.API_VERSION, "kind": api.KIND, "name": name, "uid": uid}
+        desired_objs = render(obj, replicas=replicas, owner=owner)
+        missing = sorted({f"{o['kind']}.{o['apiVersion']}" for o in desired_objs
+                          if not kube.has_kind(o["apiVersion"], o["kind"])})
+        if missing:
+            stall = Stall("KindNotInstalled", f"the cluster does not serve {', '.join(missing)}: install it "
+                                              f"(e.g. the LeaderWorkerSet controller for multi-node replicas)")
+        else:
+            stall = _apply_all(kube, namespace, desired_objs, live, applied)
+            if stall is None:
+                want = {ChildRef.of(o) for o in desired_objs}
+                for ref in [r for r in live if r not in want]:
+                    kube.delete(ref, namespace)
+                    pruned.append(f"{ref.kind}/{ref.name}")
+                    del live[ref]
+
+    status = _status(obj, body, live, previous, stall, generation, now)
+    outcome = Outcome(status=status, applied=applied, pruned=pruned, stall=stall)
+    if applied:
+        emit("Normal", "Applied", "created or updated " + ", ".join(applied))
+    if pruned:
+        emit("Normal", "Pruned", "deleted " + ", ".join(pruned) + " (no longer desired)")
+    if stall and not _was_stalled_same(previous, stall):
+        emit("Warning", stall.reason, stall.message)
+    if status != previous:
+        try:
+            kube.patch_status(namespace, name, status, meta["resourceVersion"])
+            outcome.status_written = True
+        except ApiException as exc:
+            if not is_conflict(exc):
+                raise
+            log.info("status of %s/%s changed under us; the next pass writes it", namespace, name)
+    return outcome
+
+
+def _was_stalled_same(previous: dict[str, Any], stall: Stall) -> bool:
+    return any(c.get("type") == "Stalled" and c.get("status") == "True" and c.get("message") == stall.message
+               for c in previous.get("conditions") or [])
+
+
+def _apply_all(kube: Kube, namespace: str, desired: list[dict[str, Any]], live: dict[ChildRef, dict[str, Any]],
+               applied: list[str]) -> Stall | None:
+    for obj in desired:
+        ref = ChildRef.of(obj)
+        before = (live.get(ref) or {}).get("metadata", {}).get("resourceVersion")
+        try:
+            after = kube.apply(obj, namespace)
+        except KindNotInstalled as exc:
+            return Stall("KindNotInstalled", str(exc))
+        except ApiException as exc:
+            if exc.status in (400, 422):  # the apiserver refuses what we rendered: permanent until the spec changes
+                return Stall("ApplyRejected", f"{_label(obj)}: {exc.reason}: {_api_message(exc)}")
+            raise
+        live[ref] = after
+        if after.get("metadata", {}).get("resourceVersion") != before:
+            applied.append(_label(obj))
+    return None
+
+
+def _api_message(exc: ApiException) -> str:
+    try:
+        return json.loads(exc.body).get("message", "")
+    except (TypeError, ValueError):
+        return str(exc.body or "")
+
+
+def _status(obj: api.V41FlashDeployment | None, body: dict[str, Any], live: dict[ChildRef, dict[str, Any]],
+            previous: dict[str, Any], stall: Stall | None, generation: int, now: str) -> dict[str, Any]:
+    name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
+    by_name = {ref.name: o for ref, o in live.items() if ref.kind in ("Deployment", "LeaderWorkerSet")}
+    workloads = {role: workload_state(by_name.get(f"{name}-{role}")) for role in ROLES}
+    router = workload_state(by_name.get(f"{name}-router"))
+    if obj is not None:
+        spec = obj.spec
+        enabled = {role: getattr(spec, role).enabled for role in ROLES}
+        desired = desired_replicas(spec, previous)
+        resolved = resolve(spec)
+        gpus = {role: r.gpus_per_replica for role, r in resolved.roles.items()}
+        router_desired = spec.routing.replicas
+    else:  # an invalid spec: describe what runs, as it runs
+        enabled = {role: workloads[role].exists for role in ROLES}
+        desired = {role: workloads[role].spec_replicas for role in ROLES}
+        gpus = {role: (previous.get(role) or {}).get("gpus", 0) // max(1, workloads[role].replicas) for role in ROLES}
+        router_desired = router.spec_replicas or 0
+    return compute_status(
+        generation=generation, enabled=enabled, desired=desired, workloads=workloads, router=router,
+        router_desired=router_desired, gpus_per_replica=gpus,
+        router_service=f"{name}-router.{namespace}.svc:8000", stall=stall, previous=previous, now=now)
+
+
+__all__ = ["reconcile", "desired_replicas", "Outcome", "WorkloadState"]
