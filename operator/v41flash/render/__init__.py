@@ -1,0 +1,54 @@
+"""The renderer: a V41FlashDeployment → every Kubernetes object it needs, as plain dicts (pure).
+
+The controller applies exactly this list (server-side apply) and prunes the rest; `v41flash render`
+prints it. Same input, same output, same order: ConfigMap, then per enabled role its Service, PDB and
+workload, then the router's ServiceAccount, Role, RoleBinding, Service, PDB and Deployment.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..api import v1alpha1 as api
+from . import labels as L
+from .engine import PodTiming, engine_workload, replica_commands
+from .objects import config_map, pdb, role_service
+from .resolve import Resolved, resolve
+from .router import router_args, router_objects
+
+__all__ = ["render", "resolve", "Resolved", "PodTiming"]
+
+
+def render(obj: api.V41FlashDeployment, replicas: dict[str, int | None] | None = None,
+           owner: dict[str, Any] | None = None, timing: PodTiming = PodTiming()) -> list[dict[str, Any]]:
+    """Every desired object of one deployment.
+
+    replicas: desired replicas per role (planner / minReplicas); a missing or None entry means the
+    role's minReplicas, and a role with replicasManagedBy: external never gets spec.replicas.
+    owner: {apiVersion, kind, name, uid} of the CR → ownerReferences on every object; None offline.
+    """
+    name = obj.metadata["name"]
+    namespace = obj.metadata.get("namespace") or "default"
+    spec = obj.spec
+    res = resolve(spec)
+    effective = {rr.role: _effective_replicas(rr.role, res, replicas) for rr in res.enabled_roles}
+    commands = {rr.role: replica_commands(spec, res, rr.role) for rr in res.enabled_roles}
+    r_args = router_args(name, namespace, spec, res)
+
+    out: list[dict[str, Any]] = [
+        config_map(name, namespace, spec, res, commands, effective, r_args, timing, owner),
+    ]
+    for rr in res.enabled_roles:
+        out.append(role_service(name, namespace, rr.role, owner))
+        out.append(pdb(name, namespace, rr.role, owner))
+        out.append(engine_workload(name, namespace, spec, res, rr.role, effective, owner, timing))
+    out += router_objects(name, namespace, spec, res, owner)
+    out.append(pdb(name, namespace, L.ROUTER, owner))
+    return out
+
+
+def _effective_replicas(role: str, res: Resolved, replicas: dict[str, int | None] | None) -> int | None:
+    rr = res.roles[role]
+    if rr.replicas_managed_by == "external":
+        return None
+    want = (replicas or {}).get(role)
+    return rr.min_replicas if want is None else want

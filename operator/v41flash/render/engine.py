@@ -1,0 +1,282 @@
+"""Engine workloads: the API mapped onto the vLLM argument builder, and the pods that run it.
+
+vLLM flags come only from v41flash.vllm.args (the single source); this module decides where they run:
+a Deployment when a replica fits one node, a LeaderWorkerSet (sigs.k8s.io/lws v0.8.0) when it spans
+nodes, with the pod details a vLLM deployment needs (shm, GPUs, placement, probes, NIXL side channel).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ..api import v1alpha1 as api
+from ..vllm import args as vargs
+from . import labels as L
+from .resolve import LEADER_WORKER_SET, Resolved, RoleResolved
+
+ENGINE_PORT = 8000
+MODELS_DIR = "/models"
+CACHE_DIR = "/cache"
+LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
+LWS_GROUP_KEY = "leaderworkerset.sigs.k8s.io/group-key"
+
+
+@dataclass(frozen=True)
+class PodTiming:
+    """Shutdown and probe timing of engine pods (the planner's drain helper may size these)."""
+    # The router drops a terminating pod from discovery at once; the sleep lets requests it already
+    # sent finish before vLLM gets SIGTERM.
+    pre_stop_sleep_seconds: int = 30
+    termination_grace_period_seconds: int = 300
+    # Weight load (~511 GB) + FlashInfer autotune: never shorter than the engine's own ready timeout.
+    startup_margin_seconds: int = 1800
+    startup_min_seconds: int = 7200
+    startup_period_seconds: int = 30
+    liveness_period_seconds: int = 30
+    liveness_failure_threshold: int = 10
+
+
+def model_path(spec: api.V41FlashDeploymentSpec) -> str:
+    """vllm serve's model: the PVC mount (+subPath) or the hub checkpoint id."""
+    pvc = spec.model.source.pvc
+    if pvc is None:
+        return spec.model.checkpoint
+    sub = pvc.sub_path.strip("/")
+    return f"{MODELS_DIR}/{sub}" if sub else MODELS_DIR
+
+
+def engine_config(spec: api.V41FlashDeploymentSpec, res: Resolved, role: str) -> vargs.EngineConfig:
+    """The API, resolved, mapped onto the argument builder's input."""
+    r: api.RoleSpec = getattr(spec, role)
+    rr = res.roles[role]
+    eplb = None
+    if r.eplb.enabled:
+        eplb = vargs.EplbConfig(
+            enabled=True, num_redundant_experts=r.eplb.num_redundant_experts, window_size=r.eplb.window_size,
+            step_interval=r.eplb.step_interval, use_async=r.eplb.use_async, communicator=r.eplb.communicator,
+            log_balancedness=r.eplb.log_balancedness)
+    kv = spec.kv_transfer
+    return vargs.EngineConfig(
+        role=role if res.disaggregated else "aggregated",
+        gpu_product=spec.gpu.product,
+        model=model_path(spec),
+        tensor_parallel_size=rr.tensor_parallel_size,
+        data_parallel_size=rr.data_parallel_size,
+        data_parallel_size_local=rr.data_parallel_size_local if rr.multi_node else None,
+        expert_parallel=rr.expert_parallel,
+        nodes_per_replica=rr.nodes_per_replica,
+        gpus_per_node=res.gpu.gpus_per_node,
+        revision=spec.model.revision,
+        served_model_name=res.served_model_name,
+        max_num_seqs=r.max_num_seqs,
+        max_num_batched_tokens=r.max_num_batched_tokens,
+        max_model_len=r.max_model_len,
+        gpu_memory_utilization=r.gpu_memory_utilization,
+        eplb=eplb,
+        kv_transfer=(vargs.KvTransfer(connector=kv.connector, load_failure_policy=kv.load_failure_policy,
+                                      ucx_tls=kv.ucx_tls, extra_config=dict(kv.extra_config))
+                     if res.disaggregated else None),
+        kv_events=vargs.KvEvents() if spec.routing.kv_events else None,
+        port=ENGINE_PORT,
+        extra_args=tuple(r.extra_args),
+        extra_env={e.name: e.value for e in r.extra_env},
+    )
+
+
+def replica_commands(spec: api.V41FlashDeploymentSpec, res: Resolved, role: str) -> vargs.ReplicaCommands:
+    return vargs.build_replica(engine_config(spec, res, role))
+
+
+# --- pod template ----------------------------------------------------------------------------------
+
+def _env(cmd: vargs.EngineCommand, spec: api.V41FlashDeploymentSpec) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = []
+    for name, field_path in cmd.env_from_field.items():
+        env.append({"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}})
+    hub = spec.model.source.hub
+    if hub is not None and hub.token_secret_ref is not None:
+        ref = hub.token_secret_ref
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
+    env.append({"name": "VLLM_CACHE_ROOT", "value": f"{CACHE_DIR}/vllm"})
+    if hub is not None and spec.model.cache.claim_name:
+        # A persistent cache also keeps hub downloads (~511 GB) across restarts; an emptyDir is too small.
+        env.append({"name": "HF_HOME", "value": f"{CACHE_DIR}/huggingface"})
+    env += [{"name": k, "value": v} for k, v in cmd.env.items()]  # builder env, user extraEnv last
+    return env
+
+
+def _volumes(spec: api.V41FlashDeploymentSpec, role_spec: api.RoleSpec) -> tuple[list[dict], list[dict]]:
+    volumes: list[dict[str, Any]] = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": role_spec.resources.shm_size}},
+    ]
+    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    cache = spec.model.cache
+    if cache.claim_name:
+        volumes.append({"name": "cache", "persistentVolumeClaim": {"claimName": cache.claim_name}})
+    else:
+        volumes.append({"name": "cache", "emptyDir": {"sizeLimit": cache.size_limit}})
+    mounts.append({"name": "cache", "mountPath": CACHE_DIR})
+    pvc = spec.model.source.pvc
+    if pvc is not None:
+        volumes.append({"name": "weights",
+                        "persistentVolumeClaim": {"claimName": pvc.claim_name, "readOnly": True}})
+        mounts.append({"name": "weights", "mountPath": MODELS_DIR, "readOnly": True})
+    return volumes, mounts
+
+
+def _ports(cfg: vargs.EngineConfig, serving: bool) -> list[dict[str, Any]]:
+    """Ports the serving pod binds. Workers share one template across node ranks whose ports differ
+    (base + global DP rank), so only the leader/single pod lists its side ports (documentation only)."""
+    if not serving:
+        return []
+    ports: list[dict[str, Any]] = [{"name": "http", "containerPort": ENGINE_PORT, "protocol": "TCP"}]
+    for i, port in enumerate(vargs.nixl_side_channel_ports(cfg, 0)):
+        ports.append({"name": f"nixl-{i}", "containerPort": port, "protocol": "TCP"})
+    for i, port in enumerate(vargs.kv_event_ports(cfg, 0)):
+        ports.append({"name": f"kv-events-{i}", "containerPort": port, "protocol": "TCP"})
+    if cfg.nodes_per_replica > 1:
+        ports.append({"name": "dp-rpc", "containerPort": cfg.data_parallel_rpc_port, "protocol": "TCP"})
+    return ports
+
+
+def _probes(cmd: vargs.EngineCommand, timing: PodTiming) -> dict[str, Any]:
+    ready_timeout = int(cmd.env.get("VLLM_ENGINE_READY_TIMEOUT_S", "0") or 0)
+    startup_s = max(timing.startup_min_seconds, ready_timeout + timing.startup_margin_seconds)
+    health = {"path": "/health", "port": ENGINE_PORT}
+    return {
+        # /health: connection refused while loading, 200 serving, 503 once the engine died.
+        "startupProbe": {"httpGet": dict(health), "periodSeconds": timing.startup_period_seconds,
+                         "timeoutSeconds": 10,
+                         "failureThreshold": math.ceil(startup_s / timing.startup_period_seconds)},
+        "readinessProbe": {"httpGet": dict(health), "periodSeconds": 10, "timeoutSeconds": 5,
+                           "failureThreshold": 3},
+        "livenessProbe": {"httpGet": dict(health), "periodSeconds": timing.liveness_period_seconds,
+                          "timeoutSeconds": 10, "failureThreshold": timing.liveness_failure_threshold},
+    }
+
+
+def _affinity(cr_name: str, role: str, res: Resolved, rr: RoleResolved) -> dict[str, Any]:
+    affinity: dict[str, Any] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": res.gpu.product_label, "operator": "In", "values": [res.gpu.product_label_value]},
+        ]}]}}}
+    if rr.multi_node:
+        # All pods of one group (LWS group-key, filled in per group by the scheduler) in one NVLink
+        # domain; groups may share a rack (LWS exclusive-topology would give a whole NVL72 to one group).
+        affinity["podAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [{
+            "labelSelector": {"matchLabels": L.selector_labels(cr_name, role)},
+            "matchLabelKeys": [LWS_GROUP_KEY],
+            "topologyKey": res.gpu.topology_key,
+        }]}
+    return affinity
+
+
+def _tolerations(spec: api.V41FlashDeploymentSpec) -> list[dict[str, Any]]:
+    out = []
+    for t in spec.gpu.tolerations:
+        tol: dict[str, Any] = {"operator": t.operator}
+        if t.key:
+            tol["key"] = t.key
+        if t.operator == "Equal":
+            tol["value"] = t.value
+        if t.effect:
+            tol["effect"] = t.effect
+        out.append(tol)
+    return out
+
+
+def pod_template(cr_name: str, spec: api.V41FlashDeploymentSpec, res: Resolved, role: str,
+                 cmd: vargs.EngineCommand, cfg: vargs.EngineConfig, *, serving: bool, timing: PodTiming) -> dict[str, Any]:
+    rs: api.RoleSpec = getattr(spec, role)
+    rr = res.roles[role]
+    pod_labels = L.common_labels(cr_name, role)
+    if serving:
+        pod_labels[L.SERVING_LABEL] = "true"
+    volumes, mounts = _volumes(spec, rs)
+    limits = {"cpu": rs.resources.cpu, "memory": rs.resources.memory, res.gpu.resource_name: str(rr.gpus_per_pod)}
+    if res.gpu.rdma_resource:
+        limits[res.gpu.rdma_resource] = "1"
+    container: dict[str, Any] = {
+        "name": "vllm",
+        "image": spec.image,
+        "imagePullPolicy": spec.image_pull_policy,
+        "command": list(cmd.command),
+        "args": list(cmd.args),
+        "env": _env(cmd, spec),
+        "ports": _ports(cfg, serving),
+        "resources": {"requests": dict(limits), "limits": dict(limits)},
+        "volumeMounts": mounts,
+        # IPC_LOCK: NIXL/UCX and RDMA pin (mlock) KV buffers.
+        "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
+        "lifecycle": {"preStop": {"sleep": {"seconds": timing.pre_stop_sleep_seconds}}},
+    }
+    if serving:  # headless LWS workers serve no HTTP: LWS recreates their group when one fails
+        container.update(_probes(cmd, timing))
+    pod_spec: dict[str, Any] = {
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": timing.termination_grace_period_seconds,
+        "affinity": _affinity(cr_name, role, res, rr),
+        "tolerations": _tolerations(spec),
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if spec.gpu.node_selector:
+        pod_spec["nodeSelector"] = dict(sorted(spec.gpu.node_selector.items()))
+    return {"metadata": {"labels": pod_labels}, "spec": pod_spec}
+
+
+# --- workloads -------------------------------------------------------------------------------------
+
+def _replicas_field(rr: RoleResolved, replicas: dict[str, int | None] | None) -> dict[str, int]:
+    """spec.replicas, or nothing when an HPA/KEDA owns it (server-side apply then never claims it)."""
+    if rr.replicas_managed_by == "external":
+        return {}
+    want = (replicas or {}).get(rr.role)
+    return {"replicas": rr.min_replicas if want is None else want}
+
+
+def engine_workload(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, res: Resolved, role: str,
+                    replicas: dict[str, int | None] | None, owner: dict[str, Any] | None,
+                    timing: PodTiming = PodTiming()) -> dict[str, Any]:
+    rr = res.roles[role]
+    cfg = engine_config(spec, res, role)
+    commands = vargs.build_replica(cfg)
+    name = L.child_name(cr_name, role)
+    leader = pod_template(cr_name, spec, res, role, commands.leader, cfg, serving=True, timing=timing)
+    if rr.workload_kind != LEADER_WORKER_SET:
+        return {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": L.metadata(cr_name, namespace, name, role, owner),
+            "spec": {
+                **_replicas_field(rr, replicas),
+                "selector": {"matchLabels": L.selector_labels(cr_name, role)},
+                # Replace one replica at a time without surging: spare GPUs for a surge pod rarely exist,
+                # and a surge that cannot schedule would stall the rollout forever.
+                "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+                "template": leader,
+            },
+        }
+    assert commands.worker is not None
+    worker = pod_template(cr_name, spec, res, role, commands.worker, cfg, serving=False, timing=timing)
+    return {
+        "apiVersion": LWS_API_VERSION,
+        "kind": "LeaderWorkerSet",
+        "metadata": L.metadata(cr_name, namespace, name, role, owner),
+        "spec": {
+            **_replicas_field(rr, replicas),
+            # Workers start once the leader pod exists: they need its address, not its readiness.
+            "startupPolicy": "LeaderCreated",
+            "leaderWorkerTemplate": {
+                "size": rr.nodes_per_replica,
+                # One failed pod breaks the DP group's collectives: recreate the whole group.
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": leader,
+                "workerTemplate": worker,
+            },
+            # A headless Service per group (named after the leader pod) for LWS_LEADER_ADDRESS, so
+            # LWS's shared Service would not collide with the role Service of the same name.
+            "networkConfig": {"subdomainPolicy": "UniquePerReplica"},
+        },
+    }

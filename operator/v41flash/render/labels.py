@@ -1,0 +1,72 @@
+"""Names and labels of every child object: one place, so selectors and discovery always agree."""
+from __future__ import annotations
+
+from typing import Any
+
+from ..api.v1alpha1 import GROUP
+
+APP = "v41flash"
+MANAGED_BY = "v41flash-operator"
+DEPLOYMENT_LABEL = f"{GROUP}/deployment"
+ROLE_LABEL = f"{GROUP}/role"
+# Only pods that answer HTTP carry it: the router discovers engines by it (LWS workers run --headless).
+SERVING_LABEL = f"{GROUP}/serving"
+ROUTER = "router"
+
+
+def child_name(cr_name: str, suffix: str) -> str:
+    return f"{cr_name}-{suffix}"
+
+
+def config_name(cr_name: str) -> str:
+    return child_name(cr_name, "config")
+
+
+def common_labels(cr_name: str, component: str) -> dict[str, str]:
+    """Labels on every object (and pod) of one component (prefill, decode, router, config)."""
+    labels = {
+        "app.kubernetes.io/name": APP,
+        "app.kubernetes.io/instance": cr_name,
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        DEPLOYMENT_LABEL: cr_name,
+    }
+    if component != "config":
+        labels[ROLE_LABEL] = component
+    return labels
+
+
+def selector_labels(cr_name: str, role: str) -> dict[str, str]:
+    """The stable selector of a role's pods (never a hash: it must not change between renders)."""
+    return {DEPLOYMENT_LABEL: cr_name, ROLE_LABEL: role}
+
+
+def serving_selector(cr_name: str, role: str) -> dict[str, str]:
+    """Pods of a role that serve HTTP: what Services and the router's discovery select."""
+    return {**selector_labels(cr_name, role), SERVING_LABEL: "true"}
+
+
+def selector_args(labels: dict[str, str]) -> list[str]:
+    """vllm-router's selector format: one key=value token each."""
+    return [f"{k}={v}" for k, v in labels.items()]
+
+
+def metadata(cr_name: str, namespace: str, name: str, component: str,
+             owner: dict[str, Any] | None, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": common_labels(cr_name, component)}
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    if owner is not None:
+        meta["ownerReferences"] = [owner_reference(owner)]
+    return meta
+
+
+def owner_reference(owner: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": owner["name"],
+        "uid": owner["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }

@@ -1,0 +1,107 @@
+"""Role Services, PodDisruptionBudgets and the ConfigMap that records what the operator decided."""
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from ..api import v1alpha1 as api
+from ..vllm import args as vargs
+from . import labels as L
+from .engine import ENGINE_PORT, PodTiming, model_path
+from .resolve import Resolved, RoleResolved
+from .router import KV_EVENT_SOURCES, intra_node_dp_size
+
+
+def role_service(cr_name: str, namespace: str, role: str, owner: dict[str, Any] | None) -> dict[str, Any]:
+    """Headless: DNS names of a role's serving pods (leaders only: LWS workers serve no HTTP)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": L.metadata(cr_name, namespace, L.child_name(cr_name, role), role, owner),
+        "spec": {
+            "clusterIP": "None",
+            "selector": L.serving_selector(cr_name, role),
+            "ports": [{"name": "http", "port": ENGINE_PORT, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+
+
+def pdb(cr_name: str, namespace: str, component: str, owner: dict[str, Any] | None) -> dict[str, Any]:
+    """One voluntary disruption at a time (a drain never takes a whole role down at once)."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": L.metadata(cr_name, namespace, L.child_name(cr_name, component), component, owner),
+        "spec": {
+            "maxUnavailable": 1,
+            "selector": {"matchLabels": L.selector_labels(cr_name, component)},
+        },
+    }
+
+
+def _role_summary(rr: RoleResolved, commands: vargs.ReplicaCommands | None,
+                  replicas: int | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"enabled": rr.enabled}
+    if not rr.enabled:
+        return out
+    out.update({
+        "workload": rr.workload_kind,
+        "replicas": "external (HPA/KEDA)" if rr.replicas_managed_by == "external" else replicas,
+        "minReplicas": rr.min_replicas,
+        "maxReplicas": rr.max_replicas,
+        "tensorParallelSize": rr.tensor_parallel_size,
+        "dataParallelSize": rr.data_parallel_size,
+        "dataParallelSizeLocal": rr.data_parallel_size_local,
+        "expertParallel": rr.expert_parallel,
+        "expertParallelSize": rr.expert_parallel_size,
+        "nodesPerReplica": rr.nodes_per_replica,
+        "gpusPerReplica": rr.gpus_per_replica,
+        "gpusPerPod": rr.gpus_per_pod,
+        "kvRole": rr.kv_role or "none (aggregated)",
+    })
+    assert commands is not None
+    pods = {"leader" if rr.multi_node else "pod": commands.leader}
+    if commands.worker is not None:
+        pods["worker"] = commands.worker
+    out["commands"] = {
+        kind: {"command": [*cmd.command, *cmd.args],
+               "env": {**{k: f"fieldRef {v}" for k, v in cmd.env_from_field.items()}, **dict(cmd.env)},
+               **({"notes": list(cmd.notes)} if cmd.notes else {})}
+        for kind, cmd in pods.items()
+    }
+    return out
+
+
+def config_map(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, res: Resolved,
+               commands: dict[str, vargs.ReplicaCommands], replicas: dict[str, int | None],
+               router_args: list[str], timing: PodTiming, owner: dict[str, Any] | None) -> dict[str, Any]:
+    resolved = {
+        "deployment": cr_name,
+        "vllmVersion": spec.vllm_version,
+        "image": spec.image,
+        "profile": res.profile,
+        "mode": "prefill/decode disaggregated" if res.disaggregated else "aggregated (decode only)",
+        "model": {"checkpoint": res.checkpoint, "servedModelName": res.served_model_name,
+                  "path": model_path(spec), "revision": spec.model.revision or "default branch"},
+        "gpu": {"product": res.gpu.product, "gpusPerNode": res.gpu.gpus_per_node,
+                "resource": res.gpu.resource_name,
+                "nodeLabel": f"{res.gpu.product_label}={res.gpu.product_label_value}",
+                "topologyKey": res.gpu.topology_key, "rdmaResource": res.gpu.rdma_resource or "none"},
+        "gpusAtMinReplicas": res.min_gpus(),
+        "roles": {name: _role_summary(rr, commands.get(name), replicas.get(name))
+                  for name, rr in res.roles.items()},
+        "router": {
+            "command": ["vllm-router", *router_args],
+            "intraNodeDataParallelSize": intra_node_dp_size(res),
+            "kvEventSources": KV_EVENT_SOURCES if spec.routing.kv_events else "none (kvEvents off)",
+        },
+        "podTiming": {"preStopSleepSeconds": timing.pre_stop_sleep_seconds,
+                      "terminationGracePeriodSeconds": timing.termination_grace_period_seconds},
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": L.metadata(cr_name, namespace, L.config_name(cr_name), "config", owner),
+        "data": {"resolved.yaml": yaml.safe_dump(resolved, sort_keys=False, width=120)},
+    }
