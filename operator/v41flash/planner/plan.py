@@ -201,9 +201,10 @@ def plan(
     # --- budgets: split the SLO between the phases ------------------------------------------------
     dw = observed.decode.window
     pw = observed.prefill.window if disagg else None
-    handover = (profile.kv_transfer.seconds(demand.isl) + (dw.ttft_mean_s or 0.0 if dw else 0.0)) if disagg else 0.0
-    prefill_budget = max(1e-3, slo.ttft_s - handover)
     itl_budget = slo.itl_s or max(1e-4, (slo.e2e_p95_s - slo.ttft_s) / max(1.0, demand.osl_p95))
+    # KV hand-over plus decode's first step (at its budget: decode is sized separately to meet it)
+    handover = (profile.kv_transfer.seconds(demand.isl) + itl_budget) if disagg else 0.0
+    prefill_budget = max(1e-3, slo.ttft_s - handover)
 
     # --- observed, user-facing figures --------------------------------------------------------------
     enough = lambda w: w is not None and w.requests >= cfg.min_requests_for_slo  # noqa: E731
@@ -278,6 +279,10 @@ def plan(
             )
 
         sample = capacity.solve_correction(predict, fw.ttft_s, cfg.correction_min / 2, cfg.correction_max * 2)
+        service = pp.request_seconds(demand.new_tokens, demand.cached_tokens)
+        if fw.request_rate * service * sample / (n_eff * ranks) > 0.9:
+            # near saturation a queue of any length fits some k < truth: it may only teach "slower"
+            sample = max(sample, prefill_state.correction)
         prefill_state = replace(
             prefill_state,
             correction=_smooth_correction(prefill_state.correction, sample, cfg),
@@ -306,7 +311,8 @@ def plan(
         new_state = new_state.with_role(r.role, rs)
         if not usable:
             continue
-        rate = max(observed_rate, forecast) + backlog / cfg.backlog_drain_s
+        # smoothed demand normally (noise must not scale); the raw rate too when users already suffer
+        rate = (max(observed_rate, forecast) if r.breached else forecast) + backlog / cfg.backlog_drain_s
         r.demand_rate = rate
         if r.role == "prefill":
             r.need = size_prefill(rate, pp.data_parallel_size)
@@ -358,15 +364,18 @@ def plan(
                 r.desired, r.action = up_target, "scale_up"
                 r.why = f"{head}; {need_txt}; {cur} → {up_target}"
         else:
-            stabilized = max(x[1] for x in rs.recommendations) if rs.recommendations else cur
-            if stabilized >= cur:
+            stabilized = max(x[1] for x in rs.recommendations) if rs.recommendations else rec
+            if r.status != "ok" and rec < cur:
+                r.why = f"{head}; {need_txt}; holding {cur}: no scale-down on {r.status} metrics"
+            elif stabilized >= cur:
                 r.why = f"{head}; {need_txt}; {cur} fit{'s' if cur == 1 else ''}"
             else:
                 blocker = _down_blocker(r, rs, now, cfg)
                 if blocker:
                     r.why = f"{head}; {need_txt}; holding {cur}: {blocker}"
                 else:
-                    target = max(stabilized, cur - cfg.max_scale_down_step)
+                    step = max(cfg.max_scale_down_step, math.floor(cur * cfg.max_scale_down_fraction))
+                    target = max(stabilized, cur - step)
                     r.desired, r.action = target, "scale_down"
                     r.why = f"{head}; {need_txt}; {cur} → {target} after {cfg.scale_down_stabilization_s:.0f}s below"
         if r.status == "partial":
@@ -465,8 +474,10 @@ def _down_blocker(r: _RoleWork, rs: RoleState, now: float, cfg: PlannerConfig) -
     covered = now - rs.tracking_since if rs.tracking_since is not None else 0.0
     if covered < cfg.scale_down_stabilization_s:
         return f"stabilizing ({covered:.0f}/{cfg.scale_down_stabilization_s:.0f}s of lower need)"
-    if rs.last_scale_time is not None and now - rs.last_scale_time < cfg.scale_down_cooldown_s:
-        return f"cooldown ({now - rs.last_scale_time:.0f}/{cfg.scale_down_cooldown_s:.0f}s since last change)"
+    if rs.last_scale_time is not None:
+        wait = cfg.scale_down_cooldown_s if rs.last_action == "scale_up" else cfg.scale_down_interval_s
+        if now - rs.last_scale_time < wait:
+            return f"cooldown ({now - rs.last_scale_time:.0f}/{wait:.0f}s since the last {rs.last_action.replace('_', '-')})"
     return None
 
 
