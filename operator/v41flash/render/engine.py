@@ -103,7 +103,11 @@ def _env(cmd: vargs.EngineCommand, spec: api.V41FlashDeploymentSpec) -> list[dic
         # A persistent cache also keeps hub downloads (~511 GB) across restarts; an emptyDir is too small.
         env.append({"name": "HF_HOME", "value": f"{CACHE_DIR}/huggingface"})
     env += [{"name": k, "value": v} for k, v in cmd.env.items()]  # builder env, user extraEnv last
-    return env
+    # One entry per name, the last one winning in place: server-side apply refuses duplicate keys.
+    by_name: dict[str, dict[str, Any]] = {}
+    for entry in env:
+        by_name[entry["name"]] = entry
+    return list(by_name.values())
 
 
 def _volumes(spec: api.V41FlashDeploymentSpec, role_spec: api.RoleSpec) -> tuple[list[dict], list[dict]]:
@@ -204,7 +208,6 @@ def pod_template(cr_name: str, spec: api.V41FlashDeploymentSpec, res: Resolved, 
         "command": list(cmd.command),
         "args": list(cmd.args),
         "env": _env(cmd, spec),
-        "ports": _ports(cfg, serving),
         "resources": {"requests": dict(limits), "limits": dict(limits)},
         "volumeMounts": mounts,
         # IPC_LOCK: NIXL/UCX and RDMA pin (mlock) KV buffers.
@@ -212,6 +215,7 @@ def pod_template(cr_name: str, spec: api.V41FlashDeploymentSpec, res: Resolved, 
         "lifecycle": {"preStop": {"sleep": {"seconds": timing.pre_stop_sleep_seconds}}},
     }
     if serving:  # headless LWS workers serve no HTTP: LWS recreates their group when one fails
+        container["ports"] = _ports(cfg, serving)
         container.update(_probes(cmd, timing))
     pod_spec: dict[str, Any] = {
         "enableServiceLinks": False,
