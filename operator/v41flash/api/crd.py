@@ -64,6 +64,9 @@ def _drop_none(value: Any) -> Any:
 def _structural(node: dict[str, Any]) -> dict[str, Any]:
     optional = node.get(_OPTIONAL, False)
     node = {k: v for k, v in node.items() if k in _KEEP}
+    for bound, exclusive in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
+        if type(node.get(exclusive)) in (int, float):  # JSON Schema's number form; OpenAPI v3.0 (CRDs) wants a bool
+            node[bound], node[exclusive] = node[exclusive], True
     if "default" in node:
         node["default"] = _drop_none(node["default"])
     if isinstance(node.get("additionalProperties"), bool):  # structural schemas forbid it beside properties
