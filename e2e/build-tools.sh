@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes components and simulators the e2e harness runs, from pinned Go modules,
 # into a cache outside the repo (one folder per component@version). A warm run only checks the cache.
+# Usage: e2e/build-tools.sh [etcd kwok inference-sim helm lws kubernetes]   (default: all)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -10,29 +11,82 @@ BIN=$CACHE/bin
 mkdir -p "$BIN" "$CACHE/build"
 export CGO_ENABLED=0 GOWORK=off GOTOOLCHAIN=local GOFLAGS=-mod=mod
 export GOPATH=${GOPATH:-$CACHE/gopath} GOCACHE=${GOCACHE:-$CACHE/gocache}
+# GOSUMDB stays at Go's default (sum.golang.org, reached through the same proxy path); only if the
+# checksum database is unreachable set GOSUMDB=off in the environment before calling this script.
 
 log() { printf '[build-tools %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 
-# have NAME VERSION: true when every listed binary of that component@version is cached.
-have() { local d="$BIN/$1-$2"; shift 2; for b in "$@"; do [ -x "$d/$b" ] || return 1; done; }
+# have DIR BIN...: true when every listed binary is cached in DIR.
+have() { local d="$1"; shift; for b in "$@"; do [ -x "$d/$b" ] || return 1; done; }
+
+# gobuild LABEL ARGS...: go build -v, condensing its one-line-per-package output into a progress line
+# every 100 packages (errors and compiler output pass through unchanged).
+gobuild() {
+  local label=$1; shift
+  go build -v "$@" 2>&1 | awk -v label="$label" '
+    /^#/ || /:[0-9]+:/ || / / { print; fflush(); next }
+    { n++; if (n % 100 == 0) { printf "[build-tools] %s: %d packages compiled\n", label, n; fflush() } }
+    END { if (n) printf "[build-tools] %s: %d packages compiled\n", label, n }'
+}
 
 # wrapper DIR: a fresh throwaway module to build a main package in.
 wrapper() { rm -rf "$1"; mkdir -p "$1"; (cd "$1" && go mod init v41flash.local/build >/dev/null 2>&1); }
 
-build_simple() { # NAME VERSION MODULE PKG BINNAME
-  local name=$1 ver=$2 mod=$3 pkg=$4 bin=$5 out="$BIN/$1-$2"
-  if have "$name" "$ver" "$bin"; then log "$name $ver cached"; return; fi
-  log "building $name $ver ($pkg)"
+# build_simple NAME VERSION PKG BINNAME [go build flags...]: go get PKG@VERSION, build it to NAME-VERSION/BINNAME.
+build_simple() {
+  local name=$1 key=$2 pkg=$3 bin=$4; shift 4
+  local out="$BIN/$name-$key" t0=$SECONDS
+  if have "$out" "$bin"; then log "$name $key cached"; return; fi
+  log "building $name $key ($pkg)"
   local w="$CACHE/build/$name"; wrapper "$w"
-  (cd "$w" && go get "$pkg@$ver" && mkdir -p "$out.tmp" && go build -trimpath -o "$out.tmp/$bin" "$pkg")
-  rm -rf "$out"; mv "$out.tmp" "$out"; log "$name $ver done"
+  (
+    cd "$w"
+    go get "$pkg@$key"
+    mkdir -p "$out.tmp"
+    gobuild "$name" -trimpath "$@" -o "$out.tmp/$bin" "$pkg"
+  )
+  rm -rf "$out"; mv "$out.tmp" "$out"; log "$name $key done in $((SECONDS - t0))s"
+}
+
+# llm-d-inference-sim listens on ":<port>" (all interfaces, no host flag), so two simulated pods could
+# not both use port 8000 and the harness could not stay on loopback. The build replaces the module with
+# a patched copy in the build cache (never in this repo) whose listen host comes from $V41F_SIM_BIND_HOST
+# (empty = upstream behaviour). Bump SIM_PATCH when the patch changes.
+SIM_PATCH=v41f1
+build_inference_sim() {
+  local ver=$INFERENCE_SIM_VERSION key="$INFERENCE_SIM_VERSION-$SIM_PATCH" bin=llm-d-inference-sim
+  local mod=github.com/llm-d/llm-d-inference-sim out="$BIN/inference-sim-$INFERENCE_SIM_VERSION-$SIM_PATCH" t0=$SECONDS
+  if have "$out" "$bin"; then log "inference-sim $key cached"; return; fi
+  log "building inference-sim $key ($mod $ver with the bind-host patch)"
+  local w="$CACHE/build/inference-sim"; wrapper "$w"
+  (
+    cd "$w"
+    local dir; dir=$(go mod download -json "$mod@$ver" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+    [ -n "$dir" ] || { echo "cannot download $mod@$ver" >&2; exit 1; }
+    cp -r "$dir" src && chmod -R u+w src
+    local f=src/pkg/communication/http.go
+    local from='net.Listen("tcp4", fmt.Sprintf(":%d", c.simulator.Context.Config().Port))'
+    local to='net.Listen("tcp4", net.JoinHostPort(v41fBindHost(), strconv.Itoa(c.simulator.Context.Config().Port)))'
+    [ "$(grep -cF "$from" "$f")" = 1 ] || { echo "listen call not found exactly once in $f" >&2; exit 1; }
+    awk -v from="$from" -v to="$to" '{ i = index($0, from); if (i) $0 = substr($0, 1, i-1) to substr($0, i+length(from)); print }' \
+      "$f" > "$f.new" && mv "$f.new" "$f"
+    printf '%s\n' 'package communication' '' 'import "os"' '' \
+      '// v41fBindHost is the address the simulator listens on (set by the v41flash e2e harness).' \
+      'func v41fBindHost() string { return os.Getenv("V41F_SIM_BIND_HOST") }' > src/pkg/communication/v41f_bind.go
+    go mod edit "-require=$mod@$ver" "-replace=$mod=./src"
+    go get "$mod/cmd/llm-d-inference-sim@$ver"
+    mkdir -p "$out.tmp"
+    gobuild inference-sim -trimpath -o "$out.tmp/$bin" "$mod/cmd/llm-d-inference-sim"
+  )
+  rm -rf "$out"; mv "$out.tmp" "$out"; log "inference-sim $key done in $((SECONDS - t0))s"
 }
 
 build_kubernetes() {
-  local ver=$KUBERNETES_VERSION out="$BIN/kubernetes-$KUBERNETES_VERSION"
-  if have kubernetes "$ver" kube-apiserver kube-controller-manager kube-scheduler; then log "kubernetes $ver cached"; return; fi
+  local ver=$KUBERNETES_VERSION out="$BIN/kubernetes-$KUBERNETES_VERSION" t0=$SECONDS
+  if have "$out" kube-apiserver kube-controller-manager kube-scheduler; then log "kubernetes $ver cached"; return; fi
   log "building kubernetes $ver (apiserver, controller-manager, scheduler; 20-40 min cold on 2 cores)"
   local w="$CACHE/build/kubernetes"; wrapper "$w"
+  # k8s.io/kubernetes requires its staging modules at v0.0.0 with local replaces; point them at the release tags.
   local staging="api apiextensions-apiserver apimachinery apiserver cli-runtime client-go cloud-provider
     cluster-bootstrap code-generator component-base component-helpers controller-manager cri-api cri-client
     cri-streaming csi-translation-lib dynamic-resource-allocation endpointslice externaljwt kms kube-aggregator
@@ -50,23 +104,53 @@ build_kubernetes() {
       ld="$ld -X $p.gitVersion=$ver -X $p.gitMajor=$major -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
     done
     mkdir -p "$out.tmp"
-    go build -trimpath -ldflags "-s -w $ld" -o "$out.tmp/" k8s.io/kubernetes/cmd/kube-apiserver \
+    gobuild kubernetes -trimpath -ldflags "-s -w $ld" -o "$out.tmp/" k8s.io/kubernetes/cmd/kube-apiserver \
       k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler
   )
-  rm -rf "$out"; mv "$out.tmp" "$out"; log "kubernetes $ver done"
+  rm -rf "$out"; mv "$out.tmp" "$out"; log "kubernetes $ver done in $((SECONDS - t0))s"
 }
 
+# assets NAME VERSION MODULE SRC-PATH...: copy data files the harness needs (CRDs, kwok stages) from the
+# pinned module next to the binary, so the harness depends only on $BIN. Cheap when already there.
+assets() {
+  local name=$1 ver=$2 mod=$3; shift 3
+  local out="$BIN/$name-$ver/assets" f missing=""
+  for f in "$@"; do [ -f "$out/$(basename "$f")" ] || missing=1; done
+  [ -z "$missing" ] && return
+  local dir; dir=$(cd "$CACHE/build" && go mod download -json "$mod@$ver" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+  [ -n "$dir" ] || { echo "cannot locate $mod@$ver in the module cache" >&2; exit 1; }
+  mkdir -p "$out"
+  for f in "$@"; do install -m 0644 "$dir/$f" "$out/"; done
+  log "$name $ver assets: $*"
+}
+
+# helm v3 built without its Makefile assumes Kubernetes 1.20 for .Capabilities; stamp the pinned minor.
+k8s_minor=${KUBERNETES_VERSION#v*.}; k8s_minor=${k8s_minor%%.*}
+helm_ld="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+for p in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
+  helm_ld="$helm_ld -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=$k8s_minor"
+done
+
 want=${*:-etcd kwok inference-sim helm lws kubernetes}
+t_all=$SECONDS
 for c in $want; do
   case $c in
-    etcd) build_simple etcd "$ETCD_VERSION" go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3 etcd ;;
-    kwok) build_simple kwok "$KWOK_VERSION" sigs.k8s.io/kwok sigs.k8s.io/kwok/cmd/kwok kwok ;;
-    inference-sim) build_simple inference-sim "$INFERENCE_SIM_VERSION" github.com/llm-d/llm-d-inference-sim \
-                     github.com/llm-d/llm-d-inference-sim/cmd/llm-d-inference-sim llm-d-inference-sim ;;
-    helm) build_simple helm "$HELM_VERSION" helm.sh/helm/v3 helm.sh/helm/v3/cmd/helm helm ;;
-    lws) build_simple lws "$LWS_VERSION" sigs.k8s.io/lws sigs.k8s.io/lws/cmd lws ;;
+    etcd) build_simple etcd "$ETCD_VERSION" go.etcd.io/etcd/server/v3 etcd \
+            -ldflags "-s -w" ;;
+    kwok) build_simple kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok kwok -ldflags "-s -w"
+          assets kwok "$KWOK_VERSION" sigs.k8s.io/kwok kustomize/stage/node/fast/node-initialize.yaml \
+            kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+            kustomize/stage/pod/fast/pod-ready.yaml kustomize/stage/pod/fast/pod-complete.yaml \
+            kustomize/stage/pod/fast/pod-delete.yaml ;;
+    inference-sim) build_inference_sim ;;
+    helm) build_simple helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm helm \
+            -ldflags "$helm_ld" ;;
+    lws) build_simple lws "$LWS_VERSION" sigs.k8s.io/lws/cmd lws \
+           -ldflags "-s -w -X sigs.k8s.io/lws/pkg/version.GitVersion=$LWS_VERSION"
+         assets lws "$LWS_VERSION" sigs.k8s.io/lws config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml \
+           config/webhook/manifests.yaml ;;
     kubernetes) build_kubernetes ;;
-    *) echo "unknown component $c" >&2; exit 2 ;;
+    *) echo "unknown component $c (known: etcd kwok inference-sim helm lws kubernetes)" >&2; exit 2 ;;
   esac
 done
-log "all tools in $BIN"
+log "all tools in $BIN ($((SECONDS - t_all))s)"

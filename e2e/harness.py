@@ -1,0 +1,712 @@
+#!/usr/bin/env python3
+"""A real Kubernetes control plane on loopback for the e2e suite and the demo.
+
+Runs etcd, kube-apiserver (RBAC, real admission), kube-controller-manager, kube-scheduler, kwok (fake GPU
+nodes whose pods get IPs inside 127.0.0.0/8), the LeaderWorkerSet controller, and a supervisor that
+starts one llm-d-inference-sim per Running vLLM pod and the real vllm-router per router pod.
+
+    .venv/bin/python e2e/harness.py up|down|status|logs [component]
+
+State (certificates, etcd data, logs, PIDs, kubeconfig) lives in e2e/.state or $V41F_STATE; binaries
+come from e2e/build-tools.sh's cache (${V41F_CACHE:-~/.cache/v41flash}/bin).
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+import yaml
+
+E2E = Path(__file__).resolve().parent
+REPO = E2E.parent
+VENV_BIN = REPO / ".venv" / "bin"
+
+NODE_ANNOTATION = "kwok.x-k8s.io/node"
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
+# Per-node pod CIDRs live here; the whole range is on the loopback interface, so pod IPs are bindable.
+POD_CIDR_PREFIX = "127.1"
+# kwok's fallback pool for nodes without spec.podCIDR (none of ours); kept disjoint from the node pools.
+KWOK_FALLBACK_CIDR = "127.2.0.0/16"
+SERVICE_CIDR = "10.0.0.0/24"
+LWS_NAMESPACE = "lws-system"
+CORE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "supervisor")
+
+
+def log(msg: str) -> None:
+    print(f"[harness {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get("V41F_STATE") or E2E / ".state").resolve()
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("V41F_CACHE") or Path.home() / ".cache" / "v41flash")
+
+
+def read_versions(path: Path = E2E / "versions.env") -> dict[str, str]:
+    """KEY=VALUE lines of versions.env (comments and blanks ignored)."""
+    out = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            k, v = line.split("=", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+# Must match e2e/build-tools.sh's SIM_PATCH (the cache folder of the patched simulator).
+SIM_PATCH = "v41f1"
+
+
+@dataclass(frozen=True)
+class Tools:
+    """Paths of the cached binaries and assets for the pinned versions."""
+    bin: Path
+    versions: dict
+
+    @classmethod
+    def load(cls) -> "Tools":
+        return cls(cache_dir() / "bin", read_versions())
+
+    def _dir(self, name: str, key: str) -> Path:
+        return self.bin / f"{name}-{self.versions[key]}"
+
+    @property
+    def etcd(self): return self._dir("etcd", "ETCD_VERSION") / "etcd"
+    @property
+    def kube(self): return self._dir("kubernetes", "KUBERNETES_VERSION")
+    @property
+    def kwok(self): return self._dir("kwok", "KWOK_VERSION") / "kwok"
+    @property
+    def kwok_assets(self): return self._dir("kwok", "KWOK_VERSION") / "assets"
+    @property
+    def lws(self): return self._dir("lws", "LWS_VERSION") / "lws"
+    @property
+    def lws_assets(self): return self._dir("lws", "LWS_VERSION") / "assets"
+    @property
+    def helm(self): return self._dir("helm", "HELM_VERSION") / "helm"
+    @property
+    def sim(self):
+        return self.bin / f"inference-sim-{self.versions['INFERENCE_SIM_VERSION']}-{SIM_PATCH}" / "llm-d-inference-sim"
+
+    def missing(self) -> list[str]:
+        """Components of build-tools.sh whose outputs are absent (helm is not needed to run)."""
+        need = {
+            "etcd": [self.etcd], "kwok": [self.kwok, self.kwok_assets / "pod-ready.yaml"],
+            "inference-sim": [self.sim], "lws": [self.lws, self.lws_assets / "manifests.yaml"],
+            "kubernetes": [self.kube / b for b in ("kube-apiserver", "kube-controller-manager", "kube-scheduler")],
+        }
+        return [c for c, paths in need.items() if not all(p.exists() for p in paths)]
+
+
+# ---------------------------------------------------------------------------------------------------
+# processes: every process is started in its own session (pgid == pid) and recorded with its kernel
+# start time, so a recycled PID is never signalled by mistake.
+
+def proc_start_ticks(pid: int) -> int | None:
+    """Kernel start time of a live (non-zombie) process, None when gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    if fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+@dataclass
+class Proc:
+    name: str
+    pid: int
+    start: int
+    argv: list
+    log: str
+    port: int | None = None
+    extra: dict = field(default_factory=dict)
+
+    def alive(self) -> bool:
+        return proc_start_ticks(self.pid) == self.start
+
+
+_children: dict[int, subprocess.Popen] = {}  # Popen objects of this process's own children, for reaping
+
+
+def spawn(name: str, argv: list[str], log_path: Path, env: dict | None = None, port: int | None = None,
+          cwd: Path | None = None, extra: dict | None = None) -> Proc:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as out:
+        p = subprocess.Popen([str(a) for a in argv], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                             start_new_session=True, env=env, cwd=cwd)
+    _children[p.pid] = p
+    start = proc_start_ticks(p.pid)
+    if start is None:
+        p.wait()
+        raise RuntimeError(f"{name} exited at once (exit {p.returncode}); see {log_path}")
+    return Proc(name, p.pid, start, [str(a) for a in argv], str(log_path), port, extra or {})
+
+
+def _reap(pid: int) -> None:
+    p = _children.pop(pid, None)
+    if p is not None:
+        try:
+            p.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            _children[pid] = p
+
+
+def stop_procs(procs: Iterable[Proc], timeout: float = 10.0) -> None:
+    """SIGTERM each live process group, SIGKILL what is left after timeout; returns when all are gone."""
+    procs = [p for p in procs if p.alive()]
+    for p in procs:
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(p.alive() for p in procs):
+        for p in procs:
+            if p.pid in _children and _children[p.pid].poll() is not None:
+                _reap(p.pid)
+        time.sleep(0.1)
+    for p in procs:
+        if p.alive():
+            log(f"{p.name} (pid {p.pid}) ignored SIGTERM for {timeout:.0f}s: SIGKILL")
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(p.alive() for p in procs):
+        time.sleep(0.05)
+    for p in procs:
+        _reap(p.pid)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_json(path: Path, data) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=lambda o: asdict(o)))
+    tmp.replace(path)
+
+
+# ---------------------------------------------------------------------------------------------------
+# PKI (openssl CLI; EC keys are fast to generate)
+
+def _openssl(*args: str, cwd: Path) -> None:
+    r = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError(f"openssl {' '.join(args)} failed: {r.stderr.strip()}")
+
+
+def make_pki(pki: Path) -> None:
+    pki.mkdir(parents=True, exist_ok=True)
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "3650",
+             "-subj", "/CN=v41flash-e2e-ca", "-addext", "basicConstraints=critical,CA:TRUE",
+             "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature", cwd=pki)
+
+    def leaf(name: str, subj: str, ext: str) -> None:
+        _openssl("req", "-new", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", subj, cwd=pki)
+        (pki / f"{name}.ext").write_text(ext)
+        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+                 "-out", f"{name}.crt", "-days", "365", "-extfile", f"{name}.ext", cwd=pki)
+
+    server = "keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n"
+    leaf("apiserver", "/CN=kube-apiserver",
+         server + "subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
+                  "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\n")
+    leaf("admin", "/O=system:masters/CN=v41flash-e2e-admin",
+         "keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n")
+    leaf("lws-webhook", "/CN=lws-webhook", server + "subjectAltName=IP:127.0.0.1\n")
+    _openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
+    _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
+    lws = pki / "lws"
+    lws.mkdir(exist_ok=True)
+    shutil.copy(pki / "lws-webhook.crt", lws / "tls.crt")
+    shutil.copy(pki / "lws-webhook.key", lws / "tls.key")
+
+
+def kubeconfig_yaml(server: str, pki: Path) -> str:
+    b64 = lambda p: base64.b64encode((pki / p).read_bytes()).decode()  # noqa: E731
+    return yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "v41flash-e2e",
+        "clusters": [{"name": "v41flash-e2e", "cluster": {"server": server, "certificate-authority-data": b64("ca.crt")}}],
+        "users": [{"name": "admin", "user": {"client-certificate-data": b64("admin.crt"),
+                                              "client-key-data": b64("admin.key")}}],
+        "contexts": [{"name": "v41flash-e2e", "context": {"cluster": "v41flash-e2e", "user": "admin"}}],
+    })
+
+
+# ---------------------------------------------------------------------------------------------------
+# fake nodes
+
+@dataclass(frozen=True)
+class NodePool:
+    prefix: str
+    count: int
+    gpus: int
+    product: str | None
+    cpu: str
+    memory: str
+    extra_labels: tuple = ()
+
+
+# 4 H200 HGX, 2 B200 HGX, one GB300 NVL72 rack (18 compute trays x 4 GPUs, one NVLink domain), 2 CPU nodes.
+NODE_POOLS = (
+    NodePool("h200", 4, 8, "NVIDIA-H200", "224", "2Ti"),
+    NodePool("b200", 2, 8, "NVIDIA-B200", "224", "2Ti"),
+    NodePool("gb300-rack0-tray", 18, 4, "NVIDIA-GB300", "144", "900Gi",
+             (("nvidia.com/gpu.clique", "gb300-rack-0"),)),
+    NodePool("cpu", 2, 0, None, "32", "128Gi"),
+)
+
+
+def fake_nodes(pools: Iterable[NodePool] = NODE_POOLS) -> list[dict]:
+    """Node manifests (with status) for kwok to manage; node i gets pod CIDR 127.1.<i+1>.0/24."""
+    nodes = []
+    i = 0
+    for pool in pools:
+        width = 2 if pool.count > 9 else 1
+        for n in range(pool.count):
+            i += 1
+            name = f"{pool.prefix}-{n:0{width}d}"
+            labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+                      "type": "kwok"}
+            capacity = {"cpu": pool.cpu, "memory": pool.memory, "pods": "110", "ephemeral-storage": "7Ti"}
+            taints = []
+            if pool.gpus:
+                labels.update({"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": pool.product,
+                               "nvidia.com/gpu.count": str(pool.gpus)})
+                capacity[GPU_RESOURCE] = str(pool.gpus)
+                taints.append(dict(GPU_TAINT))
+            labels.update(dict(pool.extra_labels))
+            nodes.append({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "labels": labels, "annotations": {NODE_ANNOTATION: "fake"}},
+                "spec": {"podCIDR": f"{POD_CIDR_PREFIX}.{i}.0/24", "podCIDRs": [f"{POD_CIDR_PREFIX}.{i}.0/24"],
+                         "taints": taints},
+                "status": {"capacity": capacity, "allocatable": dict(capacity)},
+            })
+    if i > 254:
+        raise ValueError("more nodes than /24 pod CIDRs in 127.1.0.0/16")
+    return nodes
+
+
+def lws_webhooks(manifests_yaml: str, url: str, ca_bundle: bytes) -> list[dict]:
+    """LWS's webhook configurations (config/webhook/manifests.yaml) pointed at a URL on loopback, with the
+    pod webhooks restricted to LWS pods as the upstream kustomize patch and Helm chart do."""
+    out = []
+    for doc in yaml.safe_load_all(manifests_yaml):
+        if not doc:
+            continue
+        doc["metadata"]["name"] = "lws-" + doc["metadata"]["name"]
+        for wh in doc["webhooks"]:
+            path = wh["clientConfig"]["service"]["path"]
+            wh["clientConfig"] = {"url": url.rstrip("/") + path, "caBundle": base64.b64encode(ca_bundle).decode()}
+            if any("pods" in r.get("resources", []) for r in wh.get("rules", [])):
+                wh["objectSelector"] = {"matchExpressions": [
+                    {"key": "leaderworkerset.sigs.k8s.io/name", "operator": "Exists"}]}
+        out.append(doc)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+
+class Cluster:
+    """The local control plane under one state directory."""
+
+    def __init__(self, state: Path | None = None):
+        self.state = (state or state_dir()).resolve()
+        self.pki = self.state / "pki"
+        self.logs = self.state / "logs"
+        self.kubeconfig = self.state / "kubeconfig"
+        self.pids_file = self.state / "pids.json"
+        self.sims_file = self.state / "sims.json"
+        self.artifacts = Path(os.environ.get("V41F_ARTIFACTS") or self.state / "artifacts")
+
+    # -- records
+    def procs(self) -> list[Proc]:
+        if not self.pids_file.exists():
+            return []
+        return [Proc(**d) for d in json.loads(self.pids_file.read_text())["procs"]]
+
+    def info(self) -> dict:
+        return json.loads(self.pids_file.read_text()) if self.pids_file.exists() else {}
+
+    def _save(self, procs: list[Proc], **info) -> None:
+        data = self.info()
+        data.update(info)
+        data["procs"] = [asdict(p) for p in procs]
+        write_json(self.pids_file, data)
+
+    def register(self, proc: Proc) -> None:
+        """Record an extra process (e.g. the operator started by a test) so that `down` stops it too."""
+        procs = [p for p in self.procs() if p.name != proc.name]
+        self._save(procs + [proc])
+
+    def unregister(self, name: str) -> None:
+        self._save([p for p in self.procs() if p.name != name])
+
+    def supervised(self) -> list[dict]:
+        """Simulators and routers the supervisor runs (its sims.json)."""
+        try:
+            return json.loads(self.sims_file.read_text())["processes"]
+        except (FileNotFoundError, json.JSONDecodeError, KeyError):
+            return []
+
+    # -- health
+    def apiserver_url(self) -> str | None:
+        return self.info().get("apiserver")
+
+    def _ssl(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
+        ctx.load_cert_chain(str(self.pki / "admin.crt"), str(self.pki / "admin.key"))
+        return ctx
+
+    def api_get(self, path: str, timeout: float = 5.0) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(self.apiserver_url() + path, context=self._ssl(), timeout=timeout) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode(errors="replace")
+
+    def is_up(self) -> bool:
+        procs = {p.name: p for p in self.procs()}
+        if not all(n in procs and procs[n].alive() for n in CORE):
+            return False
+        try:
+            return self.api_get("/readyz", timeout=3)[0] == 200
+        except OSError:
+            return False
+
+    # -- lifecycle
+    def up(self) -> bool:
+        """Start everything; False when it was already up."""
+        if self.is_up():
+            log(f"already up (kubeconfig {self.kubeconfig}); `down` first to restart")
+            return False
+        if self.procs():
+            log("stale state from an earlier run: cleaning it up first")
+            self.down()
+        t0 = time.monotonic()
+        tools = Tools.load()
+        missing = tools.missing()
+        if missing:
+            log(f"building missing tools: {' '.join(missing)} (e2e/build-tools.sh)")
+            subprocess.run(["bash", str(E2E / "build-tools.sh"), *missing], check=True)
+            missing = tools.missing()
+            if missing:
+                raise RuntimeError(f"build-tools.sh did not produce {missing}")
+        for d in (self.logs, self.pki):
+            d.mkdir(parents=True, exist_ok=True)
+        procs: list[Proc] = []
+        try:
+            self._up(tools, procs, t0)
+        except BaseException as e:
+            log(f"up failed: {e!r}")
+            for p in procs:
+                tail = _tail(Path(p.log), 15)
+                if tail and (not p.alive() or p is procs[-1]):
+                    log(f"--- last lines of {p.log} ---\n{tail}")
+            dest = self.save_artifacts("up-failure")
+            log(f"component logs copied to {dest}")
+            self.down()
+            raise
+        return True
+
+    def _up(self, tools: Tools, procs: list[Proc], t0: float) -> None:
+        def step(msg: str) -> None:
+            log(f"{msg} (+{time.monotonic() - t0:.1f}s)")
+
+        make_pki(self.pki)
+        ports = {k: free_port() for k in ("etcd", "etcd-peer", "apiserver", "kcm", "scheduler",
+                                          "lws-webhook", "lws-health")}
+        api = f"https://127.0.0.1:{ports['apiserver']}"
+        self.kubeconfig.write_text(kubeconfig_yaml(api, self.pki))
+        self.kubeconfig.chmod(0o600)
+        self._save(procs, apiserver=api, ports=ports, kubeconfig=str(self.kubeconfig), started=time.time())
+        step("certificates and kubeconfig written")
+        pki, kc = self.pki, str(self.kubeconfig)
+
+        def start(name, argv, port=None, env=None):
+            p = spawn(name, argv, self.logs / f"{name}.log", env=env, port=port)
+            procs.append(p)
+            self._save(procs)
+            return p
+
+        etcd_url = f"http://127.0.0.1:{ports['etcd']}"
+        peer = f"http://127.0.0.1:{ports['etcd-peer']}"
+        etcd = start("etcd", [tools.etcd, "--name=v41f", f"--data-dir={self.state / 'etcd'}",
+                              f"--listen-client-urls={etcd_url}", f"--advertise-client-urls={etcd_url}",
+                              f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
+                              f"--initial-cluster=v41f={peer}", "--unsafe-no-fsync", "--log-level=warn"],
+                     port=ports["etcd"])
+        wait_until(lambda: _http_ok(etcd_url + "/health"), 30, "etcd /health", etcd)
+        step("etcd ready")
+
+        apiserver = start("kube-apiserver", [
+            tools.kube / "kube-apiserver", f"--etcd-servers={etcd_url}", "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1", f"--secure-port={ports['apiserver']}", f"--cert-dir={pki / 'apiserver'}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}", f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--authorization-mode=RBAC", f"--service-account-issuer={api}",
+            f"--service-account-key-file={pki / 'sa.pub'}", f"--service-account-signing-key-file={pki / 'sa.key'}",
+            "--allow-privileged=true", "--profiling=false", "--event-ttl=1h",
+        ], port=ports["apiserver"])
+
+        def readyz():
+            try:
+                code, body = self.api_get("/readyz?verbose", timeout=3)
+            except OSError as e:
+                return False, f"not listening ({e.__class__.__name__})"
+            failing = [ln.split()[1] for ln in body.splitlines() if ln.startswith("[-]")]
+            return code == 200, ("failing: " + ", ".join(failing)) if failing else f"HTTP {code}"
+        wait_until(readyz, 120, "kube-apiserver /readyz", apiserver)
+        step("kube-apiserver ready")
+
+        common = [f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
+                  "--bind-address=127.0.0.1", "--leader-elect=false",
+                  "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics"]
+        kcm = start("kube-controller-manager", [
+            tools.kube / "kube-controller-manager", *common, f"--secure-port={ports['kcm']}",
+            f"--root-ca-file={pki / 'ca.crt'}", f"--service-account-private-key-file={pki / 'sa.key'}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+        ], port=ports["kcm"])
+        sched = start("kube-scheduler", [tools.kube / "kube-scheduler", *common,
+                                         f"--secure-port={ports['scheduler']}"], port=ports["scheduler"])
+        stages = "---\n".join((tools.kwok_assets / f).read_text() for f in (
+            "node-initialize.yaml", "node-heartbeat-with-lease.yaml", "pod-ready.yaml", "pod-complete.yaml",
+            "pod-delete.yaml"))
+        (self.state / "kwok-stages.yaml").write_text(stages)
+        kwok = start("kwok", [tools.kwok, f"--kubeconfig={kc}", f"--config={self.state / 'kwok-stages.yaml'}",
+                              "--manage-all-nodes=false",
+                              f"--manage-nodes-with-annotation-selector={NODE_ANNOTATION}=fake",
+                              f"--cidr={KWOK_FALLBACK_CIDR}", "--node-ip=127.0.0.1",
+                              "--node-lease-duration-seconds=40"])
+        env = dict(os.environ, V41F_STATE=str(self.state), KUBECONFIG=kc)
+        sup = start("supervisor", [sys.executable, E2E / "supervisor.py", "--state", self.state], env=env)
+        step("controller-manager, scheduler, kwok, supervisor started")
+
+        crd_dir = Path(os.environ.get("V41F_CRD_DIR") or REPO / "crds")  # override: try other CRD versions
+        crds = sorted(crd_dir.glob("*.yaml")) + [
+            tools.lws_assets / "leaderworkerset.x-k8s.io_leaderworkersets.yaml"]
+        self.kubectl("apply", "--server-side", "--force-conflicts", *[f"-f={c}" for c in crds])
+
+        def established():  # (kubectl wait fails at once while a CRD has no conditions yet)
+            items = json.loads(self.kubectl("get", "crd", "-o", "json", capture=True))["items"]
+            ok = [c["metadata"]["name"] for c in items if any(
+                x["type"] == "Established" and x["status"] == "True" for x in (c.get("status") or {}).get("conditions") or [])]
+            return len(ok) == len(items) >= len(crds), f"{len(ok)}/{len(crds)} established"
+        wait_until(established, 60, "CRDs Established")
+        step(f"CRDs established: {', '.join(c.name for c in crds)}")
+
+        self.kubectl("create", "namespace", LWS_NAMESPACE)
+        self.kubectl("create", "-f", "-", input="\n---\n".join(yaml.safe_dump(n) for n in fake_nodes()), capture=True)
+        for name, p in (("kube-controller-manager", kcm), ("kube-scheduler", sched)):
+            port = ports["kcm" if p is kcm else "scheduler"]
+            wait_until(lambda port=port: _http_ok(f"https://127.0.0.1:{port}/healthz", insecure=True), 60,
+                       f"{name} /healthz", p)
+        n_nodes = len(fake_nodes())
+
+        def nodes_ready():
+            out = self.kubectl("get", "nodes", "-o", "jsonpath={range .items[*]}{.status.conditions[?(@.type=="
+                               "\"Ready\")].status}{\"\\n\"}{end}", capture=True)
+            ready = out.split().count("True")
+            return ready == n_nodes, f"{ready}/{n_nodes} Ready"
+        wait_until(nodes_ready, 60, "kwok nodes Ready", kwok)
+        wait_until(lambda: self.kubectl("get", "serviceaccount", "default", check=False, capture=True) != "",
+                   60, "default ServiceAccount", kcm)
+        step(f"{n_nodes} fake nodes Ready, scheduler and controller-manager healthy")
+
+        lws_cfg = self.state / "lws-config.yaml"
+        lws_cfg.write_text(yaml.safe_dump({
+            "apiVersion": "config.lws.x-k8s.io/v1alpha1", "kind": "Configuration",
+            "leaderElection": {"leaderElect": False}, "internalCertManagement": {"enable": False},
+            "webhook": {"host": "127.0.0.1", "port": ports["lws-webhook"], "certDir": str(pki / "lws")},
+            "metrics": {"bindAddress": "0"},
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{ports['lws-health']}"},
+        }))
+        lws = start("lws", [tools.lws, f"--config={lws_cfg}", "--zap-log-level=info"], port=ports["lws-webhook"],
+                    env=dict(os.environ, KUBECONFIG=kc))
+        wait_until(lambda: _http_ok(f"http://127.0.0.1:{ports['lws-health']}/readyz"), 60, "lws /readyz", lws)
+        hooks = lws_webhooks((tools.lws_assets / "manifests.yaml").read_text(),
+                             f"https://127.0.0.1:{ports['lws-webhook']}", (pki / "ca.crt").read_bytes())
+        self.kubectl("apply", "--server-side", "-f", "-", input="\n---\n".join(yaml.safe_dump(h) for h in hooks))
+        # A server-side dry run goes through LWS's defaulting and validating webhooks: proves they answer.
+        probe = {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+                 "metadata": {"name": "webhook-probe", "namespace": "default"},
+                 "spec": {"leaderWorkerTemplate": {"size": 2, "workerTemplate": {"spec": {"containers": [
+                     {"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}}}}
+        wait_until(lambda: self.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(probe),
+                                        check=False, capture=True) != "", 60, "LWS webhooks answering", lws)
+        step("LeaderWorkerSet controller and webhooks ready")
+        if not sup.alive():
+            raise RuntimeError("supervisor exited; see " + sup.log)
+        log(f"cluster up in {time.monotonic() - t0:.1f}s; kubeconfig: {self.kubeconfig}")
+        log(f"  export KUBECONFIG={self.kubeconfig}   # then: .venv/bin/kubectl get nodes")
+
+    def down(self) -> None:
+        """Stop every recorded process (supervised sims/routers too) and remove the state (keeps artifacts)."""
+        procs = self.procs()
+        # The supervisor first (it stops its simulators and routers), then whatever it left behind, the
+        # operator and other clients, then the apiserver, then etcd (clients before servers: no hung shutdown).
+        stop_procs([p for p in procs if p.name == "supervisor"], timeout=15)
+        leftovers = [Proc(**{k: d[k] for k in ("name", "pid", "start", "argv", "log")}) for d in self.supervised()]
+        servers = ("kube-apiserver", "etcd")
+        stop_procs(leftovers + [p for p in procs if p.name not in servers], timeout=10)
+        for name in servers:
+            stop_procs([p for p in procs if p.name == name], timeout=20)
+        still = [p.name for p in procs + leftovers if p.alive()]
+        if still:
+            raise RuntimeError(f"still running after SIGKILL: {still}")
+        if self.state.exists():
+            for child in self.state.iterdir():
+                if child.resolve() == self.artifacts.resolve():
+                    continue
+                shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+        if procs or leftovers:
+            log(f"stopped {len(procs) + len(leftovers)} processes; state removed ({self.state})")
+        else:
+            log("nothing was running")
+
+    def save_artifacts(self, label: str) -> Path:
+        """Copy component, simulator and operator logs to the artifacts folder; returns the folder."""
+        dest = self.artifacts / f"{label}-{time.strftime('%Y%m%d-%H%M%S')}"
+        dest.mkdir(parents=True, exist_ok=True)
+        if self.logs.exists():
+            shutil.copytree(self.logs, dest / "logs", dirs_exist_ok=True)
+        for f in ("pids.json", "sims.json"):
+            if (self.state / f).exists():
+                shutil.copy(self.state / f, dest / f)
+        return dest
+
+    def status(self) -> str:
+        procs = self.procs()
+        if not procs:
+            return "not running (no state in %s)" % self.state
+        info = self.info()
+        lines = [f"apiserver {info.get('apiserver')}  kubeconfig {self.kubeconfig}"]
+        for p in procs:
+            lines.append(f"  {p.name:24s} pid {p.pid:<7d} {'running' if p.alive() else 'DEAD'}"
+                         + (f"  port {p.port}" if p.port else "") + f"  log {p.log}")
+        sims = self.supervised()
+        lines.append(f"supervised simulators/routers: {len(sims)}")
+        for s in sims:
+            alive = proc_start_ticks(s["pid"]) == s["start"]
+            lines.append(f"  {s['kind']:6s} {s['namespace']}/{s['pod']:40s} {s['role']:8s} {s['ip']}:{s['port']}"
+                         f"  pid {s['pid']} {'running' if alive else 'DEAD'}")
+        return "\n".join(lines)
+
+    # -- kubectl
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True, capture: bool = False,
+                timeout: float = 120) -> str:
+        """Run .venv/bin/kubectl against this cluster; returns stdout ('' on failure when check=False)."""
+        r = subprocess.run([str(VENV_BIN / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args], input=input,
+                           capture_output=True, text=True, timeout=timeout)
+        if r.returncode:
+            if check:
+                raise RuntimeError(f"kubectl {' '.join(args)}: {r.stderr.strip() or r.stdout.strip()}")
+            return ""
+        if not capture and r.stdout.strip():
+            for line in r.stdout.strip().splitlines():
+                log(f"  {line}")
+        return r.stdout
+
+
+def _tail(path: Path, n: int) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except FileNotFoundError:
+        return ""
+
+
+def _http_ok(url: str, insecure: bool = False) -> bool:
+    ctx = None
+    if insecure:  # components' self-signed serving certs on loopback; only a health probe
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    try:
+        with urllib.request.urlopen(url, timeout=3, context=ctx) as r:
+            return r.status == 200
+    except (OSError, urllib.error.URLError):
+        return False
+
+
+def wait_until(pred: Callable[[], object], timeout: float, what: str, proc: Proc | None = None,
+               interval: float = 0.3) -> object:
+    """Poll pred until truthy (a (bool, detail) tuple reports detail); progress every 5s; fail fast if proc dies."""
+    t0 = time.monotonic()
+    last_report = t0
+    detail = ""
+    while True:
+        v = pred()
+        ok, detail = v if isinstance(v, tuple) else (v, detail)
+        if ok:
+            return v
+        now = time.monotonic()
+        if proc is not None and not proc.alive():
+            raise RuntimeError(f"{proc.name} exited while waiting for {what}; see {proc.log}")
+        if now - t0 > timeout:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}" + (f" ({detail})" if detail else ""))
+        if now - last_report >= 5:
+            log(f"  waiting for {what} ({now - t0:.0f}s{', ' + detail if detail else ''})")
+            last_report = now
+        time.sleep(interval)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("up", help="start the local cluster (idempotent)")
+    sub.add_parser("down", help="stop every process it started and remove the state")
+    sub.add_parser("status", help="what runs, with PIDs and ports")
+    lg = sub.add_parser("logs", help="tail component logs")
+    lg.add_argument("component", nargs="?", help="e.g. kube-apiserver, supervisor, sim-default-mypod")
+    lg.add_argument("-n", type=int, default=40)
+    a = ap.parse_args(argv)
+    c = Cluster()
+    if a.cmd == "up":
+        c.up()
+    elif a.cmd == "down":
+        c.down()
+    elif a.cmd == "status":
+        print(c.status())
+        return 0 if c.is_up() else 3
+    elif a.cmd == "logs":
+        files = sorted(c.logs.glob("*.log")) if c.logs.exists() else []
+        if a.component:
+            files = [f for f in files if f.stem == a.component] or [f for f in files if a.component in f.stem]
+        if not files:
+            print("no matching logs in", c.logs, file=sys.stderr)
+            return 1
+        for f in files:
+            print(f"==> {f} <==\n{_tail(f, a.n)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,432 @@
+#!/usr/bin/env python3
+"""Plays kubelet for the simulated pods: watches pods labelled v41flash.io/role and, for each Running pod
+with an IP (inside 127.0.0.0/8), runs
+
+  * prefill/decode pods: one llm-d-inference-sim bound to <podIP>:<port> with the pod's vLLM settings
+    (served model name, max-num-seqs, data-parallel size, max-model-len) and role-dependent latencies;
+  * router pods: the real vllm-router with exactly the container's rendered arguments, except that it
+    binds to the pod IP and discovers pods through the local apiserver (KUBECONFIG).
+
+The process stops when the pod is deleted or stops running; a crashed process is restarted with backoff
+(like a container restart). State: <state>/sims.json; logs: <state>/logs/{sim,router}-<ns>-<pod>.log.
+Started and stopped by harness.py; on SIGTERM it stops every process it started.
+"""
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import os
+import re
+import shlex
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import VENV_BIN, Proc, Tools, log, spawn, stop_procs, write_json  # noqa: E402
+
+ROLE_LABEL = "v41flash.io/role"
+SELECTOR = f"{ROLE_LABEL} in (prefill,decode,router)"
+LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
+DEFAULT_VLLM_PORT = 8000
+SIM_MAX_DP = 8  # llm-d-inference-sim accepts --data-parallel-size 1..8
+
+# Simulated engine behaviour. Every engine can run a whole request (an aggregated deployment uses role
+# decode), so all get prefill costs; prefill engines are tuned for prompt throughput, decode engines for
+# inter-token latency. Latency grows linearly with running requests up to x2 at max-num-seqs. KV blocks:
+# 65536 x 16 tokens per engine, so prefix-cache hit rates mean something. Extra args per role can be
+# appended with V41F_SIM_ARGS_PREFILL / V41F_SIM_ARGS_DECODE (benchmarks).
+SIM_COMMON = ["--force-dummy-tokenizer", "--mode", "random", "--enable-kvcache", "--kv-cache-size", "65536",
+              "--block-size", "16", "--zmq-endpoint=", "--time-factor-under-load", "2.0",
+              "--kv-cache-transfer-latency", "10ms"]
+SIM_ROLE = {
+    "prefill": ["--prefill-overhead", "15ms", "--prefill-time-per-token", "20us", "--inter-token-latency", "20ms"],
+    "decode": ["--prefill-overhead", "25ms", "--prefill-time-per-token", "40us", "--inter-token-latency", "10ms"],
+}
+SHELLS = {"sh", "bash", "/bin/sh", "/bin/bash", "/usr/bin/bash", "/usr/bin/env"}
+
+
+# ---------------------------------------------------------------------------------------------------
+# pure helpers: pod spec -> command line
+
+_VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+
+
+def expand_vars(s: str, env: dict[str, str]) -> str:
+    """Kubernetes $(VAR) expansion of command/args: unknown references stay as written, $$ escapes $."""
+    def sub(m):
+        if m.group(0) == "$$":
+            return "$"
+        return env.get(m.group(1), m.group(0))
+    return _VAR.sub(sub, s)
+
+
+_FIELDS = {"metadata.name": lambda p: p["metadata"]["name"],
+           "metadata.namespace": lambda p: p["metadata"]["namespace"],
+           "metadata.uid": lambda p: p["metadata"].get("uid", ""),
+           "spec.nodeName": lambda p: p["spec"].get("nodeName", ""),
+           "spec.serviceAccountName": lambda p: p["spec"].get("serviceAccountName", ""),
+           "status.podIP": lambda p: p.get("status", {}).get("podIP", ""),
+           "status.hostIP": lambda p: p.get("status", {}).get("hostIP", "")}
+
+
+def container_env(pod: dict, container: dict) -> dict[str, str]:
+    """A container's env with literal values and downward-API fieldRefs resolved (others are skipped)."""
+    env: dict[str, str] = {}
+    for e in container.get("env") or []:
+        if "value" in e:
+            env[e["name"]] = expand_vars(str(e["value"]), env)
+            continue
+        ref = ((e.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath", "")
+        m = re.fullmatch(r"metadata\.(labels|annotations)\['([^']+)'\]", ref)
+        if m:
+            env[e["name"]] = pod["metadata"].get(m.group(1), {}).get(m.group(2), "")
+        elif ref in _FIELDS:
+            env[e["name"]] = _FIELDS[ref](pod)
+    return env
+
+
+def command_tokens(container: dict, env: dict[str, str]) -> list[str]:
+    """command + args with $(VAR) expanded; a `sh -c "<script>"` wrapper is split into its words."""
+    toks = [expand_vars(str(t), env) for t in (container.get("command") or []) + (container.get("args") or [])]
+    if toks and toks[0] in SHELLS and "-c" in toks:
+        i = toks.index("-c")
+        if i + 1 < len(toks):
+            script = toks[i + 1].split("&&")[-1]  # the last command of `a && b && exec vllm serve ...`
+            toks = [t for t in shlex.split(script) if t != "exec"]
+    return toks
+
+
+def flag_values(tokens: list[str], name: str) -> list[str] | None:
+    """Values after --name (or --name=v) up to the next option; None when the flag is absent."""
+    for i, t in enumerate(tokens):
+        if t == name:
+            vals = []
+            for v in tokens[i + 1:]:
+                if v.startswith("-") and not _is_number(v):
+                    break
+                vals.append(v)
+            return vals
+        if t.startswith(name + "="):
+            return [t[len(name) + 1:]]
+    return None
+
+
+def _is_number(s: str) -> bool:
+    try:
+        float(s)
+        return True
+    except ValueError:
+        return False
+
+
+def _int_flag(tokens, *names, default=None):
+    for n in names:
+        v = flag_values(tokens, n)
+        if v:
+            return int(v[0])
+    return default
+
+
+@dataclass(frozen=True)
+class VllmArgs:
+    served_names: tuple
+    port: int
+    max_num_seqs: int | None
+    max_model_len: int | None
+    dp_ranks: int          # engines (DP ranks) this pod's API server fronts
+    headless: bool
+
+
+def parse_vllm(tokens: list[str], container_port: int | None = None) -> VllmArgs:
+    """The settings a simulator needs from a `vllm serve` command line."""
+    model = None
+    if "serve" in tokens:
+        i = tokens.index("serve")
+        if i + 1 < len(tokens) and not tokens[i + 1].startswith("-"):
+            model = tokens[i + 1]
+    model = (flag_values(tokens, "--model") or [model])[0]
+    names = tuple(flag_values(tokens, "--served-model-name") or ([model] if model else []))
+    if not names:
+        raise ValueError("no model: neither `vllm serve <model>`, --model nor --served-model-name")
+    dp = _int_flag(tokens, "--data-parallel-size", "-dp", default=1)
+    local = _int_flag(tokens, "--data-parallel-size-local", "-dpl")
+    ranks = 1 if flag_values(tokens, "--data-parallel-rank") is not None else (local or dp)
+    return VllmArgs(served_names=names,
+                    port=_int_flag(tokens, "--port", default=container_port or DEFAULT_VLLM_PORT),
+                    max_num_seqs=_int_flag(tokens, "--max-num-seqs"),
+                    max_model_len=_int_flag(tokens, "--max-model-len"),
+                    dp_ranks=ranks, headless="--headless" in tokens)
+
+
+def sim_command(binary: str, role: str, pod_ip: str, v: VllmArgs, extra: list[str] = ()) -> tuple[list[str], dict]:
+    """llm-d-inference-sim argv and env for one vLLM pod."""
+    argv = [binary, "--port", str(v.port), "--model", v.served_names[0], "--served-model-name", *v.served_names,
+            "--max-num-seqs", str(v.max_num_seqs or 256), "--max-model-len", str(v.max_model_len or 262144),
+            *SIM_COMMON, *SIM_ROLE[role]]
+    if v.dp_ranks > 1:
+        argv += ["--data-parallel-size", str(min(v.dp_ranks, SIM_MAX_DP))]
+    argv += list(extra)
+    return argv, {"V41F_SIM_BIND_HOST": pod_ip, "POD_IP": pod_ip}
+
+
+def router_command(tokens: list[str], pod_ip: str, log_dir: str) -> list[str]:
+    """vllm-router argv from the rendered container: same flags, bound to the pod IP, logs in the state dir."""
+    start = None
+    for i, t in enumerate(tokens):
+        if os.path.basename(t) == "vllm-router" or t in ("vllm_router.launch_router", "vllm_router"):
+            start = i + 1
+    flags = tokens[start:] if start is not None else tokens
+    out: list[str] = []
+    skip = 0
+    for i, t in enumerate(flags):
+        if skip:
+            skip -= 1
+            continue
+        name = t.split("=", 1)[0]
+        if name in ("--host", "--prometheus-host", "--log-dir"):
+            skip = 0 if "=" in t else 1
+            continue
+        out.append(t)
+    return [str(VENV_BIN / "vllm-router"), *out, "--host", pod_ip, "--prometheus-host", pod_ip,
+            "--log-dir", log_dir]
+
+
+def pick_container(pod: dict, role: str) -> dict:
+    cs = pod["spec"]["containers"]
+    if role == "router":
+        for c in cs:
+            toks = (c.get("command") or []) + (c.get("args") or [])
+            if any(os.path.basename(str(t)) == "vllm-router" for t in toks) or c["name"] in ("router", "vllm-router"):
+                return c
+    else:
+        for c in cs:
+            if any(p.get("name") == "http" for p in c.get("ports") or []) or c["name"] in ("vllm", "engine"):
+                return c
+    return cs[0]
+
+
+def http_port(container: dict) -> int | None:
+    for p in container.get("ports") or []:
+        if p.get("name") == "http":
+            return int(p["containerPort"])
+    return None
+
+
+def wants_process(pod: dict) -> bool:
+    st = pod.get("status") or {}
+    return (st.get("phase") == "Running" and bool(st.get("podIP"))
+            and not pod["metadata"].get("deletionTimestamp"))
+
+
+# ---------------------------------------------------------------------------------------------------
+
+@dataclass
+class Child:
+    uid: str
+    namespace: str
+    pod: str
+    role: str
+    kind: str
+    ip: str
+    port: int
+    argv: list
+    env: dict
+    log: str
+    proc: Proc | None = None
+    restarts: int = 0
+    next_start: float = 0.0
+    problem: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+class Supervisor:
+    def __init__(self, state: Path):
+        self.state = state
+        self.logs = state / "logs"
+        self.kubeconfig = state / "kubeconfig"
+        self.sims_file = state / "sims.json"
+        self.tools = Tools.load()
+        self.children: dict[str, Child] = {}
+        self.pods: dict[str, dict] = {}
+        self.api = None  # CoreV1Api, set in run()
+        self.extra = {r: shlex.split(os.environ.get(f"V41F_SIM_ARGS_{r.upper()}", "")) for r in SIM_ROLE}
+
+    def desired(self, pod: dict) -> Child | None:
+        meta = pod["metadata"]
+        role = meta.get("labels", {}).get(ROLE_LABEL)
+        ip = pod["status"]["podIP"]
+        if ipaddress.ip_address(ip) not in LOOPBACK:
+            raise ValueError(f"pod IP {ip} is outside 127.0.0.0/8; refusing to bind it")
+        c = pick_container(pod, role)
+        env = container_env(pod, c)
+        toks = command_tokens(c, env)
+        tag = f"{meta['namespace']}-{meta['name']}"
+        if role == "router":
+            logdir = self.logs / f"router-{tag}.d"
+            logdir.mkdir(parents=True, exist_ok=True)
+            argv = router_command(toks, ip, str(logdir))
+            penv = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_SERVICE")}
+            penv.setdefault("NO_COLOR", "1")
+            penv.update(env)
+            penv["KUBECONFIG"] = str(self.service_account_kubeconfig(pod))
+            port = int((flag_values(argv, "--port") or ["30000"])[0])
+            return Child(meta["uid"], meta["namespace"], meta["name"], role, "router", ip, port, argv, penv,
+                         str(self.logs / f"router-{tag}.log"))
+        v = parse_vllm(toks, http_port(c))
+        if v.headless:
+            return None  # a headless multi-node worker has no API server
+        argv, senv = sim_command(str(self.tools.sim), role, ip, v, self.extra[role])
+        penv = {"PATH": os.environ.get("PATH", ""), "POD_NAME": meta["name"], "POD_NAMESPACE": meta["namespace"],
+                **senv}
+        return Child(meta["uid"], meta["namespace"], meta["name"], role, "sim", ip, v.port, argv, penv,
+                     str(self.logs / f"sim-{tag}.log"), extra={"dp_ranks": min(v.dp_ranks, SIM_MAX_DP)})
+
+    def service_account_kubeconfig(self, pod: dict) -> Path:
+        """A kubeconfig with a token of the pod's ServiceAccount (bound to the pod, like the projected token
+        in a real pod), so the router's discovery runs under the RBAC the operator rendered, not as admin."""
+        meta = pod["metadata"]
+        sa = pod["spec"].get("serviceAccountName") or "default"
+        req = {"spec": {"expirationSeconds": 86400,
+                        "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}}}
+        try:
+            token = self.api.create_namespaced_service_account_token(sa, meta["namespace"], req).status.token
+        except Exception as e:  # noqa: BLE001 - reported on the pod's entry and in the log
+            raise ValueError(f"cannot get a token for ServiceAccount {meta['namespace']}/{sa}: {e}") from e
+        admin = yaml.safe_load(self.kubeconfig.read_text())
+        cfg = {"apiVersion": "v1", "kind": "Config", "current-context": "pod", "clusters": admin["clusters"],
+               "users": [{"name": "sa", "user": {"token": token}}],
+               "contexts": [{"name": "pod", "context": {"cluster": admin["clusters"][0]["name"], "user": "sa",
+                                                         "namespace": meta["namespace"]}}]}
+        path = self.state / "pod-kubeconfigs" / f"{meta['namespace']}-{meta['name']}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(cfg))
+        path.chmod(0o600)
+        return path
+
+    def reconcile(self) -> None:
+        want: dict[str, dict] = {uid: p for uid, p in self.pods.items() if wants_process(p)}
+        changed = False
+        for uid in [u for u in self.children if u not in want]:
+            ch = self.children.pop(uid)
+            changed = True
+            if ch.proc:
+                log(f"stopping {ch.kind} for {ch.namespace}/{ch.pod} (pid {ch.proc.pid})")
+                stop_procs([ch.proc], timeout=5)
+        for uid, pod in want.items():
+            ch = self.children.get(uid)
+            if ch is None:
+                try:
+                    ch = self.desired(pod)
+                except (ValueError, KeyError, IndexError) as e:
+                    log(f"cannot simulate {pod['metadata']['namespace']}/{pod['metadata']['name']}: {e}")
+                    ch = Child(uid, pod["metadata"]["namespace"], pod["metadata"]["name"], "?", "none", "", 0, [],
+                               {}, "", problem=str(e), next_start=float("inf"))
+                if ch is None:
+                    ch = Child(uid, pod["metadata"]["namespace"], pod["metadata"]["name"], "worker", "none", "", 0,
+                               [], {}, "", problem="headless", next_start=float("inf"))
+                self.children[uid] = ch
+                changed = True
+            if ch.kind == "none":
+                continue
+            if ch.proc is not None and ch.proc.alive():
+                continue
+            if ch.proc is not None:  # it died: restart with backoff like a container restart
+                ch.restarts += 1
+                ch.next_start = time.monotonic() + min(10.0, 0.5 * 2 ** min(ch.restarts, 5))
+                log(f"{ch.kind} for {ch.namespace}/{ch.pod} exited; restart #{ch.restarts} after backoff "
+                    f"(log {ch.log})")
+                ch.proc = None
+                changed = True
+            if time.monotonic() >= ch.next_start:
+                with open(ch.log, "a") as f:
+                    f.write(f"[supervisor] starting: {shlex.join(ch.argv)}\n")
+                ch.proc = spawn(f"{ch.kind}-{ch.namespace}-{ch.pod}", ch.argv, Path(ch.log), env=ch.env,
+                                port=ch.port)
+                log(f"started {ch.kind} for {ch.namespace}/{ch.pod} ({ch.role}) on {ch.ip}:{ch.port} "
+                    f"pid {ch.proc.pid}")
+                changed = True
+        if changed or not self.sims_file.exists():
+            self.save()
+
+    def save(self) -> None:
+        write_json(self.sims_file, {"updated": time.time(), "processes": [
+            {"uid": c.uid, "namespace": c.namespace, "pod": c.pod, "role": c.role, "kind": c.kind, "ip": c.ip,
+             "port": c.port, "pid": c.proc.pid, "start": c.proc.start, "name": c.proc.name, "argv": c.argv,
+             "log": c.log, "restarts": c.restarts, **c.extra}
+            for c in self.children.values() if c.proc is not None]})
+
+    def stop_all(self) -> None:
+        stop_procs([c.proc for c in self.children.values() if c.proc], timeout=5)
+        self.children.clear()
+        self.save()
+
+    def sweep_orphans(self) -> None:
+        """Processes recorded by a supervisor that was killed without cleaning up."""
+        try:
+            old = json.loads(self.sims_file.read_text())["processes"]
+        except (FileNotFoundError, json.JSONDecodeError, KeyError):
+            return
+        stop_procs([Proc(d["name"], d["pid"], d["start"], d["argv"], d["log"]) for d in old], timeout=5)
+
+    def run(self) -> None:
+        from kubernetes import client, config, watch
+        self.sweep_orphans()
+        api = self.api = client.CoreV1Api(config.new_client_from_config(str(self.kubeconfig)))
+        self.save()
+        log(f"supervisor watching pods with {SELECTOR}")
+        while True:
+            try:
+                lst = api.list_pod_for_all_namespaces(label_selector=SELECTOR, _request_timeout=30)
+                self.pods = {p.metadata.uid: api.api_client.sanitize_for_serialization(p) for p in lst.items}
+                self.reconcile()
+                rv = lst.metadata.resource_version
+                while True:
+                    w = watch.Watch()
+                    for ev in w.stream(api.list_pod_for_all_namespaces, label_selector=SELECTOR,
+                                       resource_version=rv, timeout_seconds=2, allow_watch_bookmarks=True):
+                        obj = ev["raw_object"]
+                        rv = obj["metadata"].get("resourceVersion", rv)
+                        if ev["type"] == "BOOKMARK":
+                            continue
+                        if ev["type"] == "DELETED":
+                            self.pods.pop(obj["metadata"]["uid"], None)
+                        elif ev["type"] in ("ADDED", "MODIFIED"):
+                            self.pods[obj["metadata"]["uid"]] = obj
+                        self.reconcile()
+                    self.reconcile()  # also restarts crashed processes between events
+            except Exception as e:  # apiserver restarts, 410 Gone, ...: relist (Shutdown is not an Exception)
+                log(f"watch interrupted ({e.__class__.__name__}: {str(e)[:200]}); relisting")
+                time.sleep(1)
+
+
+class Shutdown(BaseException):
+    pass
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--state", type=Path, required=True)
+    a = ap.parse_args()
+    sup = Supervisor(a.state.resolve())
+
+    def on_signal(signum, _frame):
+        raise Shutdown(signum)
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        sup.run()
+    except Shutdown:
+        log("supervisor: stopping simulators and routers")
+    finally:
+        sup.stop_all()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""Exact tests of the e2e harness's pure functions (e2e/harness.py, e2e/supervisor.py; no cluster needed)."""
+from __future__ import annotations
+
+import base64
+import ipaddress
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "e2e"))
+
+from harness import GPU_RESOURCE, fake_nodes, lws_webhooks, read_versions
+from supervisor import (SIM_MAX_DP, VllmArgs, command_tokens, container_env, expand_vars, flag_values,
+                        parse_vllm, pick_container, router_command, sim_command, wants_process)
+
+POD = {"metadata": {"name": "p-0", "namespace": "ns1", "uid": "u1", "labels": {"app": "x"}},
+       "spec": {"nodeName": "h200-0", "containers": []},
+       "status": {"phase": "Running", "podIP": "127.1.1.5"}}
+
+
+def test_expand_vars():
+    env = {"POD_NAMESPACE": "ns1", "A": "1"}
+    assert expand_vars("--ns=$(POD_NAMESPACE)", env) == "--ns=ns1"
+    assert expand_vars("$(UNKNOWN)-$(A)", env) == "$(UNKNOWN)-1"
+    assert expand_vars("$$(A)", env) == "$(A)"
+
+
+def test_container_env_resolves_values_and_field_refs():
+    c = {"env": [{"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                 {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                 {"name": "APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
+                 {"name": "URL", "value": "http://$(IP):8000"},
+                 {"name": "SECRET", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}
+    assert container_env(POD, c) == {"NS": "ns1", "IP": "127.1.1.5", "APP": "x", "URL": "http://127.1.1.5:8000"}
+
+
+def test_command_tokens_unwraps_shell():
+    c = {"command": ["/bin/sh", "-c"], "args": ["ulimit -n 65536 && exec vllm serve m --port $(PORT)"]}
+    assert command_tokens(c, {"PORT": "8000"}) == ["vllm", "serve", "m", "--port", "8000"]
+    assert command_tokens({"command": ["vllm"], "args": ["serve", "m"]}, {}) == ["vllm", "serve", "m"]
+
+
+def test_flag_values():
+    toks = ["--served-model-name", "a", "b", "--max-num-seqs=64", "--x", "-1"]
+    assert flag_values(toks, "--served-model-name") == ["a", "b"]
+    assert flag_values(toks, "--max-num-seqs") == ["64"]
+    assert flag_values(toks, "--x") == ["-1"]
+    assert flag_values(toks, "--absent") is None
+
+
+def test_parse_vllm_multi_node_dp():
+    toks = ["vllm", "serve", "deepseek-ai/DeepSeek-V4.1-Flash-1017", "--served-model-name", "dsv41",
+            "--data-parallel-size", "16", "--data-parallel-size-local", "8", "--max-num-seqs", "64",
+            "--max-model-len", "131072", "--enable-expert-parallel"]
+    assert parse_vllm(toks) == VllmArgs(("dsv41",), 8000, 64, 131072, 8, False)
+
+
+def test_parse_vllm_defaults_and_variants():
+    assert parse_vllm(["vllm", "serve", "m"], 8100) == VllmArgs(("m",), 8100, None, None, 1, False)
+    assert parse_vllm(["--model", "m", "--port=9000", "--data-parallel-size", "4", "--data-parallel-rank", "2"]) \
+        == VllmArgs(("m",), 9000, None, None, 1, False)
+    assert parse_vllm(["vllm", "serve", "m", "--data-parallel-size", "4", "--headless"]).headless
+    with pytest.raises(ValueError):
+        parse_vllm(["vllm", "serve", "--max-num-seqs", "4"])
+
+
+def test_sim_command_binds_pod_ip_and_clamps_dp():
+    v = VllmArgs(("dsv41", "alias"), 8000, 64, None, 16, False)
+    argv, env = sim_command("/bin/sim", "decode", "127.1.2.3", v, ["--seed", "1"])
+    assert env == {"V41F_SIM_BIND_HOST": "127.1.2.3", "POD_IP": "127.1.2.3"}
+    assert argv[:8] == ["/bin/sim", "--port", "8000", "--model", "dsv41", "--served-model-name", "dsv41", "alias"]
+    assert flag_values(argv, "--max-num-seqs") == ["64"]
+    assert flag_values(argv, "--data-parallel-size") == [str(SIM_MAX_DP)]
+    assert flag_values(argv, "--inter-token-latency") == ["10ms"]
+    assert argv[-2:] == ["--seed", "1"]
+    argv1, _ = sim_command("/bin/sim", "prefill", "127.1.2.3", VllmArgs(("m",), 8000, None, None, 1, False))
+    assert flag_values(argv1, "--data-parallel-size") is None
+    assert flag_values(argv1, "--max-num-seqs") == ["256"]
+
+
+def test_router_command_keeps_flags_and_rebinds():
+    toks = ["vllm-router", "--host", "0.0.0.0", "--port", "30000", "--service-discovery",
+            "--prefill-selector", "v41flash.io/role=prefill", "app.kubernetes.io/instance=x",
+            "--prometheus-host=0.0.0.0", "--log-dir", "/var/log/router", "--policy", "consistent_hash"]
+    argv = router_command(toks, "127.1.9.1", "/state/logs/r")
+    assert argv[0].endswith("/.venv/bin/vllm-router")
+    assert argv[1:] == ["--port", "30000", "--service-discovery", "--prefill-selector", "v41flash.io/role=prefill",
+                        "app.kubernetes.io/instance=x", "--policy", "consistent_hash", "--host", "127.1.9.1",
+                        "--prometheus-host", "127.1.9.1", "--log-dir", "/state/logs/r"]
+    # args-only containers (the image's entrypoint is vllm-router)
+    assert router_command(["--port", "30000"], "127.1.9.1", "/l")[1:3] == ["--port", "30000"]
+
+
+def test_pick_container_and_wants_process():
+    pod = {**POD, "spec": {"containers": [{"name": "sidecar"}, {"name": "main", "ports": [
+        {"name": "http", "containerPort": 8000}]}]}}
+    assert pick_container(pod, "decode")["name"] == "main"
+    assert wants_process(POD)
+    assert not wants_process({**POD, "status": {"phase": "Pending"}})
+    assert not wants_process({**POD, "metadata": {**POD["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}})
+
+
+def test_fake_nodes_inventory():
+    nodes = fake_nodes()
+    assert len(nodes) == 26
+    products = Counter(n["metadata"]["labels"].get("nvidia.com/gpu.product") for n in nodes)
+    assert products == {"NVIDIA-H200": 4, "NVIDIA-B200": 2, "NVIDIA-GB300": 18, None: 2}
+    assert sum(int(n["status"]["capacity"].get(GPU_RESOURCE, 0)) for n in nodes) == 4 * 8 + 2 * 8 + 18 * 4
+    cidrs = [ipaddress.ip_network(n["spec"]["podCIDR"]) for n in nodes]
+    assert len(set(cidrs)) == 26 and all(c.subnet_of(ipaddress.ip_network("127.1.0.0/16")) for c in cidrs)
+    for n in nodes:
+        labels = n["metadata"]["labels"]
+        assert n["metadata"]["annotations"] == {"kwok.x-k8s.io/node": "fake"}
+        assert labels["kubernetes.io/hostname"] == n["metadata"]["name"]
+        gpu = GPU_RESOURCE in n["status"]["capacity"]
+        assert (n["spec"]["taints"] == [{"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}]) == gpu
+        assert labels.get("nvidia.com/gpu.count") == (n["status"]["capacity"][GPU_RESOURCE] if gpu else None)
+        assert (labels.get("nvidia.com/gpu.clique") == "gb300-rack-0") == (
+            labels.get("nvidia.com/gpu.product") == "NVIDIA-GB300")
+    assert [n["metadata"]["name"] for n in nodes][6:8] == ["gb300-rack0-tray-00", "gb300-rack0-tray-01"]
+
+
+MANIFESTS = """
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata: {name: mutating-webhook-configuration}
+webhooks:
+- name: mleaderworkerset.kb.io
+  clientConfig: {service: {name: webhook-service, namespace: system, path: /mutate-lws}}
+  rules: [{apiGroups: [leaderworkerset.x-k8s.io], resources: [leaderworkersets]}]
+- name: mpod.kb.io
+  clientConfig: {service: {name: webhook-service, namespace: system, path: /mutate--v1-pod}}
+  rules: [{apiGroups: [""], resources: [pods]}]
+"""
+
+
+def test_lws_webhooks_point_at_loopback():
+    [doc] = lws_webhooks(MANIFESTS, "https://127.0.0.1:9443/", b"CA")
+    assert doc["metadata"]["name"] == "lws-mutating-webhook-configuration"
+    lws, pod = doc["webhooks"]
+    assert lws["clientConfig"] == {"url": "https://127.0.0.1:9443/mutate-lws", "caBundle": base64.b64encode(b"CA").decode()}
+    assert "objectSelector" not in lws
+    assert pod["objectSelector"] == {"matchExpressions": [{"key": "leaderworkerset.sigs.k8s.io/name",
+                                                           "operator": "Exists"}]}
+
+
+def test_versions_env_pins_every_component():
+    v = read_versions()
+    assert set(v) == {"KUBERNETES_VERSION", "ETCD_VERSION", "KWOK_VERSION", "INFERENCE_SIM_VERSION", "HELM_VERSION",
+                      "LWS_VERSION"}
+    assert all(x.startswith("v") and x.count(".") == 2 for x in v.values())
