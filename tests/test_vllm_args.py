@@ -1,7 +1,5 @@
 """Exact `vllm serve` argv per GPU/profile/role, validation problems, and a parser-checked matrix."""
 
-import itertools
-
 import pytest
 
 from v41flash.vllm import args as A
@@ -15,6 +13,7 @@ from v41flash.vllm.args import (
     expand_k8s_vars,
     validate_engine_config,
 )
+from v41flash.vllm.catalog import reference_configs
 from v41flash.vllm.flags import check_serve_args
 from v41flash.vllm.gpus import GPU_PRODUCTS, gpu, smallest_fitting_dp
 
@@ -273,34 +272,21 @@ def test_build_command_refuses_multi_node():
 
 
 # ------------------------------------------------------------- every combination passes vLLM's parser
-def _matrix():
-    for name, product in GPU_PRODUCTS.items():
-        dp = smallest_fitting_dp(product)
-        shapes = [
-            ("tp", dict(tensor_parallel_size=product.low_latency_tp), None),
-            ("dep", dict(tensor_parallel_size=1, data_parallel_size=dp, expert_parallel=True),
-             EplbConfig(num_redundant_experts=dp, communicator="nixl")),
-        ]
-        if product.gpus_per_node == 4:  # NVL72 trays: DEP8/16/32 over 2/4/8 trays
-            for nodes, redundant in ((2, 8), (4, 16), (8, 32)):
-                shapes.append((f"dep{4 * nodes}", dict(tensor_parallel_size=1, data_parallel_size=4 * nodes,
-                                                       expert_parallel=True, nodes_per_replica=nodes),
-                               EplbConfig(num_redundant_experts=redundant)))
-        else:  # two 8-GPU nodes
-            shapes.append(("dep16", dict(tensor_parallel_size=1, data_parallel_size=16, expert_parallel=True,
-                                         nodes_per_replica=2), EplbConfig(num_redundant_experts=16)))
-        for (shape, kw, eplb), role, events, with_eplb in itertools.product(
-                shapes, ("aggregated", "prefill", "decode"), (None, KvEvents()), (False, True)):
-            if with_eplb and eplb is None:
-                continue
-            kv = KvTransfer() if role != "aggregated" else None
-            cfg = EngineConfig(role, name, M, kv_transfer=kv, kv_events=events,
-                               eplb=eplb if with_eplb else None, **kw)
-            yield pytest.param(cfg, id=f"{name}-{shape}-{role}-events{bool(events)}-eplb{with_eplb}")
+REFERENCE = reference_configs()
 
 
-@pytest.mark.parametrize("cfg", list(_matrix()))
-def test_every_rendered_command_passes_the_0_33_0_parser(cfg):
+def test_reference_set_covers_every_gpu_shape_role_and_option():
+    per_shape = {"tp": 3 * 2, "dep": 3 * 2 * 2}  # roles x KV events (x EPLB on/off for DEP)
+    # every GPU: TP + single-node DEP; 8-GPU nodes: DEP16 over 2 nodes; NVL72 trays: 3 multi-tray DEPs
+    assert len(REFERENCE) == 7 * (per_shape["tp"] + per_shape["dep"]) + 5 * per_shape["dep"] + 2 * 3 * per_shape["dep"]
+    assert "GB300-dep16x4n-decode-events-eplb" in REFERENCE
+    assert {c.gpu_product for c in REFERENCE.values()} == set(GPU_PRODUCTS)
+    assert {c.role for c in REFERENCE.values()} == {"aggregated", "prefill", "decode"}
+
+
+@pytest.mark.parametrize("name", list(REFERENCE))
+def test_every_rendered_command_passes_the_0_33_0_parser(name):
+    cfg = REFERENCE[name]
     assert validate_engine_config(cfg) == []
     replica = build_replica(cfg)
     for index, command in enumerate(c for c in (replica.leader, replica.worker) if c):

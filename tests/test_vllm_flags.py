@@ -177,7 +177,7 @@ BAD = [
     (["--kv-events-config", "{'enable_kv_cache_events': true}"], "not valid JSON"),
     (["--eplb-config", '{"communicator":"torch_nccl"}'], "rejected with async EPLB"),
     (["--eplb-config", '{"window_size":0}'], "window_size must be > 0"),
-    (["--eplb-config", '{"num_redundant_experts":"16"}'], 'num_redundant_experts "16" is not a int'),
+    (["--eplb-config", '{"num_redundant_experts":"16"}'], 'num_redundant_experts "16" is not an int'),
     (["--engram-config", "[1]"], "must be a JSON object"),
     (["--compilation-config", '{"pass_config":{"fuse_everything":true}}'], "unknown key 'pass_config.fuse_everything'"),
     (["--compilation-config", '{"cudagraph_mode":"FULL_GRAPHS"}'], "is not a CUDAGraphMode name"),
@@ -203,22 +203,23 @@ def test_typo_suggests_the_real_flag():
     assert "did you mean --max-num-seqs?" in problem
 
 
+ACCEPTED = [
+    "--max_num_seqs=8",  # FlexibleArgumentParser: underscores and --x=value
+    "-tp", "4",
+    "--max-model-len", "auto",
+    "--max-num-batched-tokens", "8k",
+    "--numa-bind", "--numa-bind-nodes", "0", "0", "1", "1",
+    "--eplb-config.num_redundant_experts", "16",
+    "--eplb-config.window_size", "1000",
+    "-O3",
+    "--kv-transfer-config", "None",
+    "--compilation-config", '{"mode":3,"cudagraph_mode":"full_decode_only"}',
+    "--attention-config", '{"backend":"flashmla_mega_attn_dsv41"}',  # names are case-insensitive
+]
+
+
 def test_accepted_spellings_of_the_real_parser():
-    ok = [
-        MODEL,
-        "--max_num_seqs=8",  # FlexibleArgumentParser: underscores and --x=value
-        "-tp", "4",
-        "--max-model-len", "auto",
-        "--max-num-batched-tokens", "8k",
-        "--numa-bind", "--numa-bind-nodes", "0", "0", "1", "1",
-        "--eplb-config.num_redundant_experts", "16",
-        "--eplb-config.window_size", "1000",
-        "-O3",
-        "--kv-transfer-config", "None",
-        "--compilation-config", '{"mode":3,"cudagraph_mode":"full_decode_only"}',
-        "--attention-config", '{"backend":"flashmla_mega_attn_dsv41"}',  # names are case-insensitive
-    ]
-    assert check_serve_args(ok) == []
+    assert check_serve_args([MODEL, *ACCEPTED]) == []
     assert check_serve_args(["vllm", "serve", MODEL, "--enforce-eager"]) == []
 
 

@@ -307,7 +307,7 @@ def _describe(alternatives: list[dict]) -> str:
         elif alt["kind"] == "config":
             parts.append(f"a {alt['name']} object")
         else:
-            parts.append({"null": "null", "dict": "an object", "list": "a list"}.get(
+            parts.append({"null": "null", "dict": "an object", "list": "a list", "int": "an int"}.get(
                 alt["kind"], f"a {alt['kind']}"))
     return " or ".join(parts)
 

@@ -1,0 +1,55 @@
+"""Every engine shape the operator supports, as EngineConfigs: the set the tests and the
+cross-check against vLLM's real parser (tools/vllm_flags/crosscheck.py) render and verify.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from .args import EngineConfig, EplbConfig, KvEvents, KvTransfer
+from .gpus import GPU_PRODUCTS, GpuProduct, smallest_fitting_dp
+
+REFERENCE_MODEL = "deepseek-ai/DeepSeek-V4.1-Flash-1017"
+ROLES = ("aggregated", "prefill", "decode")
+
+
+def _shapes(product: GpuProduct) -> list[tuple[str, dict, EplbConfig]]:
+    """(name, parallel sizes, an EPLB config that divides 384 + redundant evenly) per GPU."""
+    dp = smallest_fitting_dp(product)
+    shapes = [
+        ("tp", dict(tensor_parallel_size=product.low_latency_tp), EplbConfig(enabled=False)),
+        (f"dep{dp}", dict(tensor_parallel_size=1, data_parallel_size=dp, expert_parallel=True),
+         EplbConfig(num_redundant_experts=dp, communicator="nixl")),
+    ]
+    per_node = product.gpus_per_node
+    # NVL72 trays: DEP8/16/32 over 2/4/8 trays (GB300 AgentX decode runs DEP16 and DEP32);
+    # 8-GPU nodes: DEP16 over two nodes.
+    node_counts = (2, 4, 8) if per_node == 4 else (2,)
+    for nodes in node_counts:
+        size = per_node * nodes
+        shapes.append((f"dep{size}x{nodes}n",
+                       dict(tensor_parallel_size=1, data_parallel_size=size, expert_parallel=True,
+                            nodes_per_replica=nodes),
+                       EplbConfig(num_redundant_experts=size)))
+    return shapes
+
+
+def reference_configs(model: str = REFERENCE_MODEL) -> dict[str, EngineConfig]:
+    """Name -> config for GPU x shape x role x KV events x EPLB (EPLB only where it applies)."""
+    out = {}
+    for name, product in GPU_PRODUCTS.items():
+        for (shape, sizes, eplb), role, events, with_eplb in itertools.product(
+            _shapes(product), ROLES, (False, True), (False, True)
+        ):
+            if with_eplb and not eplb.enabled:
+                continue
+            cfg = EngineConfig(
+                role, name, model,
+                kv_transfer=KvTransfer() if role != "aggregated" else None,
+                kv_events=KvEvents() if events else None,
+                eplb=eplb if with_eplb else None,
+                **sizes,
+            )
+            tags = f"{'-events' if events else ''}{'-eplb' if with_eplb else ''}"
+            out[f"{name}-{shape}-{role}{tags}"] = cfg
+    return out
