@@ -165,6 +165,7 @@ def test_json_configs_we_render_have_field_sets():
 BAD = [
     (["--tensor-paralel-size", "4"], "unknown flag --tensor-paralel-size"),
     (["--all2all-backend", "deepep"], "--all2all-backend 'deepep' is not one of"),
+    (["--moe-backend", "mega-moe"], "--moe-backend 'mega_moe' is not one of"),
     (["--enable-eplb", "--eplb-config", '{"communicator":"symm_mem"}'], 'communicator "symm_mem" is not one of'),
     (["--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_producer","kv_ip":"1.2.3.4"}'],
      "unknown key 'kv_ip' for KVTransferConfig"),
@@ -215,6 +216,7 @@ ACCEPTED = [
     "--kv-transfer-config", "None",
     "--compilation-config", '{"mode":3,"cudagraph_mode":"full_decode_only"}',
     "--attention-config", '{"backend":"flashmla_mega_attn_dsv41"}',  # names are case-insensitive
+    "--moe-backend", "DEEP-GEMM-MEGA-MOE",  # the parser lowercases backend names, '-' -> '_'
 ]
 
 

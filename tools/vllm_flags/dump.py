@@ -197,7 +197,16 @@ def describe_value_type(fn) -> dict:
     if fn in (int, float, str, bool):
         return {"type": fn.__name__}
     name = getattr(fn, "__name__", type(fn).__name__)
+    if name == "<lambda>" and _probe(fn, "Ab-C") == "ab_c":
+        return {"type": "lowercase_str"}  # `lambda s: s.lower().replace("-", "_")` (backend flags)
     return {"type": name}
+
+
+def _probe(fn, value: str):
+    try:
+        return fn(value)
+    except Exception:
+        return None
 
 
 def describe_action(action: argparse.Action, option: str) -> dict:

@@ -221,6 +221,8 @@ def _check_value(option: str, spec: dict, value: str) -> list[str]:
             return [f"{option} value is not valid JSON ({exc.msg} at column {exc.colno}): {value}"]
         config = snapshot()["json_flags"].get(option)
         return _check_json_config(option, config, parsed) if config else []
+    if kind == "lowercase_str":  # backend flags: the parser lowercases and maps '-' to '_'
+        value = value.lower().replace("-", "_")
     return _check_choice(option, spec, value)
 
 
