@@ -153,6 +153,13 @@ def test_mi355x_tp2_offloads_engram_like_the_recipe_row():
     assert args[args.index("--engram-config") + 1] == '{"cpu_offload":true}'
 
 
+def test_mi355x_dep_offloads_engram_even_when_the_replica_is_large():
+    for cfg in (dep(product="MI355X"), dep("decode", "MI355X", dp=16, nodes=2)):
+        args = list(build_replica(cfg).leader.args)
+        assert args[args.index("--engram-config") + 1] == '{"cpu_offload":true}'
+        assert "--monokernel" not in args  # the mono decode kernels are a recipe TP row
+
+
 def test_h100_tp8_memory_levers():
     cmd = build_command(tp4(product="H100"))
     assert list(cmd.args) == HEAD + [
@@ -255,6 +262,7 @@ INVALID = [
     (tp4(extra_args=("--max-num-seqs", "8", "--max-num-seqs", "16")), "extra_args", "repeats --max-num-seqs"),
     (tp4(extra_args=("--enable-expert-paralel",)), "extra_args", "unknown flag --enable-expert-paralel"),
     (EngineConfig("aggregated", "A100", M, 4), "gpu_product", "unknown GPU product 'A100'"),
+    (tp4(revision="--main"), "args", "--revision needs a value"),
 ]
 
 

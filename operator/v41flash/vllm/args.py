@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from . import flags
@@ -184,9 +184,10 @@ def uses_agentx_pd(cfg: EngineConfig) -> bool:
 
 def engram_offloaded(cfg: EngineConfig, product: GpuProduct) -> bool:
     """Whether the Engram tables go to pinned host memory (recipe: per GPU; MI355X by fit)."""
-    if product.vendor == "amd":
+    if product.vendor == "amd" and not is_dep(cfg):
         # recipe mi355x TP2 offloads; mi355x_agentx TP4 points keep them resident (cpu_offload:false)
         return product.replica_hbm_gb(replica_gpus(cfg)) < VRAM_MINIMUM_GB
+    # DEP: every TP1 rank would hold whole tables, so offload (as the recipe's Blackwell DEP rows)
     return True  # every NVIDIA row of the recipe offloads (h100 variant, h200, Blackwell rows)
 
 
@@ -647,13 +648,17 @@ def _validate_ports(cfg: EngineConfig) -> list[Problem]:
 
 
 def _validate_rendered(cfg: EngineConfig) -> list[Problem]:
-    """The final argv (extra_args included) must pass vLLM 0.33.0's parser snapshot."""
+    """The final argv must pass vLLM 0.33.0's parser snapshot; blame extra_args when they add it."""
+    own = set(_parser_problems(replace(cfg, extra_args=())))
+    return [("args" if message in own else "extra_args", message)
+            for message in _parser_problems(cfg)]
+
+
+def _parser_problems(cfg: EngineConfig) -> list[str]:
     replica = _build_unchecked(cfg)
-    problems: list[Problem] = []
     sample_env = {"LWS_LEADER_ADDRESS": "leader.example", "LWS_WORKER_INDEX": "1"}
+    messages: list[str] = []
     for command in (replica.leader, replica.worker):
-        if command is None:
-            continue
-        for message in flags.check_serve_args(expand_k8s_vars(command.args, sample_env)):
-            problems.append(("extra_args", message))
-    return list(dict.fromkeys(problems))
+        if command is not None:
+            messages += flags.check_serve_args(expand_k8s_vars(command.args, sample_env))
+    return list(dict.fromkeys(messages))
