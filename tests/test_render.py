@@ -110,3 +110,10 @@ def test_lws_schema_check_catches_a_bad_field():
     obj["spec"]["leaderWorkerTemplate"]["sizee"] = 4
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(obj, schema)
+
+
+def test_kubernetes_schema_check_catches_a_bad_field():
+    obj = next(o for o in render(example(EXAMPLES[0])) if o["kind"] == "Deployment")
+    obj["spec"]["template"]["spec"]["containers"][0]["resourcez"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
