@@ -205,6 +205,12 @@ def test_kv_transfer_extra_config_and_ucx_override():
     assert cmd.env["UCX_TLS"] == "rc,cuda_copy"
 
 
+def test_extra_env_overrides_downward_api_env():
+    cmd = build_command(tp4("decode", extra_env={"VLLM_NIXL_SIDE_CHANNEL_HOST": "10.0.0.7"}))
+    assert cmd.env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "10.0.0.7"
+    assert cmd.env_from_field == {}
+
+
 def test_constants_come_from_the_parser_snapshot():
     assert A.EPLB_COMMUNICATORS == ("torch_nccl", "torch_gloo", "torch_xccl", "nixl", "pynccl")
     assert A.ROUTED_EXPERTS == 384

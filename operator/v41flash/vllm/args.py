@@ -436,6 +436,8 @@ def _engine_command(cfg: EngineConfig, node_rank: str | None, headless: bool) ->
     if headless:
         a.set("--headless")  # workers run engines only; the leader's API server drives them
     env.update(cfg.extra_env)
+    # an explicit extra_env value wins over the downward-API one (never both in a pod spec)
+    env_from_field = {k: v for k, v in env_from_field.items() if k not in cfg.extra_env}
     args = (cfg.model, *a.argv(), *cfg.extra_args)
     return EngineCommand(("vllm", "serve"), args, env, env_from_field, tuple(notes))
 
