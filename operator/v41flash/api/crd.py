@@ -1,8 +1,8 @@
 """Generate the CustomResourceDefinition from the pydantic models (the models are the source of truth).
 
 pydantic emits JSON Schema with $refs and anyOf-null for optionals; Kubernetes wants a structural
-OpenAPI v3 schema: everything inlined, one type per node, no titles. Nested objects get `default: {}` so
-the apiserver applies their inner defaults at admission (what `kubectl get -o yaml` shows is what runs).
+OpenAPI v3 schema: everything inlined, one type per node, no titles. Nested objects get their fully
+expanded defaults so the apiserver applies them at admission (what `kubectl get -o yaml` shows is what runs).
 """
 from __future__ import annotations
 
@@ -16,11 +16,13 @@ from . import v1alpha1 as api
 _KEEP = {
     "type", "description", "default", "enum", "minimum", "maximum", "exclusiveMinimum",
     "exclusiveMaximum", "minLength", "maxLength", "pattern", "items", "properties", "required",
-    "additionalProperties", "minItems", "maxItems", "x-kubernetes-validations",
+    "additionalProperties", "minItems", "maxItems", "maxProperties", "x-kubernetes-validations",
     "x-kubernetes-preserve-unknown-fields", "format",
 }
 _OPTIONAL = "x-v41flash-optional"  # marks Optional fields while converting: absent stays absent
-MAX_NAME_LENGTH = 40  # leaves room for role suffixes and ReplicaSet/pod hashes in child names
+MAX_NAME_LENGTH = 40
+MAX_STRING = 4096
+MAX_ITEMS = 64  # leaves room for role suffixes and ReplicaSet/pod hashes in child names
 
 
 def _inline(node: Any, defs: dict[str, Any]) -> Any:
@@ -61,6 +63,27 @@ def _drop_none(value: Any) -> Any:
     return value
 
 
+def _materialize(node: dict[str, Any], value: Any) -> Any:
+    """`value` with every absent property that has a default filled in, recursively."""
+    if not isinstance(value, dict) or "properties" not in node:
+        return value
+    out = dict(value)
+    for name, sub in node["properties"].items():
+        if name in out:
+            out[name] = _materialize(sub, out[name])
+        elif "default" in sub:
+            out[name] = copy.deepcopy(sub["default"])
+    return out
+
+
+def _strip_defaults(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _strip_defaults(v) for k, v in node.items() if k != "default"}
+    if isinstance(node, list):
+        return [_strip_defaults(v) for v in node]
+    return node
+
+
 def _structural(node: dict[str, Any]) -> dict[str, Any]:
     optional = node.get(_OPTIONAL, False)
     node = {k: v for k, v in node.items() if k in _KEEP}
@@ -74,14 +97,22 @@ def _structural(node: dict[str, Any]) -> dict[str, Any]:
     if "enum" in node and "type" not in node:
         kinds = {type(v) for v in node["enum"]}
         node["type"] = "integer" if kinds == {int} else "string"
+    # Bounded sizes keep the apiserver's CEL cost estimate within budget (it assumes the worst case).
+    if node.get("type") == "string" and "maxLength" not in node:
+        node["maxLength"] = max(map(len, node["enum"])) if "enum" in node else MAX_STRING
+    if node.get("type") == "array" and "maxItems" not in node:
+        node["maxItems"] = MAX_ITEMS
+    if isinstance(node.get("additionalProperties"), dict) and "maxProperties" not in node:
+        node["maxProperties"] = MAX_ITEMS
     if node.get("x-kubernetes-preserve-unknown-fields"):
         node.pop("additionalProperties", None)
         node.setdefault("type", "object")
     if "properties" in node:
         node["type"] = "object"
         node["properties"] = {k: _structural(v) for k, v in node["properties"].items()}
-        if "default" not in node and not node.get("required") and not optional:
-            node["default"] = {}
+        if "default" in node or (not node.get("required") and not optional):
+            # Fully expanded: the apiserver checks a default against the CEL rules as it stands.
+            node["default"] = _materialize(node, node.get("default", {}))
     elif node.get("type") in ("array", "object") and "default" not in node and not optional:
         node["default"] = [] if node["type"] == "array" else {}  # lists and maps: empty, as pydantic's
     if isinstance(node.get("items"), dict):
@@ -108,7 +139,7 @@ def _column(name: str, path: str, type_: str = "string", priority: int = 0, desc
 def crd() -> dict[str, Any]:
     spec = openapi_schema(api.V41FlashDeploymentSpec)
     spec["description"] = "Desired state: one disaggregated DeepSeek-V4.1-Flash serving stack."
-    status = openapi_schema(api.V41FlashDeploymentStatus)
+    status = _strip_defaults(openapi_schema(api.V41FlashDeploymentStatus))  # only the operator writes status
     status["description"] = "Observed state (kstatus: observedGeneration, Ready/Reconciling/Stalled)."
     root = {
         "type": "object",

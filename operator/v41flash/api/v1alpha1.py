@@ -185,21 +185,19 @@ def _role_rules(role: str) -> list[dict[str, str]]:
     off = f"!{r}.enabled || "
     return [
         cel(off + f"{tp} <= {gpn}",
-            message_expression=(f"'tensor parallel size ' + string({tp}) + ' does not fit a node "
-                                f"of ' + string({gpn}) + ' GPUs (tensor parallelism stays inside one node)'"),
+            "tensor parallelism stays inside one node: tensorParallelSize must be <= GPUs per node (8; 4 per "
+            "GB200/GB300 tray; spec.gpu.gpusPerNode overrides)",
             field_path=f".{role}.tensorParallelSize"),
         cel(off + f"({tp} * {dp}) % {r}.nodesPerReplica == 0 && ({tp} * {dp}) / {r}.nodesPerReplica <= {gpn}",
-            message_expression=(f"'a {role} replica needs ' + string({tp} * {dp}) + ' GPUs (TP x DP) over "
-                                f"' + string({r}.nodesPerReplica) + ' node(s), which does not split evenly into "
-                                f"nodes of ' + string({gpn}) + ' GPUs; set nodesPerReplica or the parallel sizes'"),
+            "a replica's GPUs (tensor x data parallel size) must split evenly over nodesPerReplica nodes and "
+            "fit each node's GPUs: raise nodesPerReplica or lower the parallel sizes",
             field_path=f".{role}.nodesPerReplica"),
         cel(off + f"!{r}.eplb.enabled || ({ep} && {tp} * {dp} > 1)",
             "EPLB needs expert parallelism with TP x DP > 1 (profile high-throughput or expertParallel: true)",
             field_path=f".{role}.eplb.enabled"),
         cel(off + f"!{r}.eplb.enabled || (384 + {r}.eplb.numRedundantExperts) % ({tp} * {dp}) == 0",
-            message_expression=("'384 routed experts + ' + "
-                                f"string({r}.eplb.numRedundantExperts) + ' redundant do not split evenly over ' "
-                                f"+ string({tp} * {dp}) + ' expert-parallel ranks'"),
+            "384 routed experts + numRedundantExperts must split evenly over the expert-parallel ranks "
+            "(tensor x data parallel size)",
             field_path=f".{role}.eplb.numRedundantExperts"),
     ]
 
