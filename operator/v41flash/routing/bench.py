@@ -1,0 +1,505 @@
+"""Routing benchmark: the real vllm-router in front of llm-d-inference-sim engines on loopback.
+
+For every (session-key mode, policy variant) pair: start N fresh engines (prefix-cache simulation on,
+cache sized so capacity is not the limit), optionally a KV-event forwarder, and vllm-router with the
+variant's flags; replay the same AgentX-like trace (closed loop, one client task per root session);
+read the engines' counters before/after and their running gauges during the run; stop everything by
+PID (process groups, also on failure). The oracle hit rate of the trace comes from the engines' own
+token ids (rendered once through an engine's /v1/chat/completions/render).
+
+Session-key modes: ``header`` (clients send x-session-id), ``none`` (clients send nothing that
+identifies a session). A variant with ``session_key: derived`` models a front proxy that sets
+x-session-id from the conversation's first non-system message when the client sent none.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from v41flash.metrics.parse import parse_metrics
+from v41flash.routing import observe as obs
+from v41flash.routing.workload import Scenario, Session, Trace, Turn, build_trace, derived_session_key, oracle
+
+ROUTER_VERSION = "0.1.17"
+SIM_VERSION = "v0.10.2"
+MODEL = "deepseek-v4.1-flash"
+SESSION_HEADER = "x-session-id"
+MODES = ("header", "none")
+LOOPBACK = "127.0.0.1"
+REPO = Path(__file__).resolve().parents[3]
+DEFAULT_SCENARIO = REPO / "bench" / "routing" / "agentx-small.yaml"
+CACHE = Path(os.environ.get("V41F_CACHE", Path.home() / ".cache" / "v41flash"))
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One router configuration under test."""
+    name: str
+    policy: str
+    args: tuple[str, ...] = ()  # extra vllm-router flags (thresholds, TTL)
+    kv_events: bool = False  # engines publish KV events, router subscribes (via the forwarder)
+    session_key: str = "client"  # client: only what the client sends; derived: front proxy injects one
+    ours: bool = False  # the operator's default for this profile
+
+    def __post_init__(self) -> None:
+        if self.session_key not in ("client", "derived"):
+            raise ValueError(f"{self.name}: session_key must be client or derived")
+
+
+@dataclass(frozen=True)
+class EngineLatency:
+    """llm-d-inference-sim latency model (per uncached prompt token, per output token, under load)."""
+    prefill_overhead_ms: float = 5.0
+    prefill_us_per_token: float = 100.0
+    inter_token_ms: float = 2.0
+    time_factor_under_load: float = 2.0
+    max_num_seqs: int = 16
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    scenario: Scenario
+    variants: tuple[Variant, ...]
+    modes: tuple[str, ...] = MODES
+    latency: EngineLatency = field(default_factory=EngineLatency)
+    run_timeout_s: float = 90.0  # one (mode, variant) replay; requests still open then count as errors
+
+
+def load_config(path: Path | str = DEFAULT_SCENARIO, **overrides: Any) -> BenchConfig:
+    doc = yaml.safe_load(Path(path).read_text())
+    sc_fields = {f.name for f in fields(Scenario)}
+    sc_doc = {**doc.get("scenario", {}), **{k: v for k, v in overrides.items() if k in sc_fields}}
+    variants = tuple(Variant(**{**v, "args": tuple(str(a) for a in v.get("args", ()))}) for v in doc["variants"])
+    names = [v.name for v in variants]
+    if len(set(names)) != len(names):
+        raise ValueError(f"{path}: duplicate variant names")
+    modes = tuple(overrides.get("modes") or doc.get("modes", MODES))
+    bad = [m for m in modes if m not in MODES]
+    if bad:
+        raise ValueError(f"unknown session-key modes {bad} (known: {', '.join(MODES)})")
+    return BenchConfig(
+        scenario=Scenario(**sc_doc),
+        variants=variants,
+        modes=modes,
+        latency=EngineLatency(**doc.get("engine", {})),
+        run_timeout_s=float(doc.get("run_timeout_s", 90.0)),
+    )
+
+
+# --- result --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RunResult:
+    mode: str
+    variant: str
+    policy: str
+    ours: bool
+    router_args: tuple[str, ...]
+    requests: int
+    errors: int
+    hit_rate: float | None
+    oracle_hit_rate: float
+    running_spread: float | None
+    uncached_spread: float | None
+    request_spread: float | None
+    p50_ms: float | None
+    p95_ms: float | None
+    router_cpu_s: float | None
+    wall_s: float
+    engines: tuple[dict[str, Any], ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def hit_vs_oracle(self) -> float | None:
+        if self.hit_rate is None or self.oracle_hit_rate <= 0:
+            return None
+        return self.hit_rate / self.oracle_hit_rate
+
+    def meets_target(self, hit_ratio: float = 0.95, max_spread: float = 1.25) -> bool:
+        h = self.hit_vs_oracle
+        return (h is not None and h >= hit_ratio and self.running_spread is not None
+                and self.running_spread <= max_spread and self.errors == 0)
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..1) of the values; None for none."""
+    if not values:
+        return None
+    s = sorted(values)
+    k = max(0, min(len(s) - 1, int(-(-q * len(s) // 1)) - 1))
+    return s[k]
+
+
+def _fmt(v: float | None, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+TABLE_COLUMNS = ("mode", "variant", "policy", "hit", "oracle", "hit/orc", "run max/mean", "uncached max/mean",
+                 "p50 ms", "p95 ms", "err", "router cpu s", "target")
+
+
+def table_rows(results: Sequence[RunResult]) -> list[tuple[str, ...]]:
+    rows = []
+    for r in results:
+        rows.append((
+            r.mode, ("* " if r.ours else "") + r.variant, r.policy,
+            _fmt(r.hit_rate, ".3f"), f"{r.oracle_hit_rate:.3f}", _fmt(r.hit_vs_oracle, ".2f"),
+            _fmt(r.running_spread, ".2f"), _fmt(r.uncached_spread, ".2f"),
+            _fmt(r.p50_ms, ".0f"), _fmt(r.p95_ms, ".0f"), str(r.errors), _fmt(r.router_cpu_s, ".2f"),
+            "yes" if r.meets_target() else "no",
+        ))
+    return rows
+
+
+def format_table(results: Sequence[RunResult]) -> str:
+    rows = [TABLE_COLUMNS, *table_rows(results)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(TABLE_COLUMNS))]
+    lines = []
+    for n, row in enumerate(rows):
+        lines.append("  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def report_dict(cfg: BenchConfig, results: Sequence[RunResult], command: str, oracle_rate: float,
+                trace_stats: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "benchmark": "routing",
+        "command": command,
+        "versions": {"vllm-router": ROUTER_VERSION, "llm-d-inference-sim": SIM_VERSION},
+        "scenario": asdict(cfg.scenario),
+        "engine_latency": asdict(cfg.latency),
+        "modes": list(cfg.modes),
+        "trace": trace_stats,
+        "oracle_hit_rate": oracle_rate,
+        "target": {"hit_vs_oracle_min": 0.95, "running_spread_max": 1.25},
+        "results": [{**asdict(r), "hit_vs_oracle": r.hit_vs_oracle, "meets_target": r.meets_target()}
+                    for r in results],
+    }
+
+
+# --- processes -----------------------------------------------------------------------------------
+
+def find_sim_binary() -> Path | None:
+    """The bind-host-patched build first (listens on loopback only), then the upstream build."""
+    env = os.environ.get("V41F_SIM_BIN")
+    candidates = [Path(env)] if env else []
+    candidates += [CACHE / "bin" / f"inference-sim-{SIM_VERSION}-v41f1" / "llm-d-inference-sim",
+                   CACHE / "bin" / f"inference-sim-{SIM_VERSION}" / "llm-d-inference-sim"]
+    return next((p for p in candidates if p.is_file() and os.access(p, os.X_OK)), None)
+
+
+def find_router_binary() -> Path | None:
+    p = Path(sys.executable).parent / "vllm-router"
+    return p if p.is_file() else None
+
+
+def free_ports(n: int) -> list[int]:
+    socks, ports = [], []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind((LOOPBACK, 0))
+            socks.append(s)
+            ports.append(s.getsockname()[1])
+    finally:
+        for s in socks:
+            s.close()
+    return ports
+
+
+class Processes:
+    """Every process this benchmark starts, each in its own process group; stop() ends them all."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+
+    def start(self, name: str, argv: Sequence[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_dir / f"{name}.log", "wb")
+        try:
+            p = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 env={**os.environ, **(env or {})}, start_new_session=True)
+        finally:
+            log.close()  # the child holds its own descriptor
+        self.procs.append((name, p))
+        return p
+
+    def stop(self) -> None:
+        for _, p in reversed(self.procs):
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)  # the group we created with start_new_session
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + 5.0
+        for _, p in self.procs:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait(timeout=5)
+        self.procs.clear()
+
+    def dead(self) -> list[str]:
+        return [f"{n} (exit {p.returncode})" for n, p in self.procs if p.poll() is not None]
+
+
+def sim_argv(binary: Path, port: int, sc: Scenario, lat: EngineLatency, zmq_endpoint: str | None,
+             seed: int) -> list[str]:
+    return [str(binary), "--port", str(port), "--model", MODEL, "--served-model-name", MODEL,
+            "--force-dummy-tokenizer", "--mode", "random", "--seed", str(seed),
+            "--enable-kvcache", "--kv-cache-size", str(sc.kv_cache_blocks), "--block-size", str(sc.block_size),
+            # vLLM's map event format; empty endpoint = no publisher
+            f"--zmq-endpoint={zmq_endpoint or ''}", "--use-vllm-map-event-format",
+            "--max-num-seqs", str(lat.max_num_seqs), "--max-model-len", "1000000",
+            "--prefill-overhead", f"{lat.prefill_overhead_ms}ms",
+            "--prefill-time-per-token", f"{lat.prefill_us_per_token}us",
+            "--inter-token-latency", f"{lat.inter_token_ms}ms",
+            "--time-factor-under-load", str(lat.time_factor_under_load), "-v", "0"]
+
+
+SIM_ENV = {"POD_IP": LOOPBACK, "V41F_SIM_BIND_HOST": LOOPBACK}  # KV cache needs POD_IP; bind loopback only
+
+
+def router_argv(binary: Path, variant: Variant, port: int, metrics_port: int, workers: Sequence[str],
+                event_endpoints: Sequence[str], block_size: int) -> list[str]:
+    argv = [str(binary), "--host", LOOPBACK, "--port", str(port),
+            "--prometheus-host", LOOPBACK, "--prometheus-port", str(metrics_port),
+            "--worker-urls", *workers, "--policy", variant.policy, *variant.args,
+            "--request-timeout-secs", "120", "--disable-retries",
+            "--worker-startup-check-interval", "1", "--log-level", "warning"]
+    if variant.kv_events:
+        for url, ep in zip(workers, event_endpoints):
+            argv += ["--kv-event-source", f"{url}={ep}"]
+        argv += ["--kv-event-block-size", str(block_size), "--kv-event-model", MODEL]
+    return argv
+
+
+def variant_flags(variant: Variant, block_size: int) -> tuple[str, ...]:
+    """The flags that make this variant what it is (for the report; addresses left out)."""
+    flags = ("--policy", variant.policy, *variant.args)
+    if variant.kv_events:
+        flags += ("--kv-event-source", "<engine>=<zmq>", "--kv-event-block-size", str(block_size),
+                  "--kv-event-model", MODEL)
+    return flags
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """utime + stime of a process (all its threads) from /proc/<pid>/stat."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    rest = stat[stat.rindex(")") + 2:].split()  # fields after "pid (comm)"; utime, stime = fields 14, 15
+    return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _wait_http(client: httpx.AsyncClient, url: str, deadline: float, procs: Processes) -> None:
+    while time.monotonic() < deadline:
+        dead = procs.dead()
+        if dead:
+            raise RuntimeError(f"exited before ready: {', '.join(dead)} (logs in {procs.log_dir})")
+        try:
+            if (await client.get(url, timeout=2.0)).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        await asyncio.sleep(0.1)
+    raise RuntimeError(f"{url} not ready in time (logs in {procs.log_dir})")
+
+
+# --- the replay ----------------------------------------------------------------------------------
+
+def request_body(turn: Turn, session: Session, mode: str, variant: Variant) -> tuple[dict[str, Any], dict[str, str]]:
+    body = {"model": MODEL, "messages": [{"role": r, "content": c} for r, c in turn.messages],
+            "max_tokens": turn.max_tokens, "ignore_eos": True, "stream": False}
+    headers = {"content-type": "application/json"}
+    if mode == "header":
+        headers[SESSION_HEADER] = session.id
+    elif variant.session_key == "derived":
+        headers[SESSION_HEADER] = derived_session_key(turn.messages)
+    return body, headers
+
+
+async def _replay(client: httpx.AsyncClient, base: str, trace: Trace, mode: str, variant: Variant,
+                  timeout_s: float) -> tuple[list[float], int, int]:
+    latencies: list[float] = []
+    errors = 0
+    sent = 0
+
+    async def run_root(root: Session) -> None:
+        nonlocal errors, sent
+        for session, turn in root.requests():
+            if turn.think_s > 0:
+                await asyncio.sleep(turn.think_s)
+            body, headers = request_body(turn, session, mode, variant)
+            sent += 1
+            t0 = time.monotonic()
+            try:
+                r = await client.post(f"{base}/v1/chat/completions", content=json.dumps(body), headers=headers)
+                if r.status_code == 200:
+                    latencies.append(time.monotonic() - t0)
+                else:
+                    errors += 1
+            except httpx.HTTPError:
+                errors += 1
+
+    tasks = [asyncio.create_task(run_root(s)) for s in trace.sessions]
+    done, pending = await asyncio.wait(tasks, timeout=timeout_s)
+    for t in pending:
+        t.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    total = len(trace.requests())
+    errors += total - sent + sum(1 for t in pending)  # never sent, or cut off in flight
+    return latencies, errors, total
+
+
+async def _scrape(client: httpx.AsyncClient, url: str) -> dict[str, Any]:
+    r = await client.get(f"{url}/metrics", timeout=5.0)
+    r.raise_for_status()
+    return parse_metrics(r.text)
+
+
+async def run_one(cfg: BenchConfig, trace: Trace, oracle_rate: float, mode: str, variant: Variant,
+                  sim: Path, router: Path, log_dir: Path) -> RunResult:
+    sc = cfg.scenario
+    procs = Processes(log_dir / f"{mode}-{variant.name}")
+    n = sc.engines
+    ports = free_ports(2 + n * 3)
+    rport, mport, eports, zin, zout = ports[0], ports[1], ports[2:2 + n], ports[2 + n:2 + 2 * n], ports[2 + 2 * n:]
+    workers = [f"http://{LOOPBACK}:{p}" for p in eports]
+    notes: list[str] = []
+    limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
+    try:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(cfg.run_timeout_s), limits=limits) as client:
+            if variant.kv_events:
+                pairs = [f"tcp://{LOOPBACK}:{a},tcp://{LOOPBACK}:{b}" for a, b in zip(zin, zout)]
+                procs.start("zmq-forward", [sys.executable, "-m", "v41flash.routing.zmq_forward", *pairs])
+            for i, port in enumerate(eports):
+                ep = f"tcp://{LOOPBACK}:{zin[i]}" if variant.kv_events else None
+                procs.start(f"engine{i}", sim_argv(sim, port, sc, cfg.latency, ep, sc.seed + i), SIM_ENV)
+            deadline = time.monotonic() + 30
+            for url in workers:
+                await _wait_http(client, f"{url}/health", deadline, procs)
+            rp = procs.start("router", router_argv(router, variant, rport, mport, workers,
+                                                  [f"tcp://{LOOPBACK}:{p}" for p in zout], sc.block_size))
+            base = f"http://{LOOPBACK}:{rport}"
+            await _wait_http(client, f"{base}/readiness", time.monotonic() + 60, procs)
+            if variant.kv_events:
+                await asyncio.sleep(1.0)  # let SUB connections settle: ZMQ drops what comes before
+            before = {u: await _scrape(client, u) for u in workers}
+            cpu0, t0 = cpu_seconds(rp.pid), time.monotonic()
+            latencies, errors, total = await _replay(client, base, trace, mode, variant, cfg.run_timeout_s)
+            wall, cpu1 = time.monotonic() - t0, cpu_seconds(rp.pid)
+            after = {u: await _scrape(client, u) for u in workers}
+            dead = procs.dead()
+            if dead:
+                notes.append("exited during the run: " + ", ".join(dead))
+    finally:
+        procs.stop()
+    usage = [obs.engine_usage(u, before[u], after[u], wall) for u in workers]
+    o = obs.observe(usage)
+    return RunResult(
+        mode=mode, variant=variant.name, policy=variant.policy, ours=variant.ours,
+        router_args=variant_flags(variant, sc.block_size),
+        requests=total, errors=errors, hit_rate=o.hit_rate, oracle_hit_rate=oracle_rate,
+        running_spread=o.running_spread, uncached_spread=o.uncached_spread, request_spread=o.request_spread,
+        p50_ms=_ms(percentile(latencies, 0.5)), p95_ms=_ms(percentile(latencies, 0.95)),
+        router_cpu_s=(cpu1 - cpu0) if cpu0 is not None and cpu1 is not None else None, wall_s=round(wall, 2),
+        engines=tuple({"engine": i, "prompt_tokens": u.prompt_tokens, "hit_tokens": u.hit_tokens,
+                       "requests": u.requests, "mean_running": u.mean_running} for i, u in enumerate(usage)),
+        notes=tuple(notes),
+    )
+
+
+def _ms(s: float | None) -> float | None:
+    return None if s is None else round(s * 1000.0, 1)
+
+
+async def render_tokens(cfg: BenchConfig, trace: Trace, sim: Path, log_dir: Path) -> list[list[int]]:
+    """Token ids of every request as the engines see them (one engine's /render), for the oracle."""
+    procs = Processes(log_dir / "render")
+    port = free_ports(1)[0]
+    url = f"http://{LOOPBACK}:{port}"
+    try:
+        procs.start("engine", sim_argv(sim, port, cfg.scenario, cfg.latency, None, cfg.scenario.seed), SIM_ENV)
+        async with httpx.AsyncClient(timeout=30.0) as client:
+            await _wait_http(client, f"{url}/health", time.monotonic() + 30, procs)
+            out = []
+            for _, turn in trace.requests():
+                body = {"model": MODEL, "messages": [{"role": r, "content": c} for r, c in turn.messages]}
+                r = await client.post(f"{url}/v1/chat/completions/render", json=body)
+                r.raise_for_status()
+                out.append(list(r.json()["token_ids"]))
+            return out
+    finally:
+        procs.stop()
+
+
+def trace_stats(trace: Trace, tokens: Sequence[Sequence[int]]) -> dict[str, Any]:
+    reqs = trace.requests()
+    return {
+        "root_sessions": len(trace.sessions),
+        "subagents": sum(1 for s in trace.sessions if s.subagent is not None),
+        "requests": len(reqs),
+        "prompt_tokens": sum(len(t) for t in tokens),
+        "mean_prompt_tokens": round(sum(len(t) for t in tokens) / max(1, len(tokens)), 1),
+        "max_prompt_tokens": max((len(t) for t in tokens), default=0),
+        "output_tokens": sum(turn.max_tokens for _, turn in reqs),
+    }
+
+
+def run_bench(cfg: BenchConfig, out_dir: Path, command: str,
+              progress: Callable[[str], None] = print) -> dict[str, Any]:
+    sim, router = find_sim_binary(), find_router_binary()
+    if sim is None:
+        raise FileNotFoundError(f"llm-d-inference-sim {SIM_VERSION} not found under {CACHE}/bin: "
+                                f"run e2e/build-tools.sh inference-sim (or set V41F_SIM_BIN)")
+    if router is None:
+        raise FileNotFoundError("vllm-router not found next to this Python: pip install -e '.[dev]'")
+    if any(v.kv_events for v in cfg.variants):
+        try:
+            import zmq  # noqa: F401
+        except ImportError as exc:
+            raise RuntimeError("KV-event variants need pyzmq (dev extra): pip install -e '.[dev]'") from exc
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log_dir = out_dir / "logs"
+    trace = build_trace(cfg.scenario)
+    progress(f"trace: {len(trace.sessions)} root sessions, {len(trace.requests())} requests; rendering for the oracle")
+    tokens = asyncio.run(render_tokens(cfg, trace, sim, log_dir))
+    roots = [s.root for s, _ in trace.requests()]
+    orc = oracle(list(zip(roots, tokens)), cfg.scenario.engines, cfg.scenario.block_size)
+    stats = trace_stats(trace, tokens)
+    progress(f"oracle hit rate {orc.hit_rate:.3f} over {stats['prompt_tokens']} prompt tokens")
+    results: list[RunResult] = []
+    for mode in cfg.modes:
+        for v in cfg.variants:
+            t0 = time.monotonic()
+            r = asyncio.run(run_one(cfg, trace, orc.hit_rate, mode, v, sim, router, log_dir))
+            results.append(r)
+            progress(f"[{len(results)}/{len(cfg.modes) * len(cfg.variants)}] {mode:6} {v.name:28} "
+                     f"hit {_fmt(r.hit_rate, '.3f')} ({_fmt(r.hit_vs_oracle, '.2f')} of oracle) "
+                     f"running max/mean {_fmt(r.running_spread, '.2f')} p95 {_fmt(r.p95_ms, '.0f')} ms "
+                     f"errors {r.errors} ({time.monotonic() - t0:.1f}s)")
+    report = report_dict(cfg, results, command, orc.hit_rate, stats)
+    (out_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    return report

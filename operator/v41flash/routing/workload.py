@@ -1,0 +1,202 @@
+"""AgentX-like multi-turn agent sessions, scaled down for a 2-core loopback benchmark, and their oracle.
+
+A session resends its whole context every turn (system prefix shared by all sessions, then its own
+turns) and appends the new tokens of the latest tool result; some sessions spawn one sub-agent that
+starts from the parent's context at that turn (AgentX: ~44 % of sessions spawn sub-agents sharing the
+parent's prefix) and the parent waits for it. Text is made of unique words so that one word is one
+token for llm-d-inference-sim's dummy tokenizer and no two sessions share anything but the system
+prefix (AgentX replay rule: each session's first turn carries a unique marker).
+
+Everything here is pure and seeded: the same Scenario gives the same trace on every run.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Workload shape. Token figures are AgentX's divided by ``token_scale`` (see docs/*-routing.md)."""
+    name: str = "agentx-small"
+    seed: int = 41
+    engines: int = 4
+    sessions: int = 16  # root sessions, all live at once (closed loop: concurrency = live sessions)
+    turns_min: int = 6
+    turns_max: int = 12
+    system_tokens: int = 1000  # shared by every session (AgentX: 32k global shared prefix)
+    first_turn_tokens: int = 150  # per-session prefix (AgentX: ~5k)
+    new_tokens_median: int = 125  # lognormal new tokens per turn (AgentX: median 4k, mean 6k)
+    new_tokens_mean: int = 190
+    new_tokens_max: int = 1500
+    output_tokens_median: int = 25  # lognormal output (AgentX: median 800, mean 1k)
+    output_tokens_mean: int = 32
+    output_tokens_max: int = 200
+    subagent_fraction: float = 0.44  # sessions that spawn one sub-agent sharing the parent's prefix
+    subagent_turns_min: int = 3
+    subagent_turns_max: int = 5
+    subagent_task_tokens: int = 100
+    agentic_think_fraction: float = 0.7  # 70 % agentic (mean 5 s) / 30 % human (mean 30 s) gaps
+    agentic_think_mean_s: float = 5.0
+    human_think_mean_s: float = 30.0
+    think_cap_s: float = 10.0  # AgentX replay caps idle gaps at 10 s
+    time_scale: float = 0.02  # think times are multiplied by this (10 s cap -> 0.2 s)
+    block_size: int = 16  # engine KV block size (tokens); hits are counted in whole blocks
+    kv_cache_blocks: int = 40000  # per engine: 20M tokens per H200 / token_scale 32 / 16-token blocks
+    token_scale: int = 32  # documentation only: how far token sizes were divided
+
+    def __post_init__(self) -> None:
+        if self.engines < 1 or self.sessions < 1:
+            raise ValueError("engines and sessions must be >= 1")
+        if not 1 <= self.turns_min <= self.turns_max:
+            raise ValueError("need 1 <= turns_min <= turns_max")
+        if not 1 <= self.subagent_turns_min <= self.subagent_turns_max:
+            raise ValueError("need 1 <= subagent_turns_min <= subagent_turns_max")
+        if not 0.0 <= self.subagent_fraction <= 1.0:
+            raise ValueError("subagent_fraction must be within [0, 1]")
+
+
+@dataclass(frozen=True)
+class Turn:
+    messages: tuple[tuple[str, str], ...]  # (role, content), the whole context sent this turn
+    max_tokens: int
+    think_s: float  # pause before this turn is sent (0 for a session's first turn)
+
+
+@dataclass(frozen=True)
+class Session:
+    id: str  # what a client would send as its session id (x-session-id)
+    root: str  # the root session this one belongs to (itself, or the parent of a sub-agent)
+    turns: tuple[Turn, ...]
+    subagent: Session | None = None
+    spawn_after_turn: int = -1  # the parent runs its sub-agent after this turn index, then goes on
+
+    def requests(self) -> Iterable[tuple[Session, Turn]]:
+        """This session's requests in the order one client sends them (sub-agent inline)."""
+        for i, turn in enumerate(self.turns):
+            yield self, turn
+            if self.subagent is not None and i == self.spawn_after_turn:
+                yield from self.subagent.requests()
+
+
+@dataclass(frozen=True)
+class Trace:
+    scenario: Scenario
+    sessions: tuple[Session, ...] = field(default=())
+
+    def requests(self) -> list[tuple[Session, Turn]]:
+        return [r for s in self.sessions for r in s.requests()]
+
+
+def _lognormal(rng: random.Random, median: int, mean: int, cap: int) -> int:
+    """Lognormal with the given median and mean (mean > median), clipped to [1, cap]."""
+    mu = math.log(median)
+    sigma = math.sqrt(max(0.0, 2.0 * (math.log(mean) - mu)))
+    return max(1, min(cap, int(round(rng.lognormvariate(mu, sigma)))))
+
+
+def _words(prefix: str, n: int) -> str:
+    return " ".join(f"{prefix}{i}" for i in range(n))
+
+
+def _think(rng: random.Random, sc: Scenario) -> float:
+    mean = sc.agentic_think_mean_s if rng.random() < sc.agentic_think_fraction else sc.human_think_mean_s
+    return round(min(rng.expovariate(1.0 / mean), sc.think_cap_s) * sc.time_scale, 4)
+
+
+def _conversation(rng: random.Random, sc: Scenario, sid: str, start: list[tuple[str, str]], first_user: str,
+                  n_turns: int) -> tuple[list[Turn], list[list[tuple[str, str]]]]:
+    """Turns of one session; also returns the context *before* each turn's reply (for sub-agents)."""
+    context = [*start, ("user", first_user)]
+    turns: list[Turn] = []
+    contexts: list[list[tuple[str, str]]] = []
+    for t in range(n_turns):
+        if t > 0:
+            # The previous reply and the new tool result are appended; the whole context is resent.
+            out = turns[-1].max_tokens
+            context = [*context, ("assistant", _words(f"{sid}a{t}w", out)),
+                       ("user", _words(f"{sid}t{t}w", _lognormal(rng, sc.new_tokens_median, sc.new_tokens_mean,
+                                                                   sc.new_tokens_max)))]
+        out_tokens = _lognormal(rng, sc.output_tokens_median, sc.output_tokens_mean, sc.output_tokens_max)
+        turns.append(Turn(tuple(context), out_tokens, 0.0 if t == 0 else _think(rng, sc)))
+        contexts.append(list(context))
+    return turns, contexts
+
+
+def build_trace(sc: Scenario) -> Trace:
+    rng = random.Random(sc.seed)
+    system = ("system", _words("sys", sc.system_tokens))
+    sessions: list[Session] = []
+    for i in range(sc.sessions):
+        sid = f"s{i}"
+        n_turns = rng.randint(sc.turns_min, sc.turns_max)
+        turns, contexts = _conversation(rng, sc, sid, [system], _words(f"{sid}u", sc.first_turn_tokens), n_turns)
+        sub, spawn = None, -1
+        if n_turns >= 2 and rng.random() < sc.subagent_fraction:
+            spawn = rng.randint(0, n_turns - 2)
+            sub_id = f"{sid}.sub"
+            # The sub-agent inherits the parent's context (shared prefix) and gets its own task.
+            parent_ctx = [*contexts[spawn], ("assistant", _words(f"{sid}a{spawn}sw", turns[spawn].max_tokens))]
+            sub_turns, _ = _conversation(rng, sc, sub_id, parent_ctx, _words(f"{sub_id}u", sc.subagent_task_tokens),
+                                         rng.randint(sc.subagent_turns_min, sc.subagent_turns_max))
+            sub = Session(sub_id, sid, tuple(sub_turns))
+        sessions.append(Session(sid, sid, tuple(turns), sub, spawn))
+    return Trace(sc, tuple(sessions))
+
+
+def derived_session_key(messages: Sequence[tuple[str, str]]) -> str:
+    """What a header-injecting front proxy would send as x-session-id when the client sends none.
+
+    The first non-system message identifies the conversation: it is the same in every turn of a
+    session and in its sub-agents (which resend the parent's context), and unique across sessions.
+    """
+    for role, content in messages:
+        if role != "system":
+            return "p-" + hashlib.sha256(content.encode()).hexdigest()[:16]
+    return "p-" + hashlib.sha256(messages[0][1].encode()).hexdigest()[:16] if messages else "p-empty"
+
+
+def block_chain(tokens: Sequence[int], block_size: int) -> list[int]:
+    """Chained hashes of the full blocks of a token sequence (block i's hash covers tokens 0..i)."""
+    out: list[int] = []
+    h = 0
+    for b in range(len(tokens) // block_size):
+        h = hash((h, tuple(tokens[b * block_size:(b + 1) * block_size])))
+        out.append(h)
+    return out
+
+
+@dataclass(frozen=True)
+class OracleResult:
+    hit_tokens: int
+    prompt_tokens: int
+    placement: dict[str, int]  # root session -> engine
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hit_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+
+def oracle(requests: Sequence[tuple[str, Sequence[int]]], engines: int, block_size: int) -> OracleResult:
+    """Best hit rate routing can reach: each root session (with its sub-agents) on one engine, cache infinite.
+
+    ``requests`` are (root session id, prompt token ids) in send order. Roots are placed round-robin in
+    order of first appearance (even spread); a request hits the longest run of leading full blocks
+    already stored on its engine, the way the engines count prefix-cache hits.
+    """
+    placement: dict[str, int] = {}
+    stored: list[set[int]] = [set() for _ in range(engines)]
+    hits = total = 0
+    for root, tokens in requests:
+        engine = placement.setdefault(root, len(placement) % engines)
+        chain = block_chain(tokens, block_size)
+        n = 0
+        while n < len(chain) and chain[n] in stored[engine]:
+            n += 1
+        hits += n * block_size
+        total += len(tokens)
+        stored[engine].update(chain)
+    return OracleResult(hits, total, placement)
