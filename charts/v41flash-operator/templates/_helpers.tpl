@@ -1,0 +1,114 @@
+{{/* Chart name, truncated to the 63 characters a label value allows. */}}
+{{- define "v41flash.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full name: the release name when it already contains the chart name, else release-chart. */}}
+{{- define "v41flash.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "v41flash.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Selector labels: stable across upgrades (a Deployment's selector is immutable). */}}
+{{- define "v41flash.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "v41flash.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "v41flash.labels" -}}
+{{ include "v41flash.selectorLabels" . }}
+app.kubernetes.io/part-of: v41flash
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ include "v41flash.chart" . }}
+{{- end }}
+
+{{- define "v41flash.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "v41flash.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "v41flash.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+What the operator does in a namespace it watches, resource by resource, with exact verbs.
+Server-side apply is a PATCH that creates a missing object, so it needs both patch and create.
+*/}}
+{{- define "v41flash.namespacedRules" -}}
+# Its own custom resources: watch them, add/remove its finalizer and kopf's annotations, write status.
+- apiGroups: ["v41flash.io"]
+  resources: ["v41flashdeployments"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["v41flash.io"]
+  resources: ["v41flashdeployments/status"]
+  verbs: ["patch"]
+# Children carry ownerReferences with blockOwnerDeletion; OwnerReferencesPermissionEnforcement checks this.
+- apiGroups: ["v41flash.io"]
+  resources: ["v41flashdeployments/finalizers"]
+  verbs: ["update"]
+# Children: server-side apply, list by label to prune, delete what is no longer desired.
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["list", "create", "patch", "delete"]
+- apiGroups: ["leaderworkerset.x-k8s.io"]
+  resources: ["leaderworkersets"]
+  verbs: ["list", "create", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["services", "serviceaccounts"]
+  verbs: ["list", "create", "patch", "delete"]
+# get: the planner reads a capacity profile from a ConfigMap named in the spec.
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", "list", "create", "patch", "delete"]
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["roles", "rolebindings"]
+  verbs: ["list", "create", "patch", "delete"]
+- apiGroups: ["policy"]
+  resources: ["poddisruptionbudgets"]
+  verbs: ["list", "create", "patch", "delete"]
+# Pods: observed for status and metrics, annotated with a deletion cost before a scale-down. get/list/watch
+# are also what the router's Role grants, and RBAC only lets the operator grant what it holds itself.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create"]
+{{- end }}
+
+{{/* Cluster-scoped reads kopf uses to notice CRDs (and, when namespaced, namespaces) appearing or going. */}}
+{{- define "v41flash.observerRules" -}}
+- apiGroups: ["apiextensions.k8s.io"]
+  resources: ["customresourcedefinitions"]
+  verbs: ["list", "watch"]
+{{- if .Values.watchNamespaces }}
+- apiGroups: [""]
+  resources: ["namespaces"]
+  verbs: ["list", "watch"]
+{{- end }}
+{{- end }}

@@ -1,0 +1,293 @@
+"""The Helm chart (charts/v41flash-operator) and the kustomize install (manifests/) it generates.
+
+Needs helm built by `bash e2e/build-tools.sh helm` (pinned in e2e/versions.env); without it the tests that
+render the chart skip and say how to build it. Everything else (CRD copies, RBAC derived from the code) runs
+without helm.
+"""
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from v41flash.api import v1alpha1 as api
+from v41flash.cli.main import build_parser
+from v41flash.controller.kube import CHILD_KINDS
+from v41flash.render import render
+
+REPO = Path(__file__).resolve().parent.parent
+CHART = REPO / "charts" / "v41flash-operator"
+K8S_VERSION = "1.36.0"
+
+_spec = importlib.util.spec_from_file_location("manifests_sync", REPO / "manifests" / "sync.py")
+sync = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(sync)
+
+# What the operator may do, resource by resource: (apiGroup, resource) -> verbs. Each line is justified in
+# charts/v41flash-operator/templates/_helpers.tpl; a change to the code's API use must change this table.
+CHILD = {"list", "create", "patch", "delete"}  # server-side apply (patch + create), prune by label, delete
+NAMESPACED_RULES = {
+    ("v41flash.io", "v41flashdeployments"): {"get", "list", "watch", "patch"},
+    ("v41flash.io", "v41flashdeployments/status"): {"patch"},
+    ("v41flash.io", "v41flashdeployments/finalizers"): {"update"},
+    ("apps", "deployments"): CHILD,
+    ("leaderworkerset.x-k8s.io", "leaderworkersets"): CHILD,
+    ("", "services"): CHILD,
+    ("", "serviceaccounts"): CHILD,
+    ("", "configmaps"): CHILD | {"get"},
+    ("rbac.authorization.k8s.io", "roles"): CHILD,
+    ("rbac.authorization.k8s.io", "rolebindings"): CHILD,
+    ("policy", "poddisruptionbudgets"): CHILD,
+    ("", "pods"): {"get", "list", "watch", "patch"},
+    ("", "events"): {"create"},
+    ("events.k8s.io", "events"): {"create"},
+}
+CRD_OBSERVATION = {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"}}
+NAMESPACE_OBSERVATION = {("", "namespaces"): {"list", "watch"}}
+VALUE_SETS = {
+    "defaults": [],
+    "namespaced": ["--set", "watchNamespaces={team-a,team-b}"],
+    "namespaced-no-observer": ["--set", "watchNamespaces={team-a}", "--set", "rbac.clusterObservation=false"],
+    "everything-on": ["--set", "serviceMonitor.enabled=true", "--set", "podMonitor.enabled=true",
+                      "--set", "prometheusRule.enabled=true", "--set", "dashboard.enabled=true",
+                      "--set", "image.digest=sha256:" + "0" * 64, "--set", "verbose=true",
+                      "--set", "nodeSelector.pool=system", "--set", "tolerations[0].operator=Exists"],
+}
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    path = sync.helm_binary()
+    if not path.exists():
+        pytest.skip(f"{path} not built: run `bash e2e/build-tools.sh helm`")
+    return path
+
+
+def template(helm: Path, *args: str) -> list[dict]:
+    out = subprocess.run([str(helm), "template", "v41flash-operator", str(CHART), "--namespace", "v41flash-system",
+                          *args], check=True, capture_output=True, text=True).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def rules_of(role: dict) -> dict[tuple[str, str], set[str]]:
+    """(apiGroup, resource) -> verbs; fails on any wildcard or a resource granted twice."""
+    out: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        assert "resourceNames" not in rule and "nonResourceURLs" not in rule
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                assert "*" not in group and "*" not in resource and "*" not in rule["verbs"], rule
+                assert (group, resource) not in out, f"{group}/{resource} granted twice"
+                out[(group, resource)] = set(rule["verbs"])
+    return out
+
+
+def by_kind(objs: list[dict], kind: str) -> list[dict]:
+    return [o for o in objs if o["kind"] == kind]
+
+
+# --- CRD copies -------------------------------------------------------------------------------------------
+
+def test_chart_and_kustomize_carry_the_generated_crd_byte_for_byte():
+    for crd in sorted((REPO / "crds").glob("*.yaml")):
+        for copy in (CHART / "crds" / crd.name, REPO / "manifests" / "base" / "crds" / crd.name):
+            assert copy.exists() and copy.read_bytes() == crd.read_bytes(), \
+                f"{copy.relative_to(REPO)} differs from crds/: run .venv/bin/python manifests/sync.py"
+    assert {p.name for p in (CHART / "crds").glob("*.yaml")} == {p.name for p in (REPO / "crds").glob("*.yaml")}
+
+
+# --- Rendering --------------------------------------------------------------------------------------------
+
+def test_helm_lint_is_clean(helm):
+    for name, args in VALUE_SETS.items():
+        r = subprocess.run([str(helm), "lint", "--strict", str(CHART), *args], capture_output=True, text=True)
+        assert r.returncode == 0, f"{name}: {r.stdout}{r.stderr}"
+        assert "[WARNING]" not in r.stdout and "[ERROR]" not in r.stdout, f"{name}: {r.stdout}"
+
+
+# Kinds of the Prometheus Operator: no upstream schema in kubernetes_validate; their content is checked in
+# tests/test_chart_observability.py.
+PROMETHEUS_OPERATOR_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+
+
+@pytest.mark.parametrize("values", list(VALUE_SETS), ids=list(VALUE_SETS))
+def test_every_rendered_object_is_valid_kubernetes(helm, values):
+    objs = template(helm, *VALUE_SETS[values])
+    assert objs
+    for obj in objs:
+        if obj["kind"] in PROMETHEUS_OPERATOR_KINDS:
+            assert obj["apiVersion"] == "monitoring.coreos.com/v1"
+            continue
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    # Helm installs crds/ itself; validate that copy too (kubectl and Helm send it as is).
+    for crd in (CHART / "crds").glob("*.yaml"):
+        kubernetes_validate.validate(yaml.safe_load(crd.read_text()), K8S_VERSION, strict=True)
+
+
+def test_optional_objects_follow_their_toggles(helm):
+    kinds = lambda objs: sorted(o["kind"] for o in objs)  # noqa: E731
+    assert kinds(template(helm)) == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
+                                     "ServiceAccount"]
+    on = template(helm, *VALUE_SETS["everything-on"])
+    assert kinds(on) == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "PodMonitor",
+                         "PrometheusRule", "Service", "ServiceAccount", "ServiceMonitor"]
+    none = template(helm, "--set", "rbac.create=false", "--set", "serviceAccount.create=false",
+                    "--set", "serviceAccount.name=existing", "--set", "metrics.service.enabled=false")
+    assert kinds(none) == ["Deployment"]
+    assert none[0]["spec"]["template"]["spec"]["serviceAccountName"] == "existing"
+
+
+# --- RBAC: least privilege, derived from what the code does ------------------------------------------------
+
+def test_clusterwide_rbac_has_exactly_the_verbs_the_operator_uses(helm):
+    objs = template(helm)
+    (role,) = by_kind(objs, "ClusterRole")
+    assert rules_of(role) == NAMESPACED_RULES | CRD_OBSERVATION
+    (binding,) = by_kind(objs, "ClusterRoleBinding")
+    (sa,) = by_kind(objs, "ServiceAccount")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": role["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
+                                    "namespace": "v41flash-system"}]
+    assert not by_kind(objs, "Role")
+
+
+def test_namespaced_rbac_is_a_role_per_watched_namespace(helm):
+    objs = template(helm, *VALUE_SETS["namespaced"])
+    roles = by_kind(objs, "Role")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    for role in roles:
+        assert rules_of(role) == NAMESPACED_RULES
+    bindings = by_kind(objs, "RoleBinding")
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
+    for b in bindings:
+        assert b["roleRef"]["kind"] == "Role" and b["subjects"][0]["namespace"] == "v41flash-system"
+    # The only cluster-scoped grant is kopf's read-only observation of CRDs and namespaces.
+    (observer,) = by_kind(objs, "ClusterRole")
+    assert rules_of(observer) == CRD_OBSERVATION | NAMESPACE_OBSERVATION
+    assert not by_kind(template(helm, *VALUE_SETS["namespaced-no-observer"]), "ClusterRole")
+
+
+def test_rbac_covers_every_child_kind_the_controller_prunes():
+    """kube.CHILD_KINDS is what reconcile lists and deletes; each needs the full child verb set."""
+    plural = {"Deployment": "deployments", "LeaderWorkerSet": "leaderworkersets", "Service": "services",
+              "ServiceAccount": "serviceaccounts", "Role": "roles", "RoleBinding": "rolebindings",
+              "PodDisruptionBudget": "poddisruptionbudgets", "ConfigMap": "configmaps"}
+    for api_version, kind in CHILD_KINDS:
+        group = api_version.rpartition("/")[0]
+        assert CHILD <= NAMESPACED_RULES[(group, plural[kind])], kind
+
+
+def _examples() -> list[api.V41FlashDeployment]:
+    out = []
+    for path in sorted((REPO / "manifests" / "examples").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc.get("kind") == api.KIND:
+                out.append(api.V41FlashDeployment.model_validate(doc))
+    return out
+
+
+def test_operator_holds_every_permission_it_grants_and_creates_every_kind_it_renders():
+    """RBAC escalation prevention: the operator can only create a Role granting what it holds itself."""
+    examples = _examples()
+    assert examples, "manifests/examples/ has no V41FlashDeployment"
+    owner = {"apiVersion": api.API_VERSION, "kind": api.KIND, "name": "x", "uid": "u"}
+    seen_roles = 0
+    for ex in examples:
+        for obj in render(ex, owner=owner):
+            group = obj["apiVersion"].rpartition("/")[0]
+            resource = obj["kind"].lower() + "s"
+            assert CHILD <= NAMESPACED_RULES.get((group, resource), set()), f"cannot apply {obj['kind']}"
+            if obj["kind"] == "Role":
+                seen_roles += 1
+                for (g, r), verbs in rules_of(obj).items():
+                    assert verbs <= NAMESPACED_RULES.get((g, r), set()), f"router Role grants {g}/{r} {verbs}"
+    assert seen_roles
+
+
+# --- The operator Deployment -------------------------------------------------------------------------------
+
+def _operator(objs: list[dict]) -> tuple[dict, dict]:
+    (deploy,) = by_kind(objs, "Deployment")
+    (container,) = deploy["spec"]["template"]["spec"]["containers"]
+    return deploy, container
+
+
+def test_operator_deployment_is_hardened_and_single_active(helm):
+    deploy, c = _operator(template(helm))
+    spec, pod = deploy["spec"], deploy["spec"]["template"]["spec"]
+    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    sc = c["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert c["resources"]["requests"]["cpu"] and c["resources"]["requests"]["memory"]
+    assert c["resources"]["limits"]["memory"]
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports == {"metrics": 8080, "health": 8081}
+    for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert c["image"] == "v41flash/operator:0.1.0"
+    assert pod["serviceAccountName"] == "v41flash-operator"
+    # Selector labels must not look like the operator's children (those carry managed-by: v41flash-operator).
+    assert deploy["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"] == "v41flash-operator"
+
+
+@pytest.mark.parametrize("values,namespaces", [("defaults", None), ("namespaced", ["team-a", "team-b"])])
+def test_operator_args_are_what_the_cli_accepts(helm, values, namespaces):
+    """The container args parse with the operator's own argparse (the image's entrypoint is `v41flash`)."""
+    _, c = _operator(template(helm, *VALUE_SETS[values]))
+    args = build_parser().parse_args(c["args"])
+    assert args.command == "operator"
+    assert (args.metrics_port, args.health_port, args.bind_address) == (8080, 8081, "0.0.0.0")
+    assert args.log_format == "json" and args.namespace == namespaces
+
+
+def test_metrics_service_selects_the_operator_pod(helm):
+    objs = template(helm)
+    deploy, _ = _operator(objs)
+    (svc,) = by_kind(objs, "Service")
+    pod_labels = deploy["spec"]["template"]["metadata"]["labels"]
+    assert svc["spec"]["selector"].items() <= pod_labels.items()
+    assert svc["spec"]["ports"] == [{"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"}]
+
+
+# --- kustomize ---------------------------------------------------------------------------------------------
+
+def test_kustomize_base_is_the_chart_rendered(helm):
+    """manifests/ is generated from the chart by manifests/sync.py; nothing may be edited by hand."""
+    r = subprocess.run([".venv/bin/python", "manifests/sync.py", "--check"], cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def _kustomize(path: str) -> list[dict]:
+    out = subprocess.run([str(REPO / ".venv" / "bin" / "kubectl"), "kustomize", str(REPO / path)],
+                         check=True, capture_output=True, text=True).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def test_kustomize_installs_the_same_objects_as_helm(helm):
+    built = _kustomize("manifests/base")
+    helm_objs = [sync.strip_helm_labels(o) for o in template(helm)]
+    key = lambda o: (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"])  # noqa: E731
+    by_key = {key(o): o for o in built}
+    for obj in helm_objs:
+        assert by_key.get(key(obj)) == obj, f"{key(obj)} differs between the chart and manifests/base"
+    crd = yaml.safe_load(next((REPO / "crds").glob("*.yaml")).read_text())
+    assert by_key[("CustomResourceDefinition", "", crd["metadata"]["name"])] == crd
+    assert {k[0] for k in by_key} == {o["kind"] for o in helm_objs} | {"CustomResourceDefinition", "Namespace"}
+    for obj in built:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def test_top_level_kustomization_includes_every_example():
+    built = _kustomize("manifests")
+    names = {o["metadata"]["name"] for o in built if o["kind"] == api.KIND}
+    assert names == {e.metadata["name"] for e in _examples()}
+    assert any(o["kind"] == "Deployment" and o["metadata"]["name"] == "v41flash-operator" for o in built)
