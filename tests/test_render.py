@@ -1,5 +1,6 @@
 """Golden files: `render` of every example (UPDATE_GOLDEN=1 rewrites them), schema-valid for Kubernetes
 1.36 (kubernetes-validate) and, for the LeaderWorkerSet, against the LWS v0.8.0 CRD's own schema."""
+import functools
 import glob
 import os
 from pathlib import Path
@@ -60,6 +61,14 @@ def test_builtin_kinds_validate_against_kubernetes_schema(path):
     assert builtin
     for obj in builtin:
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    # LeaderWorkerSet pod templates are core PodTemplateSpecs: hold them to the same 1.36 schema
+    for obj in render(example(path)):
+        if obj["kind"] == "LeaderWorkerSet":
+            lwt = obj["spec"]["leaderWorkerTemplate"]
+            for key in ("leaderTemplate", "workerTemplate"):
+                kubernetes_validate.validate({"apiVersion": "v1", "kind": "PodTemplate",
+                                              "metadata": {"name": f"{obj['metadata']['name']}-{key}"},
+                                              "template": lwt[key]}, K8S_VERSION, strict=True)
 
 
 def _lws_schema():
@@ -69,7 +78,7 @@ def _lws_schema():
     for root in roots:
         hits = glob.glob(os.path.join(root, LWS_CRD_GLOB)) if root else []
         if hits:
-            crd = yaml.safe_load(Path(hits[0]).read_text())
+            crd = yaml.load(Path(hits[0]).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
             return next(v for v in crd["spec"]["versions"] if v["name"] == "v1")["schema"]["openAPIV3Schema"]
     pytest.skip("LeaderWorkerSet v0.8.0 CRD not in the Go module cache (e2e/build-tools.sh downloads it)")
 
@@ -90,26 +99,29 @@ def _structural_to_jsonschema(node):
     return out
 
 
-def test_leaderworkerset_validates_against_lws_crd():
+@functools.cache
+def _lws_validator():
     import jsonschema
 
     schema = _structural_to_jsonschema(_lws_schema())
     schema["properties"]["metadata"] = {"type": "object"}
+    return jsonschema.Draft7Validator(schema)  # no meta-check of the 17k-line schema on every call
+
+
+def test_leaderworkerset_validates_against_lws_crd():
     lws = [o for p in EXAMPLES for o in render(example(p)) if o["kind"] == "LeaderWorkerSet"]
     assert lws, "an example must render a LeaderWorkerSet (GB300 DEP16 decode)"
     for obj in lws:
-        jsonschema.validate(obj, schema)
+        _lws_validator().validate(obj)
 
 
 def test_lws_schema_check_catches_a_bad_field():
     import jsonschema
 
-    schema = _structural_to_jsonschema(_lws_schema())
-    schema["properties"]["metadata"] = {"type": "object"}
     obj = next(o for p in EXAMPLES for o in render(example(p)) if o["kind"] == "LeaderWorkerSet")
     obj["spec"]["leaderWorkerTemplate"]["sizee"] = 4
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(obj, schema)
+        _lws_validator().validate(obj)
 
 
 def test_kubernetes_schema_check_catches_a_bad_field():
