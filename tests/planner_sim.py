@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from v41flash.metrics.figures import WindowFigures
 from v41flash.planner import capacity
 from v41flash.planner.plan import plan
-from v41flash.planner.profile import find_profile
-from v41flash.planner.types import (
+from v41flash.planner.profile import profile_from_dict
+from v41flash.planner.datatypes import (
     Bounds,
     Observation,
     PlannerConfig,
@@ -23,7 +23,18 @@ from v41flash.planner.types import (
     Slo,
 )
 
-PROFILE = find_profile("low-latency", "H200")
+# a fixed profile for tests (shipped profiles get recalibrated; these numbers must not move)
+PROFILE = profile_from_dict({
+    "metadata": {"name": "test-tp4"},
+    "servingProfile": "low-latency",
+    "gpuProduct": "H200",
+    "prefill": {"parallelism": "TP4", "gpusPerReplica": 4, "coldStartSeconds": 600,
+                "curve": {"overhead": 0.02, "perToken": 1.53e-05, "perTokenContext": 1.2e-10}},
+    "decode": {"parallelism": "TP4", "gpusPerReplica": 4, "coldStartSeconds": 600, "tokensPerStep": 2.5,
+               "maxNumSeqs": 128, "kvCacheTokens": 80_000_000,
+               "curve": {"overhead": 0.007, "perSequence": 0.00017, "perSequenceContext": 6.0e-11}},
+    "kvTransfer": {"overheadSeconds": 0.003, "secondsPerToken": 2.0e-08},
+})
 SLO = Slo(ttft_s=1.5, e2e_p95_s=20.0, ttft_percentile=0.9, window_s=60.0)
 ISL, HIT, OSL, OSL95 = 12000.0, 0.5, 400.0, 1200.0
 CAP = 600.0  # an overloaded queue's latency within one window: large, finite

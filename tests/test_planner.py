@@ -9,7 +9,7 @@ import pytest
 
 from planner_sim import ISL, OSL, OSL95, PROFILE, SLO, Cluster, ideal, run, truth, windows
 from v41flash.planner.plan import plan
-from v41flash.planner.types import (
+from v41flash.planner.datatypes import (
     Bounds,
     Observation,
     PlannerConfig,

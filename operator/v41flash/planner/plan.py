@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from v41flash.metrics.figures import WindowFigures
 from v41flash.planner import capacity
 from v41flash.planner.profile import CapacityProfile
-from v41flash.planner.types import (
+from v41flash.planner.datatypes import (
     Action,
     Bounds,
     Decision,

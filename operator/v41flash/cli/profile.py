@@ -1,0 +1,126 @@
+"""`v41flash profile build|show`: fit a capacity profile from a benchmark run, and print what a profile means."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from v41flash.planner import capacity
+from v41flash.planner.fit import build_profile
+from v41flash.planner.profile import CapacityProfile, load_profile, shipped_profiles
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("profile", help="capacity profiles (build from a benchmark run, show)")
+    sub = parser.add_subparsers(dest="profile_command", metavar="SUBCOMMAND")
+
+    build = sub.add_parser("build", help="fit a capacity profile from measured (ISL, TTFT, batch, ITL) points")
+    build.add_argument("--from", dest="source", required=True, type=Path, help="benchmark-run JSON (or YAML)")
+    build.add_argument("--out", type=Path, help="profile YAML to write (default: stdout)")
+    build.add_argument("--name", help="metadata.name of the new profile (default: from the run)")
+    build.add_argument("--no-base", action="store_true", help="do not fill unmeasured fields from a shipped profile")
+    build.set_defaults(func=_build)
+
+    show = sub.add_parser("show", help="list shipped profiles, or print capacities of some")
+    show.add_argument("profiles", nargs="*", help="shipped profile names or YAML files (none: list shipped)")
+    show.add_argument("--isl", type=float, default=142_000, help="mean prompt tokens (default: AgentX median)")
+    show.add_argument("--hit-rate", type=float, default=0.96, help="prefix-cache hit rate (default: AgentX 0.96)")
+    show.add_argument("--osl", type=float, default=444, help="mean output tokens (default: AgentX median)")
+    show.add_argument("--ttft", type=float, default=2.0, help="TTFT target, seconds")
+    show.add_argument("--percentile", type=float, default=0.9, help="TTFT percentile (0.9 = p90)")
+    show.add_argument("--itl", type=float, default=1 / 100, help="ITL target, seconds (default 10 ms = 100 tok/s/user)")
+    show.add_argument("--yaml", action="store_true", help="print the profiles as YAML instead of a table")
+    show.set_defaults(func=_show)
+    parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
+
+
+def _read_run(path: Path) -> dict:
+    text = path.read_text(encoding="utf-8")
+    return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+
+
+def _build(args: argparse.Namespace) -> int:
+    try:
+        run = _read_run(args.source)
+        if args.name:
+            run["name"] = args.name
+        if args.no_base:
+            run["base"] = None
+        profile, fits = build_profile(run)
+    except (OSError, ValueError, KeyError, ValidationError) as exc:
+        print(f"profile build: {args.source}: {exc}", file=sys.stderr)
+        print("the run format is described in docs/2026-11-30-capacity-profiles.md", file=sys.stderr)
+        return 1
+    header = f"# Capacity profile {profile.metadata.name}: fitted by `v41flash profile build --from {args.source.name}`\n"
+    text = header + profile.to_yaml()
+    if args.out:
+        args.out.write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    for role, fit in fits.items():
+        print(
+            f"{role}: {fit.points} points, mean |error| {fit.mean_relative_error:.1%}, max {fit.max_relative_error:.1%}"
+            + (f" -> {args.out}" if args.out else ""),
+            file=sys.stderr,
+        )
+    return 0
+
+
+def _resolve(name: str) -> CapacityProfile:
+    for p in shipped_profiles():
+        if p.metadata.name == name:
+            return p
+    path = Path(name)
+    if path.exists():
+        return load_profile(path)
+    known = ", ".join(p.metadata.name for p in shipped_profiles())
+    raise ValueError(f"no shipped profile or file named {name!r} (shipped: {known})")
+
+
+def capacity_row(p: CapacityProfile, isl: float, hit: float, osl: float, ttft: float, pct: float, itl: float) -> dict:
+    """What one replica of each role sustains at the given workload and targets (per replica and per GPU)."""
+    new, cached = isl * (1 - hit), isl * hit
+    pre = capacity.prefill_replicas_needed(p.prefill, 1.0, new, cached, ttft, pct, target_utilization=1.0)
+    prefill_rps = 1.0 / pre.replicas if pre.feasible and pre.replicas > 0 else 0.0
+    ctx = isl + osl / 2
+    batch = p.decode.batch_at_itl(itl, ctx)
+    decode_tps = p.decode.data_parallel_size * batch / itl if batch > 0 else 0.0
+    return {
+        "profile": p.metadata.name,
+        "layout": f"{p.prefill.parallelism}/{p.decode.parallelism}",
+        "prefill_s": p.prefill.request_seconds(new, cached),
+        "prefill_rps": prefill_rps,
+        "prefill_rps_gpu": prefill_rps / p.prefill.gpus_per_replica,
+        "decode_itl_b1_ms": p.decode.itl_seconds(1, ctx) * 1000,
+        "decode_seqs": p.decode.data_parallel_size * batch,
+        "decode_tps_gpu": decode_tps / p.decode.gpus_per_replica,
+    }
+
+
+def _show(args: argparse.Namespace) -> int:
+    try:
+        profiles = [_resolve(n) for n in args.profiles] if args.profiles else list(shipped_profiles())
+    except (ValueError, OSError, ValidationError) as exc:
+        print(f"profile show: {exc}", file=sys.stderr)
+        return 1
+    if args.yaml:
+        sys.stdout.write("---\n".join(p.to_yaml() for p in profiles))
+        return 0
+    print(
+        f"workload: ISL {args.isl:.0f} ({args.hit_rate:.0%} cached), OSL {args.osl:.0f}; "
+        f"targets: TTFT p{args.percentile * 100:g} {args.ttft:g}s, ITL {args.itl * 1000:g}ms"
+    )
+    cols = ("profile", "layout", "prefill s", "prefill req/s/replica", "req/s/GPU", "ITL@b1 ms", "decode seqs/replica", "out tok/s/GPU")
+    print("| " + " | ".join(cols) + " |")
+    print("|" + "---|" * len(cols))
+    for p in profiles:
+        r = capacity_row(p, args.isl, args.hit_rate, args.osl, args.ttft, args.percentile, args.itl)
+        print(
+            f"| {r['profile']} | {r['layout']} | {r['prefill_s']:.3f} | {r['prefill_rps']:.2f} | {r['prefill_rps_gpu']:.3f} "
+            f"| {r['decode_itl_b1_ms']:.2f} | {r['decode_seqs']:.0f} | {r['decode_tps_gpu']:.0f} |"
+        )
+    return 0
