@@ -109,6 +109,10 @@ def router_objects(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpe
                 "metadata": {"labels": pod_labels},
                 "spec": {
                     "serviceAccountName": name,
+                    # Router replicas on different nodes when they can be: one node loss keeps the front door.
+                    "topologySpreadConstraints": [{
+                        "maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                        "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": selector}}],
                     "enableServiceLinks": False,
                     # A long request in flight finishes (up to the request timeout) before the pod goes.
                     "terminationGracePeriodSeconds": min(spec.routing.request_timeout_seconds, 600),
