@@ -439,3 +439,21 @@ def test_examples_pass_operator_checks(path):
     assert len(obj.metadata["name"]) <= 40
     for role in ("prefill", "decode"):
         assert getattr(obj.spec, role).min_replicas <= 2
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "manifests" / "examples").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_rendered_engine_container_passes_the_vllm_parser(path):
+    from v41flash.vllm.args import expand_k8s_vars
+    from v41flash.vllm.flags import check_serve_args
+
+    lws_env = {"LWS_LEADER_ADDRESS": "leader.ns", "LWS_WORKER_INDEX": "1"}  # what LWS injects
+    checked = 0
+    for w in render(example(path.stem)):
+        if w["kind"] in ("Deployment", "LeaderWorkerSet") and not w["metadata"]["name"].endswith("-router"):
+            for t in pod_templates(w):
+                c = engine(t)
+                argv = expand_k8s_vars([*c["command"], *c["args"]], lws_env)
+                assert not [a for a in argv if "$(" in a]
+                assert check_serve_args(argv) == [], (w["metadata"]["name"], argv)
+                checked += 1
+    assert checked >= 1
