@@ -1,0 +1,115 @@
+"""Operator-side Prometheus metrics for the planner and the scraper (the controller exports them)."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+
+from v41flash.metrics.window import PodSnapshot
+from v41flash.planner.datatypes import Decision
+
+_DEP = ("namespace", "deployment")
+_ROLE = (*_DEP, "role")
+_LATENCY = {"ttft": "ttft", "e2e_p95": "e2e_p95", "itl": "itl"}
+
+
+class PlannerMetrics:
+    """All series are labelled by the V41FlashDeployment (namespace, name) and, where it applies, role."""
+
+    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        self.decisions = Counter(
+            "v41flash_planner_decisions", "Planner decisions by role and action (scale_up, scale_down, hold).",
+            (*_ROLE, "action"), registry=registry,
+        )
+        self.desired_replicas = Gauge(
+            "v41flash_planner_desired_replicas", "Replicas the planner decided for a role.", _ROLE, registry=registry
+        )
+        self.current_replicas = Gauge(
+            "v41flash_planner_current_replicas", "Replicas a role had when the planner decided.", _ROLE, registry=registry
+        )
+        self.needed_replicas = Gauge(
+            "v41flash_planner_needed_replicas", "Fractional replicas the capacity model needs for the forecast demand.",
+            _ROLE, registry=registry,
+        )
+        self.demand = Gauge(
+            "v41flash_planner_demand_requests_per_second", "Request rate the planner sized a role for (forecast).",
+            _ROLE, registry=registry,
+        )
+        self.predicted_latency = Gauge(
+            "v41flash_planner_predicted_latency_seconds", "Latency the model predicts at the decided replicas.",
+            (*_ROLE, "metric"), registry=registry,
+        )
+        self.observed_latency = Gauge(
+            "v41flash_planner_observed_latency_seconds", "Latency observed in the planner's evaluation window.",
+            (*_ROLE, "metric"), registry=registry,
+        )
+        self.correction = Gauge(
+            "v41flash_planner_correction_factor", "Learned observed/predicted latency factor of the profile.",
+            _ROLE, registry=registry,
+        )
+        self.slo_breached = Gauge(
+            "v41flash_planner_slo_breached", "1 when the role's SLO was breached in the last window.", _ROLE, registry=registry
+        )
+        self.clamped = Counter(
+            "v41flash_planner_clamped_decisions", "Decisions changed by replica bounds or the GPU budget.",
+            _ROLE, registry=registry,
+        )
+        self.scrape_errors = Counter(
+            "v41flash_metrics_scrape_errors", "Failed /metrics scrapes of vLLM or router pods.", _ROLE, registry=registry
+        )
+        self.scrape_duration = Histogram(
+            "v41flash_metrics_scrape_duration_seconds", "Wall time of one scrape of all pods of a deployment.",
+            _DEP, registry=registry, buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30),
+        )
+
+    def record_decision(self, namespace: str, deployment: str, decision: Decision) -> None:
+        for d in decision.roles():
+            labels = (namespace, deployment, d.role)
+            self.decisions.labels(*labels, d.action).inc()
+            self.desired_replicas.labels(*labels).set(d.desired)
+            self.current_replicas.labels(*labels).set(d.current)
+            if d.needed is not None:
+                self.needed_replicas.labels(*labels).set(d.needed)
+            if d.demand_rate is not None:
+                self.demand.labels(*labels).set(d.demand_rate)
+            for metric, pred, obs in (
+                ("ttft", d.predicted_ttft_s, d.observed_ttft_s),
+                ("e2e_p95", d.predicted_e2e_p95_s, d.observed_e2e_p95_s),
+                ("itl", d.predicted_itl_s, d.observed_itl_s),
+            ):
+                if pred is not None:
+                    self.predicted_latency.labels(*labels, metric).set(pred)
+                if obs is not None:
+                    self.observed_latency.labels(*labels, metric).set(obs)
+            self.correction.labels(*labels).set(d.correction)
+            self.slo_breached.labels(*labels).set(1 if d.slo_breached else 0)
+            if d.clamped:
+                self.clamped.labels(*labels).inc()
+
+    def record_scrape(self, namespace: str, deployment: str, snapshots: Sequence[PodSnapshot], duration_s: float) -> None:
+        self.scrape_duration.labels(namespace, deployment).observe(duration_s)
+        for s in snapshots:
+            if not s.ok:
+                self.scrape_errors.labels(namespace, deployment, s.role).inc()
+
+    def forget(self, namespace: str, deployment: str) -> None:
+        """Drop every series of a deleted deployment (no stale series for GitOps dashboards)."""
+        for metric in (
+            self.decisions, self.desired_replicas, self.current_replicas, self.needed_replicas, self.demand,
+            self.predicted_latency, self.observed_latency, self.correction, self.slo_breached, self.clamped,
+            self.scrape_errors, self.scrape_duration,
+        ):
+            for labels in list(metric._metrics):  # prometheus_client keeps children keyed by label tuples
+                if labels[:2] == (namespace, deployment):
+                    metric.remove(*labels)
+
+
+_default: PlannerMetrics | None = None
+
+
+def planner_metrics() -> PlannerMetrics:
+    """The process-wide instance on prometheus_client's default registry (created on first use)."""
+    global _default
+    if _default is None:
+        _default = PlannerMetrics()
+    return _default
