@@ -103,3 +103,12 @@ def test_cel_errors_name_the_field():
 def test_examples_are_valid(path):
     for doc in yaml.safe_load_all(path.read_text()):
         assert _problems(doc) == []
+
+
+def test_cel_profile_defaults_match_the_gpu_catalog():
+    """The CEL rules hard-code per-GPU defaults; they must be the catalog's."""
+    from v41flash.vllm import gpus
+    for name in api.DEFAULT_GPUS_PER_NODE:
+        product = gpus.gpu(name)
+        assert api.DEFAULT_GPUS_PER_NODE[name] == product.gpus_per_node, name
+        assert api.DEFAULT_HIGH_THROUGHPUT_DP.get(name, api.HIGH_THROUGHPUT_DP) == gpus.smallest_fitting_dp(product), name

@@ -28,6 +28,9 @@ DEFAULT_GPUS_PER_NODE: dict[str, int] = {
 DEFAULT_LOW_LATENCY_TP: dict[str, int] = {"H100": 8}
 LOW_LATENCY_TP = 4
 HIGH_THROUGHPUT_DP = 2
+# DEP2 where two GPUs hold the weights (Engram offloaded); smaller cards need more ranks (vllm/gpus.py
+# smallest_fitting_dp computes this table; a test keeps them equal).
+DEFAULT_HIGH_THROUGHPUT_DP: dict[str, int] = {"H100": 8, "H200": 4}
 ROUTED_EXPERTS = 384
 # EPLBConfig.communicator values vLLM 0.33.0 accepts ("symm_mem" from the recipe is rejected).
 EPLB_COMMUNICATORS = ("torch_nccl", "torch_gloo", "torch_xccl", "nixl", "pynccl")
@@ -115,6 +118,9 @@ class EPLBSpec(Model):
         cel("self.enabled || self.numRedundantExperts == 0",
             "numRedundantExperts > 0 needs enabled: true (vLLM refuses redundant experts without EPLB)",
             field_path=".numRedundantExperts"),
+        cel("!self.useAsync || !has(self.communicator) || !(self.communicator in ['torch_nccl', 'pynccl'])",
+            "torch_nccl and pynccl conflict with async EPLB in vLLM 0.33.0: use nixl or torch_gloo, leave it "
+            "unset, or set useAsync: false", field_path=".communicator"),
     ))
     enabled: bool = Field(False, description="Expert-parallel load balancing (--enable-eplb).")
     num_redundant_experts: int = Field(
@@ -123,8 +129,9 @@ class EPLBSpec(Model):
     window_size: int = Field(1000, ge=1, description="EPLB load-statistics window (steps).")
     step_interval: int = Field(3000, ge=1, description="Steps between expert rearrangements.")
     use_async: bool = Field(True, description="Rearrange experts asynchronously.")
-    communicator: Literal[EPLB_COMMUNICATORS] = Field(  # type: ignore[valid-type]
-        "torch_nccl", description="Weight-transfer communicator (values vLLM 0.33.0 accepts).")
+    communicator: Literal[EPLB_COMMUNICATORS] | None = Field(  # type: ignore[valid-type]
+        None, description="Weight-transfer communicator (values vLLM 0.33.0 accepts); unset = vLLM's choice "
+                          "(nixl when available, else torch_gloo). torch_nccl/pynccl need useAsync: false.")
     log_balancedness: bool = Field(False, description="Log expert balancedness.")
 
 
@@ -157,7 +164,7 @@ class RoleSpec(Model):
                                        "H100; high-throughput: 1).")
     data_parallel_size: int | None = Field(
         None, ge=1, le=256, description="Override the profile's data parallel size per replica "
-                                        "(high-throughput: 2; low-latency: 1).")
+                                        "(high-throughput: 2, 4 on H200, 8 on H100; low-latency: 1).")
     expert_parallel: bool | None = Field(
         None, description="Override expert parallelism (on for high-throughput).")
     nodes_per_replica: int = Field(
@@ -180,7 +187,8 @@ def _role_rules(role: str) -> list[dict[str, str]]:
            "(self.gpu.product in ['GB200', 'GB300'] ? 4 : 8))")
     tp = (f"(has({r}.tensorParallelSize) ? {r}.tensorParallelSize : (self.profile == 'high-throughput' ? 1 "
           f": (self.gpu.product == 'H100' ? 8 : 4)))")
-    dp = f"(has({r}.dataParallelSize) ? {r}.dataParallelSize : (self.profile == 'high-throughput' ? 2 : 1))"
+    dp = (f"(has({r}.dataParallelSize) ? {r}.dataParallelSize : (self.profile == 'high-throughput' ? "
+          f"(self.gpu.product == 'H100' ? 8 : (self.gpu.product == 'H200' ? 4 : 2)) : 1))")
     ep = f"(has({r}.expertParallel) ? {r}.expertParallel : self.profile == 'high-throughput')"
     off = f"!{r}.enabled || "
     return [
@@ -188,9 +196,9 @@ def _role_rules(role: str) -> list[dict[str, str]]:
             "tensor parallelism stays inside one node: tensorParallelSize must be <= GPUs per node (8; 4 per "
             "GB200/GB300 tray; spec.gpu.gpusPerNode overrides)",
             field_path=f".{role}.tensorParallelSize"),
-        cel(off + f"({tp} * {dp}) % {r}.nodesPerReplica == 0 && ({tp} * {dp}) / {r}.nodesPerReplica <= {gpn}",
-            "a replica's GPUs (tensor x data parallel size) must split evenly over nodesPerReplica nodes and "
-            "fit each node's GPUs: raise nodesPerReplica or lower the parallel sizes",
+        cel(off + f"{r}.nodesPerReplica == 1 ? {tp} * {dp} <= {gpn} : {tp} * {dp} == {r}.nodesPerReplica * {gpn}",
+            "a replica's GPUs (tensor x data parallel size) must fit one node, or fill exactly nodesPerReplica "
+            "nodes when it spans several: raise nodesPerReplica or change the parallel sizes",
             field_path=f".{role}.nodesPerReplica"),
         cel(off + f"!{r}.eplb.enabled || ({ep} && {tp} * {dp} > 1)",
             "EPLB needs expert parallelism with TP x DP > 1 (profile high-throughput or expertParallel: true)",

@@ -124,10 +124,8 @@ class Kube:
         pass retries from a fresh read."""
         body = [{"op": "test", "path": "/metadata/resourceVersion", "value": resource_version},
                 {"op": "add", "path": "/status", "value": status}]
-        self.api_client.call_api(
-            f"/apis/{api.GROUP}/{api.VERSION}/namespaces/{namespace}/{api.PLURAL}/{name}/status", "PATCH",
-            body=body, header_params={"Content-Type": "application/json-patch+json", "Accept": "application/json"},
-            auth_settings=["BearerToken"], response_type="object", _return_http_data_only=True)
+        self.custom.patch_namespaced_custom_object_status(api.GROUP, api.VERSION, namespace, api.PLURAL, name, body,
+                                                          _content_type="application/json-patch+json")
 
 
 def is_conflict(exc: Exception) -> bool:

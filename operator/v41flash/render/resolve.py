@@ -106,7 +106,8 @@ def resolve_role(spec: api.V41FlashDeploymentSpec, role: str) -> RoleResolved:
     high_throughput = spec.profile == "high-throughput"
     default_tp = 1 if high_throughput else api.DEFAULT_LOW_LATENCY_TP.get(spec.gpu.product, api.LOW_LATENCY_TP)
     tp = r.tensor_parallel_size or default_tp
-    dp = r.data_parallel_size or (api.HIGH_THROUGHPUT_DP if high_throughput else 1)
+    dp = r.data_parallel_size or (
+        api.DEFAULT_HIGH_THROUGHPUT_DP.get(spec.gpu.product, api.HIGH_THROUGHPUT_DP) if high_throughput else 1)
     ep = r.expert_parallel if r.expert_parallel is not None else high_throughput
     nodes = r.nodes_per_replica
     gpus_per_replica = tp * dp
