@@ -457,3 +457,9 @@ def test_every_rendered_engine_container_passes_the_vllm_parser(path):
                 assert check_serve_args(argv) == [], (w["metadata"]["name"], argv)
                 checked += 1
     assert checked >= 1
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "manifests" / "examples").glob("*.yaml")), ids=lambda p: p.stem)
+def test_no_shared_subtrees(path):
+    """A dict used twice would print as a YAML anchor (&id001) in `v41flash render` output."""
+    assert "&id" not in yaml.safe_dump_all(render(example(path.stem)))

@@ -112,7 +112,7 @@ def router_objects(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpe
                     # Router replicas on different nodes when they can be: one node loss keeps the front door.
                     "topologySpreadConstraints": [{
                         "maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
-                        "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": selector}}],
+                        "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": dict(selector)}}],
                     "enableServiceLinks": False,
                     # A long request in flight finishes (up to the request timeout) before the pod goes.
                     "terminationGracePeriodSeconds": min(spec.routing.request_timeout_seconds, 600),
@@ -127,7 +127,7 @@ def router_objects(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpe
         "metadata": meta(),
         "spec": {
             "type": "ClusterIP",
-            "selector": selector,
+            "selector": dict(selector),
             "ports": [
                 {"name": "http", "port": ENGINE_PORT, "targetPort": "http", "protocol": "TCP"},
                 {"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics", "protocol": "TCP"},
