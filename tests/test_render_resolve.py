@@ -21,6 +21,9 @@ TABLE = [
     ("low-latency", "MI355X", {}, (4, 1, 1, False, 1, 1, 4, 4, "Deployment")),
     ("low-latency", "B300", {"tensorParallelSize": 2}, (2, 1, 1, False, 1, 1, 2, 2, "Deployment")),
     ("high-throughput", "B200", {}, (1, 2, 2, True, 2, 1, 2, 2, "Deployment")),
+    # DEP2 where two GPUs hold the weights; H200 and H100 need more ranks
+    ("high-throughput", "H200", {}, (1, 4, 4, True, 4, 1, 4, 4, "Deployment")),
+    ("high-throughput", "H100", {}, (1, 8, 8, True, 8, 1, 8, 8, "Deployment")),
     ("high-throughput", "H200", {"dataParallelSize": 4}, (1, 4, 4, True, 4, 1, 4, 4, "Deployment")),
     ("high-throughput", "GB300", {"dataParallelSize": 4}, (1, 4, 4, True, 4, 1, 4, 4, "Deployment")),
     ("high-throughput", "GB300", {"dataParallelSize": 16, "nodesPerReplica": 4},
@@ -96,8 +99,9 @@ def test_resolve_agrees_with_the_crd_cel_rules():
         paths = {p.path for p in cel_problems(defaulted(obj))}
         r = resolve(obj.spec)
         d, gpn = r.decode, r.gpu.gpus_per_node
-        fits = (d.tensor_parallel_size <= gpn and d.gpus_per_replica % d.nodes_per_replica == 0
-                and d.gpus_per_replica // d.nodes_per_replica <= gpn)
+        # one node: the replica fits it; several: it fills them exactly (only DP spans nodes)
+        fits = d.tensor_parallel_size <= gpn and (
+            d.gpus_per_replica <= gpn if d.nodes_per_replica == 1 else d.gpus_per_replica == d.nodes_per_replica * gpn)
         cel_fits = not ({"spec.decode.tensorParallelSize", "spec.decode.nodesPerReplica"} & paths)
         assert fits == cel_fits, (product, profile, tp, dp, nodes, paths)
         if fits:
