@@ -152,3 +152,24 @@ def test_history_cuts_windows_per_role_and_prunes():
     assert ws["prefill"].requests == 20 and ws["prefill"].complete
     assert ws["decode"].requests == 6 and ws["decode"].engines == 2
     assert ws["overall"].requests == 26 and ws["overall"].pods_expected == 2
+
+
+def test_router_window_gives_user_facing_latency():
+    from v41flash.metrics.window import compute_router_window
+
+    def router_page(count_le, total, errors):
+        les = ("1.0", "10.0", "60.0", "+Inf")
+        lines = ["# HELP vllm_router_pd_request_duration_seconds PD request duration",
+                 "# TYPE vllm_router_pd_request_duration_seconds histogram"]
+        lines += [f'vllm_router_pd_request_duration_seconds_bucket{{le="{le}"}} {c}' for le, c in zip(les, count_le)]
+        lines += [f"vllm_router_pd_request_duration_seconds_count {count_le[-1]}", f"vllm_router_pd_request_duration_seconds_sum {total}",
+                  "# TYPE vllm_router_pd_errors_total counter", f"vllm_router_pd_errors_total {errors}"]
+        return "\n".join(lines) + "\n"
+
+    s0 = PodSnapshot("router-0", "router", 0.0, parse_metrics(router_page([10, 50, 60, 60], 300.0, 2)))
+    s1 = PodSnapshot("router-0", "router", 60.0, parse_metrics(router_page([10, 130, 160, 160], 1500.0, 5)))
+    r = compute_router_window({"router-0": [s0, s1]}, 60.0, 60.0)
+    # deltas: ≤1: 0, ≤10: 80, ≤60: 100 ; p95 rank 95 → 10 + 50 * 15/20
+    assert r.requests == 100 and r.request_rate == pytest.approx(100 / 60)
+    assert r.e2e_p95_s == pytest.approx(10 + 50 * 15 / 20)
+    assert r.e2e_mean_s == pytest.approx(12.0) and r.errors == 3

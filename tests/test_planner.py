@@ -235,3 +235,17 @@ def test_aggregated_deployment_sizes_one_role_for_both_phases():
     assert d.prefill is None and d.decode.action == "scale_up"
     assert d.decode.desired >= ideal(14, 1, 1)[0]  # at least the prefill work, plus decode's share
     assert "corrections prefill" in d.decode.reason
+
+
+def test_router_latency_is_the_observed_e2e_when_it_has_samples():
+    from v41flash.metrics.figures import RouterFigures
+
+    obs = observe(8, prefill=3, decode=1)
+    quiet = decide(obs)
+    assert not quiet.decode.slo_breached
+    routed = replace(obs, router=RouterFigures(start=T - 60, end=T, requests=480, request_rate=8, e2e_p95_s=31.0))
+    d = decide(routed)
+    assert d.decode.observed_e2e_p95_s == 31.0 and d.decode.slo_breached
+    assert "e2e p95 31.00s > 20.00s target" in d.decode.reason
+    few = replace(obs, router=RouterFigures(start=T - 60, end=T, requests=3, e2e_p95_s=31.0))
+    assert decide(few).decode.observed_e2e_p95_s == quiet.decode.observed_e2e_p95_s

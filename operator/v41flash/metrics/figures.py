@@ -51,3 +51,18 @@ class WindowFigures:
     def complete(self) -> bool:
         """Every expected pod reported for the whole window (safe to act on, including scale-down)."""
         return not self.missing_pods and not self.partial_pods and self.pods_observed >= self.pods_expected
+
+
+@dataclass(frozen=True)
+class RouterFigures:
+    """What the router saw in the window: the user-facing view (its latency includes prefill, KV transfer, decode)."""
+
+    start: float
+    end: float
+    requests: float = 0.0  # requests the router completed (its request-duration histogram count)
+    request_rate: float = 0.0
+    e2e_p95_s: float | None = None
+    e2e_mean_s: float | None = None
+    errors: float = 0.0  # request errors in the window
+    pods_observed: int = 0
+    missing_pods: tuple[str, ...] = ()

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from v41flash.metrics import parse as m
-from v41flash.metrics.figures import WindowFigures
+from v41flash.metrics.figures import RouterFigures, WindowFigures
 from v41flash.metrics.parse import EMPTY_HISTOGRAM, EngineMetrics, Histogram
 
 
@@ -250,3 +250,50 @@ def role_windows(
     by_pod = {p: ss for p, ss in by_pod.items() if ss and ss[-1].role in expected}
     out["overall"] = compute_window(by_pod, end, window_s, all_pods, ttft_percentile)
     return out
+
+
+# vllm-router 0.1.17 histograms of whole-request latency: the P/D one when it serves disaggregated
+ROUTER_DURATIONS = ("vllm_router_pd_request_duration_seconds", "vllm_router_request_duration_seconds")
+ROUTER_ERRORS = ("vllm_router_pd_errors", "vllm_router_request_errors")
+
+
+def compute_router_window(snapshots: Mapping[str, list[PodSnapshot]], end: float, window_s: float, tolerance_s: float | None = None) -> RouterFigures:
+    """User-facing request rate, p95 latency and errors from the router pods' snapshots (increase() semantics)."""
+    tol = window_s * 0.25 if tolerance_s is None else tolerance_s
+    start = end - window_s
+    hist: dict[str, Histogram] = {}
+    errors = 0.0
+    missing: list[str] = []
+    observed = 0
+    for pod, series in sorted(snapshots.items()):
+        good = [s for s in series if s.ok and s.time <= end + 1e-9]
+        if not good or good[-1].time < end - tol:
+            missing.append(pod)
+            continue
+        closing = good[-1]
+        opening = next((s for s in reversed(good) if s.time <= start + tol), None)
+        if opening is None or opening is closing:
+            continue  # no baseline yet: nothing to difference
+        observed += 1
+        for engine, em in closing.engines.items():
+            before = opening.engines.get(engine, EngineMetrics())
+            for name in ROUTER_DURATIONS:
+                if name in em.histograms:
+                    h0 = before.histograms.get(name)
+                    delta = em.histograms[name].minus(h0) if h0 is not None else em.histograms[name]
+                    hist[name] = hist.get(name, EMPTY_HISTOGRAM).plus(delta)
+            for name in ROUTER_ERRORS:
+                if name in em.counters:
+                    errors += _increase(em.counters[name], before.counters.get(name, 0.0))
+    h = next((hist[n] for n in ROUTER_DURATIONS if n in hist and hist[n].count > 0), EMPTY_HISTOGRAM)
+    return RouterFigures(
+        start=start,
+        end=end,
+        requests=h.count,
+        request_rate=h.count / window_s if window_s > 0 else 0.0,
+        e2e_p95_s=h.quantile(0.95),
+        e2e_mean_s=h.mean,
+        errors=errors,
+        pods_observed=observed,
+        missing_pods=tuple(missing),
+    )

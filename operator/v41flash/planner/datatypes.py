@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
-from v41flash.metrics.figures import WindowFigures
+from v41flash.metrics.figures import RouterFigures, WindowFigures
 
 Role = Literal["prefill", "decode"]
 Action = Literal["scale_up", "scale_down", "hold"]
@@ -37,6 +37,7 @@ class RoleObservation:
 class Observation:
     decode: RoleObservation
     prefill: RoleObservation | None = None  # None: aggregated deployment
+    router: RouterFigures | None = None  # user-facing e2e from the router, preferred when it has samples
 
 
 @dataclass(frozen=True)

@@ -214,6 +214,9 @@ def plan(
     else:
         obs_ttft = dw.ttft_s if enough(dw) else None
         obs_e2e = dw.e2e_p95_s if enough(dw) else None
+    rt = observed.router
+    if rt is not None and rt.e2e_p95_s is not None and rt.requests >= cfg.min_requests_for_slo:
+        obs_e2e = rt.e2e_p95_s  # measured where users are, instead of summed from the roles
     obs_itl = dw.itl_mean_s if enough(dw) else None
     ttft_breach = obs_ttft is not None and obs_ttft > slo.ttft_s
     e2e_breach = obs_e2e is not None and obs_e2e > slo.e2e_p95_s
