@@ -430,6 +430,8 @@ def test_engine_problem_paths():
     assert spec_path("decode", "kv_events.port_base") == "spec.routing.kvEvents"
     assert spec_path("decode", "data_parallel_size_local") == "spec.decode.nodesPerReplica"
     assert spec_path("decode", "gpu_product") == "spec.gpu.product"
+    assert spec_path("prefill", "args") == "spec.prefill"
+    assert spec_path("prefill", "extra_env") == "spec.prefill.extraEnv"
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "manifests" / "examples").glob("*.yaml")), ids=lambda p: p.stem)

@@ -27,6 +27,11 @@ _SPEC_PATHS = {
     "kv_events": "spec.routing.kvEvents",
     # derived from dataParallelSize / nodesPerReplica by the renderer
     "data_parallel_size_local": "{role}.nodesPerReplica",
+    # the renderer's own choices (not user fields): blamed on the role as a whole
+    "args": "{role}",
+    "role": "{role}",
+    "port": "{role}",
+    "data_parallel_rpc_port": "{role}",
 }
 
 
