@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import subprocess
@@ -23,10 +24,18 @@ from harness import VENV_BIN, Cluster, Proc, proc_start_ticks, stop_procs  # noq
 from kit import ClusterHandle, kubectl, wait_for  # noqa: E402,F401  (re-exported for tests)
 
 
+def _sigterm_as_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")  # so fixture teardown (and `down`) still runs
+
+
 @pytest.fixture(scope="session")
 def cluster(request):
     c = Cluster()
     started = c.up()
+    if started:
+        signal.signal(signal.SIGTERM, _sigterm_as_interrupt)  # e.g. a CI timeout
+        if not os.environ.get("V41F_E2E_KEEP"):
+            atexit.register(lambda: c.procs() and c.down())  # last resort if teardown never ran
     handle = ClusterHandle(c, started)
     yield handle
     failed = request.session.testsfailed or getattr(request.session, "shouldfail", False)

@@ -39,10 +39,9 @@ VENV_BIN = REPO / ".venv" / "bin"
 NODE_ANNOTATION = "kwok.x-k8s.io/node"
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
-# Per-node pod CIDRs live here; the whole range is on the loopback interface, so pod IPs are bindable.
-POD_CIDR_PREFIX = "127.1"
-# kwok's fallback pool for nodes without spec.podCIDR (none of ours); kept disjoint from the node pools.
-KWOK_FALLBACK_CIDR = "127.2.0.0/16"
+# Each cluster's pods live in 127.<N>.0.0/16 (all of 127.0.0.0/8 is on the loopback interface, so pod IPs
+# are bindable). N is claimed per cluster (claim_pod_network), so several clusters on one machine never
+# share pod IPs; node i gets 127.<N>.<i>.0/24 and 127.<N>.0.0/24 is kwok's fallback pool.
 SERVICE_CIDR = "10.0.0.0/24"
 LWS_NAMESPACE = "lws-system"
 CORE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "supervisor")
@@ -284,8 +283,8 @@ NODE_POOLS = (
 )
 
 
-def fake_nodes(pools: Iterable[NodePool] = NODE_POOLS) -> list[dict]:
-    """Node manifests (with status) for kwok to manage; node i gets pod CIDR 127.1.<i+1>.0/24."""
+def fake_nodes(pools: Iterable[NodePool] = NODE_POOLS, net: int = 1) -> list[dict]:
+    """Node manifests (with status) for kwok to manage; the i-th node (from 1) gets pod CIDR 127.<net>.<i>.0/24."""
     nodes = []
     i = 0
     for pool in pools:
@@ -306,13 +305,104 @@ def fake_nodes(pools: Iterable[NodePool] = NODE_POOLS) -> list[dict]:
             nodes.append({
                 "apiVersion": "v1", "kind": "Node",
                 "metadata": {"name": name, "labels": labels, "annotations": {NODE_ANNOTATION: "fake"}},
-                "spec": {"podCIDR": f"{POD_CIDR_PREFIX}.{i}.0/24", "podCIDRs": [f"{POD_CIDR_PREFIX}.{i}.0/24"],
+                "spec": {"podCIDR": f"127.{net}.{i}.0/24", "podCIDRs": [f"127.{net}.{i}.0/24"],
                          "taints": taints},
                 "status": {"capacity": capacity, "allocatable": dict(capacity)},
             })
-    if i > 254:
-        raise ValueError("more nodes than /24 pod CIDRs in 127.1.0.0/16")
+    if i > 255:
+        raise ValueError(f"more nodes than /24 pod CIDRs in 127.{net}.0.0/16")
     return nodes
+
+
+def claim_pod_network(state: Path, registry: Path | None = None) -> int:
+    """Claim a free N for this cluster's pod network 127.N.0.0/16 (1..254) in a machine-wide registry.
+    A claim is free again when its cluster's processes are all gone (or it was never started)."""
+    import fcntl
+    registry = registry or cache_dir() / "podnets"
+    registry.mkdir(parents=True, exist_ok=True)
+    with open(registry / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        busy = loopback_listener_nets()
+        for n in range(1, 255):
+            if n in busy:  # e.g. a cluster started by an older harness, or anything else bound there
+                continue
+            f = registry / f"{n}.json"
+            if f.exists():
+                try:
+                    claim = json.loads(f.read_text())
+                except json.JSONDecodeError:
+                    claim = {}
+                if claim.get("state") == str(state) or not _claim_live(claim):
+                    f.unlink()
+                else:
+                    continue
+            f.write_text(json.dumps({"state": str(state), "time": time.time()}))
+            return n
+    raise RuntimeError(f"no free pod network 127.N.0.0/16 left (registry {registry})")
+
+
+def loopback_listener_nets(tcp_tables: Iterable[str] = ("/proc/net/tcp",)) -> set[int]:
+    """Second octets N of 127.N.x.y addresses that have a listening TCP socket on this machine."""
+    nets = set()
+    for table in tcp_tables:
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except FileNotFoundError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 3 and fields[3] == "0A":  # LISTEN
+                ip = socket.inet_ntoa(int(fields[1].split(":")[0], 16).to_bytes(4, "little"))
+                if ip.startswith("127."):
+                    nets.add(int(ip.split(".")[1]))
+    return nets
+
+
+def _claim_live(claim: dict) -> bool:
+    st = Path(claim.get("state", "/nonexistent"))
+    if time.time() - claim.get("time", 0) < 300 and st.exists():
+        return True  # being started
+    try:
+        procs = json.loads((st / "pids.json").read_text())["procs"]
+    except (FileNotFoundError, json.JSONDecodeError, KeyError):
+        return False
+    return any(proc_start_ticks(p["pid"]) == p["start"] for p in procs)
+
+
+def release_pod_network(state: Path, registry: Path | None = None) -> None:
+    registry = registry or cache_dir() / "podnets"
+    for f in registry.glob("*.json") if registry.exists() else []:
+        try:
+            if json.loads(f.read_text()).get("state") == str(state):
+                f.unlink()
+        except (json.JSONDecodeError, FileNotFoundError):
+            pass
+
+
+ROLE_LABEL = "v41flash.io/role"
+
+
+def kwok_stages(assets: Path) -> str:
+    """kwok's stock stages, except that pods carrying v41flash.io/role start Running but not Ready: the
+    supervisor plays kubelet for them and sets Ready from their readiness probe against the simulator."""
+    docs = {f: yaml.safe_load((assets / f).read_text()) for f in (
+        "node-initialize.yaml", "node-heartbeat-with-lease.yaml", "pod-ready.yaml", "pod-complete.yaml",
+        "pod-delete.yaml")}
+    ready = docs["pod-ready.yaml"]
+    role_key = f'.metadata.labels["{ROLE_LABEL}"]'
+    running = json.loads(json.dumps(ready))
+    ready["spec"]["selector"]["matchExpressions"].append({"key": role_key, "operator": "DoesNotExist"})
+    running["metadata"]["name"] = "v41flash-pod-running-unready"
+    running["spec"]["selector"]["matchExpressions"].append({"key": role_key, "operator": "Exists"})
+    tmpl = running["spec"]["next"]["statusTemplate"]
+    for cond in ("Ready", "ContainersReady"):
+        old = f'status: "True"\n  type: {cond}\n'
+        assert tmpl.count(old) == 1, f"kwok pod-ready template changed: no {cond} condition"
+        tmpl = tmpl.replace(old, f'status: "False"\n  type: {cond}\n')
+    old = "  ready: true\n  restartCount: 0\n  state:\n    running:"
+    assert tmpl.count(old) == 1, "kwok pod-ready template changed: no running container status"
+    running["spec"]["next"]["statusTemplate"] = tmpl.replace(old, old.replace("ready: true", "ready: false"))
+    return "---\n".join(yaml.safe_dump(d, sort_keys=False) for d in [*docs.values(), running])
 
 
 def lws_webhooks(manifests_yaml: str, url: str, ca_bundle: bytes) -> list[dict]:
@@ -442,13 +532,15 @@ class Cluster:
             log(f"{msg} (+{time.monotonic() - t0:.1f}s)")
 
         make_pki(self.pki)
+        net = claim_pod_network(self.state)
         ports = {k: free_port() for k in ("etcd", "etcd-peer", "apiserver", "kcm", "scheduler",
                                           "lws-webhook", "lws-health")}
         api = f"https://127.0.0.1:{ports['apiserver']}"
         self.kubeconfig.write_text(kubeconfig_yaml(api, self.pki))
         self.kubeconfig.chmod(0o600)
-        self._save(procs, apiserver=api, ports=ports, kubeconfig=str(self.kubeconfig), started=time.time())
-        step("certificates and kubeconfig written")
+        self._save(procs, apiserver=api, ports=ports, kubeconfig=str(self.kubeconfig), started=time.time(),
+                   pod_network=f"127.{net}.0.0/16")
+        step(f"certificates and kubeconfig written; pod network 127.{net}.0.0/16")
         pki, kc = self.pki, str(self.kubeconfig)
 
         def start(name, argv, port=None, env=None):
@@ -497,14 +589,11 @@ class Cluster:
         ], port=ports["kcm"])
         sched = start("kube-scheduler", [tools.kube / "kube-scheduler", *common,
                                          f"--secure-port={ports['scheduler']}"], port=ports["scheduler"])
-        stages = "---\n".join((tools.kwok_assets / f).read_text() for f in (
-            "node-initialize.yaml", "node-heartbeat-with-lease.yaml", "pod-ready.yaml", "pod-complete.yaml",
-            "pod-delete.yaml"))
-        (self.state / "kwok-stages.yaml").write_text(stages)
+        (self.state / "kwok-stages.yaml").write_text(kwok_stages(tools.kwok_assets))
         kwok = start("kwok", [tools.kwok, f"--kubeconfig={kc}", f"--config={self.state / 'kwok-stages.yaml'}",
                               "--manage-all-nodes=false",
                               f"--manage-nodes-with-annotation-selector={NODE_ANNOTATION}=fake",
-                              f"--cidr={KWOK_FALLBACK_CIDR}", "--node-ip=127.0.0.1",
+                              f"--cidr=127.{net}.0.0/24", "--node-ip=127.0.0.1",
                               "--node-lease-duration-seconds=40"])
         env = dict(os.environ, V41F_STATE=str(self.state), KUBECONFIG=kc)
         sup = start("supervisor", [sys.executable, E2E / "supervisor.py", "--state", self.state], env=env)
@@ -524,12 +613,13 @@ class Cluster:
         step(f"CRDs established: {', '.join(c.name for c in crds)}")
 
         self.kubectl("create", "namespace", LWS_NAMESPACE)
-        self.kubectl("create", "-f", "-", input="\n---\n".join(yaml.safe_dump(n) for n in fake_nodes()), capture=True)
+        nodes = fake_nodes(net=net)
+        self.kubectl("create", "-f", "-", input="\n---\n".join(yaml.safe_dump(n) for n in nodes), capture=True)
         for name, p in (("kube-controller-manager", kcm), ("kube-scheduler", sched)):
             port = ports["kcm" if p is kcm else "scheduler"]
             wait_until(lambda port=port: _http_ok(f"https://127.0.0.1:{port}/healthz", insecure=True), 60,
                        f"{name} /healthz", p)
-        n_nodes = len(fake_nodes())
+        n_nodes = len(nodes)
 
         def nodes_ready():
             out = self.kubectl("get", "nodes", "-o", "jsonpath={range .items[*]}{.status.conditions[?(@.type=="
@@ -582,6 +672,7 @@ class Cluster:
         still = [p.name for p in procs + leftovers if p.alive()]
         if still:
             raise RuntimeError(f"still running after SIGKILL: {still}")
+        release_pod_network(self.state)
         if self.state.exists():
             for child in self.state.iterdir():
                 if child.resolve() == self.artifacts.resolve():

@@ -71,6 +71,12 @@ class ClusterHandle:
     def state(self) -> Path:
         return self.cluster.state
 
+    @property
+    def pod_network(self):
+        """This cluster's pod network (an ipaddress.IPv4Network inside 127.0.0.0/8)."""
+        import ipaddress
+        return ipaddress.ip_network(self.cluster.info()["pod_network"])
+
     @cached_property
     def api(self):
         """A kubernetes.client.ApiClient for the admin kubeconfig."""

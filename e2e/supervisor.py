@@ -22,6 +22,8 @@ import shlex
 import signal
 import sys
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -218,6 +220,34 @@ def http_port(container: dict) -> int | None:
     return None
 
 
+def readiness_url(pod: dict, container: dict) -> str | None:
+    """URL of the container's HTTP readiness probe on the pod IP (None: no httpGet readiness probe)."""
+    get = (container.get("readinessProbe") or {}).get("httpGet")
+    if not get:
+        return None
+    port = get.get("port")
+    if isinstance(port, str) and not port.isdigit():
+        port = next((p["containerPort"] for p in container.get("ports") or [] if p.get("name") == port), None)
+        if port is None:
+            return None
+    path = get.get("path") or "/"
+    return f"{get.get('scheme', 'HTTP').lower()}://{pod['status']['podIP']}:{int(port)}{path}"
+
+
+def ready_status(pod: dict, ready: bool, now: str) -> dict:
+    """Pod status with Ready/ContainersReady and every container's ready flag set as a kubelet would;
+    whole lists, so a merge patch and a strategic merge patch give the same result."""
+    st = pod.get("status") or {}
+    want = "True" if ready else "False"
+    conds = []
+    for c in st.get("conditions") or []:
+        if c["type"] in ("Ready", "ContainersReady") and c.get("status") != want:
+            c = {**c, "status": want, "lastTransitionTime": now}
+        conds.append(c)
+    statuses = [{**cs, "ready": ready, "started": True} for cs in st.get("containerStatuses") or []]
+    return {"status": {"conditions": conds, "containerStatuses": statuses}}
+
+
 def wants_process(pod: dict) -> bool:
     st = pod.get("status") or {}
     return (st.get("phase") == "Running" and bool(st.get("podIP"))
@@ -238,7 +268,10 @@ class Child:
     argv: list
     env: dict
     log: str
+    probe_url: str | None = None
     proc: Proc | None = None
+    ready: bool | None = None  # what we last wrote into the pod's Ready condition
+    next_probe: float = 0.0
     restarts: int = 0
     next_start: float = 0.0
     problem: str = ""
@@ -277,7 +310,7 @@ class Supervisor:
             penv["KUBECONFIG"] = str(self.service_account_kubeconfig(pod))
             port = int((flag_values(argv, "--port") or ["30000"])[0])
             return Child(meta["uid"], meta["namespace"], meta["name"], role, "router", ip, port, argv, penv,
-                         str(self.logs / f"router-{tag}.log"))
+                         str(self.logs / f"router-{tag}.log"), readiness_url(pod, c))
         v = parse_vllm(toks, http_port(c))
         if v.headless:
             return None  # a headless multi-node worker has no API server
@@ -285,7 +318,8 @@ class Supervisor:
         penv = {"PATH": os.environ.get("PATH", ""), "POD_NAME": meta["name"], "POD_NAMESPACE": meta["namespace"],
                 **senv}
         return Child(meta["uid"], meta["namespace"], meta["name"], role, "sim", ip, v.port, argv, penv,
-                     str(self.logs / f"sim-{tag}.log"), extra={"dp_ranks": min(v.dp_ranks, SIM_MAX_DP)})
+                     str(self.logs / f"sim-{tag}.log"), readiness_url(pod, c),
+                     extra={"dp_ranks": min(v.dp_ranks, SIM_MAX_DP)})
 
     def service_account_kubeconfig(self, pod: dict) -> Path:
         """A kubeconfig with a token of the pod's ServiceAccount (bound to the pod, like the projected token
@@ -327,14 +361,17 @@ class Supervisor:
                     log(f"cannot simulate {pod['metadata']['namespace']}/{pod['metadata']['name']}: {e}")
                     ch = Child(uid, pod["metadata"]["namespace"], pod["metadata"]["name"], "?", "none", "", 0, [],
                                {}, "", problem=str(e), next_start=float("inf"))
-                if ch is None:
+                if ch is None:  # a headless worker runs no API server: Ready as a kubelet without probe would
                     ch = Child(uid, pod["metadata"]["namespace"], pod["metadata"]["name"], "worker", "none", "", 0,
                                [], {}, "", problem="headless", next_start=float("inf"))
+                    self.set_ready(ch, pod, True)
                 self.children[uid] = ch
                 changed = True
             if ch.kind == "none":
                 continue
             if ch.proc is not None and ch.proc.alive():
+                if time.monotonic() >= ch.next_probe:
+                    self.probe(ch, pod)
                 continue
             if ch.proc is not None:  # it died: restart with backoff like a container restart
                 ch.restarts += 1
@@ -342,6 +379,7 @@ class Supervisor:
                 log(f"{ch.kind} for {ch.namespace}/{ch.pod} exited; restart #{ch.restarts} after backoff "
                     f"(log {ch.log})")
                 ch.proc = None
+                self.set_ready(ch, pod, False)
                 changed = True
             if time.monotonic() >= ch.next_start:
                 with open(ch.log, "a") as f:
@@ -350,9 +388,37 @@ class Supervisor:
                                 port=ch.port)
                 log(f"started {ch.kind} for {ch.namespace}/{ch.pod} ({ch.role}) on {ch.ip}:{ch.port} "
                     f"pid {ch.proc.pid}")
+                ch.next_probe = 0.0
                 changed = True
+            if ch.proc is not None and time.monotonic() >= ch.next_probe:
+                self.probe(ch, pod)
         if changed or not self.sims_file.exists():
             self.save()
+
+    def probe(self, ch: Child, pod: dict) -> None:
+        """The readiness probe, as kubelet runs it: Ready follows the container's httpGet probe (or the
+        process being up when there is none); re-probed every second until Ready, then every 5 seconds."""
+        ok = True
+        if ch.probe_url:
+            try:
+                with urllib.request.urlopen(ch.probe_url, timeout=1) as r:
+                    ok = 200 <= r.status < 400
+            except (OSError, urllib.error.URLError):
+                ok = False
+        self.set_ready(ch, pod, ok)
+        ch.next_probe = time.monotonic() + (5.0 if ok else 0.5)
+
+    def set_ready(self, ch: Child, pod: dict, ready: bool) -> None:
+        if ch.ready == ready:
+            return
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        try:
+            self.api.patch_namespaced_pod_status(ch.pod, ch.namespace, ready_status(pod, ready, now))
+        except Exception as e:  # noqa: BLE001 - pod gone meanwhile, apiserver restarting: retried next probe
+            log(f"cannot set Ready={ready} on {ch.namespace}/{ch.pod}: {str(e)[:200]}")
+            return
+        ch.ready = ready
+        log(f"{ch.namespace}/{ch.pod} Ready={ready}")
 
     def save(self) -> None:
         write_json(self.sims_file, {"updated": time.time(), "processes": [
@@ -360,6 +426,10 @@ class Supervisor:
              "port": c.port, "pid": c.proc.pid, "start": c.proc.start, "name": c.proc.name, "argv": c.argv,
              "log": c.log, "restarts": c.restarts, **c.extra}
             for c in self.children.values() if c.proc is not None]})
+
+    def tick(self) -> int:
+        """Watch timeout: short while a process waits for readiness, so Ready follows within a second."""
+        return 1 if any(c.proc is not None and not c.ready for c in self.children.values()) else 5
 
     def stop_all(self) -> None:
         stop_procs([c.proc for c in self.children.values() if c.proc], timeout=5)
@@ -389,7 +459,8 @@ class Supervisor:
                 while True:
                     w = watch.Watch()
                     for ev in w.stream(api.list_pod_for_all_namespaces, label_selector=SELECTOR,
-                                       resource_version=rv, timeout_seconds=2, allow_watch_bookmarks=True):
+                                       resource_version=rv, timeout_seconds=self.tick(),
+                                       allow_watch_bookmarks=True):
                         obj = ev["raw_object"]
                         rv = obj["metadata"].get("resourceVersion", rv)
                         if ev["type"] == "BOOKMARK":

@@ -11,9 +11,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "e2e"))
 
-from harness import GPU_RESOURCE, fake_nodes, lws_webhooks, read_versions
+import yaml
+
+from harness import (GPU_RESOURCE, claim_pod_network, fake_nodes, loopback_listener_nets, lws_webhooks,
+                     read_versions, release_pod_network)
+from harness import kwok_stages as harness_kwok_stages
 from supervisor import (SIM_MAX_DP, VllmArgs, command_tokens, container_env, expand_vars, flag_values,
-                        parse_vllm, pick_container, router_command, sim_command, wants_process)
+                        parse_vllm, pick_container, readiness_url, ready_status, router_command, sim_command,
+                        wants_process)
 
 POD = {"metadata": {"name": "p-0", "namespace": "ns1", "uid": "u1", "labels": {"app": "x"}},
        "spec": {"nodeName": "h200-0", "containers": []},
@@ -151,3 +156,76 @@ def test_versions_env_pins_every_component():
     assert set(v) == {"KUBERNETES_VERSION", "ETCD_VERSION", "KWOK_VERSION", "INFERENCE_SIM_VERSION", "HELM_VERSION",
                       "LWS_VERSION"}
     assert all(x.startswith("v") and x.count(".") == 2 for x in v.values())
+
+
+def test_readiness_url_resolves_named_ports():
+    c = {"ports": [{"name": "http", "containerPort": 30000}],
+         "readinessProbe": {"httpGet": {"path": "/readiness", "port": "http"}}}
+    assert readiness_url(POD, c) == "http://127.1.1.5:30000/readiness"
+    assert readiness_url(POD, {"readinessProbe": {"httpGet": {"path": "/health", "port": 8000}}}) == \
+        "http://127.1.1.5:8000/health"
+    assert readiness_url(POD, {"readinessProbe": {"exec": {"command": ["true"]}}}) is None
+    assert readiness_url(POD, {"readinessProbe": {"httpGet": {"port": "nope"}}}) is None
+
+
+def test_ready_status_sets_conditions_and_containers():
+    pod = {"status": {"conditions": [
+        {"type": "Initialized", "status": "True", "lastTransitionTime": "t0"},
+        {"type": "Ready", "status": "False", "lastTransitionTime": "t0"},
+        {"type": "ContainersReady", "status": "True", "lastTransitionTime": "t0"}],
+        "containerStatuses": [{"name": "vllm", "ready": False, "restartCount": 0}]}}
+    assert ready_status(pod, True, "t1") == {"status": {"conditions": [
+        {"type": "Initialized", "status": "True", "lastTransitionTime": "t0"},
+        {"type": "Ready", "status": "True", "lastTransitionTime": "t1"},
+        {"type": "ContainersReady", "status": "True", "lastTransitionTime": "t0"}],
+        "containerStatuses": [{"name": "vllm", "ready": True, "restartCount": 0, "started": True}]}}
+
+
+def test_kwok_stages_leave_role_pods_unready(tmp_path):
+    tmpl = ('conditions:\n- status: "True"\n  type: Ready\n- status: "True"\n  type: ContainersReady\n'
+            'containerStatuses:\n{{ range .spec.containers }}\n- name: x\n  ready: true\n  restartCount: 0\n'
+            '  state:\n    running:\n      startedAt: now\n{{ end }}\nphase: Running\n')
+    stage = {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage", "metadata": {"name": "pod-ready"},
+             "spec": {"selector": {"matchExpressions": []}, "next": {"statusTemplate": tmpl}}}
+    for f in ("node-initialize.yaml", "node-heartbeat-with-lease.yaml", "pod-complete.yaml", "pod-delete.yaml"):
+        (tmp_path / f).write_text(yaml.safe_dump({"kind": "Stage", "metadata": {"name": f[:-5]}}))
+    (tmp_path / "pod-ready.yaml").write_text(yaml.safe_dump(stage))
+    docs = list(yaml.safe_load_all(harness_kwok_stages(tmp_path)))
+    by_name = {d["metadata"]["name"]: d for d in docs}
+    assert set(by_name) == {"node-initialize", "node-heartbeat-with-lease", "pod-complete", "pod-delete", "pod-ready",
+                            "v41flash-pod-running-unready"}
+    key = '.metadata.labels["v41flash.io/role"]'
+    assert by_name["pod-ready"]["spec"]["selector"]["matchExpressions"] == [{"key": key, "operator": "DoesNotExist"}]
+    unready = by_name["v41flash-pod-running-unready"]
+    assert unready["spec"]["selector"]["matchExpressions"] == [{"key": key, "operator": "Exists"}]
+    assert unready["spec"]["next"]["statusTemplate"] == tmpl.replace('"True"\n  type: Ready', '"False"\n  type: Ready') \
+        .replace('"True"\n  type: ContainersReady', '"False"\n  type: ContainersReady').replace("ready: true", "ready: false")
+    assert by_name["pod-ready"]["spec"]["next"]["statusTemplate"] == tmpl
+
+
+def test_fake_nodes_use_the_claimed_network():
+    assert {n["spec"]["podCIDR"] for n in fake_nodes(net=7)} == {f"127.7.{i}.0/24" for i in range(1, 27)}
+
+
+def test_pod_network_claims(tmp_path):
+    reg = tmp_path / "reg"
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    na = claim_pod_network(a, reg)
+    nb = claim_pod_network(b, reg)
+    assert na != nb and 1 <= na <= 254 and 1 <= nb <= 254
+    assert claim_pod_network(a, reg) == na  # re-claiming one's own network is stable
+    release_pod_network(a, reg)
+    assert not (reg / f"{na}.json").exists() and (reg / f"{nb}.json").exists()
+
+
+def test_loopback_listener_nets(tmp_path):
+    table = tmp_path / "tcp"
+    table.write_text(
+        "  sl  local_address rem_address   st\n"
+        "   0: 0101017F:1F40 00000000:0000 0A\n"     # 127.1.1.1:8000 LISTEN
+        "   1: 0100007F:1F41 00000000:0000 0A\n"     # 127.0.0.1 LISTEN
+        "   2: 0101097F:1F40 0100007F:A000 01\n"     # 127.9.1.1 ESTABLISHED: not a listener
+        "   3: 0200000A:0050 00000000:0000 0A\n")    # 10.0.0.2 LISTEN: not loopback
+    assert loopback_listener_nets([str(table)]) == {0, 1}
