@@ -319,6 +319,8 @@ def test_engine_pod_essentials():
     assert c["lifecycle"]["preStop"] == {"sleep": {"seconds": 30}}
     assert spec["terminationGracePeriodSeconds"] == 300
     assert t["metadata"]["labels"]["v41flash.io/serving"] == "true"
+    deployment = workload(render(obj), "decode")
+    assert deployment["spec"]["progressDeadlineSeconds"] > startup["periodSeconds"] * startup["failureThreshold"]
 
 
 def test_pod_timing_is_a_parameter():

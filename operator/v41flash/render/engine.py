@@ -144,9 +144,14 @@ def _ports(cfg: vargs.EngineConfig, serving: bool) -> list[dict[str, Any]]:
     return ports
 
 
-def _probes(cmd: vargs.EngineCommand, timing: PodTiming) -> dict[str, Any]:
+def startup_seconds(cmd: vargs.EngineCommand, timing: PodTiming) -> int:
+    """How long an engine may take to become ready: the engine's own ready timeout plus a margin."""
     ready_timeout = int(cmd.env.get("VLLM_ENGINE_READY_TIMEOUT_S", "0") or 0)
-    startup_s = max(timing.startup_min_seconds, ready_timeout + timing.startup_margin_seconds)
+    return max(timing.startup_min_seconds, ready_timeout + timing.startup_margin_seconds)
+
+
+def _probes(cmd: vargs.EngineCommand, timing: PodTiming) -> dict[str, Any]:
+    startup_s = startup_seconds(cmd, timing)
     health = {"path": "/health", "port": ENGINE_PORT}
     return {
         # /health: connection refused while loading, 200 serving, 503 once the engine died.
@@ -256,6 +261,8 @@ def engine_workload(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSp
             "spec": {
                 **_replicas_field(rr, replicas),
                 "selector": {"matchLabels": L.selector_labels(cr_name, role)},
+                # The default 600 s would mark a rollout failed (kstatus: Stalled) during a normal weight load.
+                "progressDeadlineSeconds": startup_seconds(commands.leader, timing) + 600,
                 # Replace one replica at a time without surging: spare GPUs for a surge pod rarely exist,
                 # and a surge that cannot schedule would stall the rollout forever.
                 "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
