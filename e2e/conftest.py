@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import VENV_BIN, Cluster, Proc, proc_start_ticks, stop_procs  # noqa: E402
+from harness import VENV_BIN, Cluster, Proc, free_port, proc_start_ticks, stop_procs  # noqa: E402
 from kit import ClusterHandle, kubectl, wait_for  # noqa: E402,F401  (re-exported for tests)
 
 
@@ -58,11 +58,19 @@ class OperatorProcess:
         self.proc: Proc | None = None
         self.popen: subprocess.Popen | None = None
         self.starts = 0
+        # its own loopback ports: other operators (and clusters) may run on the same machine
+        self.metrics_port = free_port()
+        self.health_port = free_port()
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
     @property
     def argv(self) -> list[str]:
         return [str(VENV_BIN / "v41flash"), "operator", "--kubeconfig", str(self.handle.kubeconfig),
-                *self.extra_args]
+                "--bind-address", "127.0.0.1", "--metrics-port", str(self.metrics_port),
+                "--health-port", str(self.health_port), *self.extra_args]
 
     def start(self) -> "OperatorProcess":
         assert not self.alive, "operator already running"
