@@ -8,7 +8,7 @@ PID (process groups, also on failure). The oracle hit rate of the trace comes fr
 token ids (rendered once through an engine's /v1/chat/completions/render).
 
 Session-key modes: ``header`` (clients send x-session-id), ``none`` (clients send nothing that
-identifies a session). A variant with ``session_key: derived`` models a front proxy that sets
+identifies a session), ``user`` (clients set only the OpenAI ``user`` body field to the session id). A variant with ``session_key: derived`` models a front proxy that sets
 x-session-id from the conversation's first non-system message when the client sent none.
 """
 from __future__ import annotations
@@ -37,7 +37,7 @@ ROUTER_VERSION = "0.1.17"
 SIM_VERSION = "v0.10.2"
 MODEL = "deepseek-v4.1-flash"
 SESSION_HEADER = "x-session-id"
-MODES = ("header", "none")
+MODES = ("header", "none", "user")
 LOOPBACK = "127.0.0.1"
 REPO = Path(__file__).resolve().parents[3]
 DEFAULT_SCENARIO = REPO / "bench" / "routing" / "agentx-small.yaml"
@@ -73,7 +73,7 @@ class EngineLatency:
 class BenchConfig:
     scenario: Scenario
     variants: tuple[Variant, ...]
-    modes: tuple[str, ...] = MODES
+    modes: tuple[str, ...] = ("header", "none")
     latency: EngineLatency = field(default_factory=EngineLatency)
     run_timeout_s: float = 90.0  # one (mode, variant) replay; requests still open then count as errors
 
@@ -335,7 +335,9 @@ def request_body(turn: Turn, session: Session, mode: str, variant: Variant) -> t
     headers = {"content-type": "application/json"}
     if mode == "header":
         headers[SESSION_HEADER] = session.id
-    elif variant.session_key == "derived":
+    elif mode == "user":
+        body["user"] = session.id  # OpenAI's end-user field, no header
+    if SESSION_HEADER not in headers and variant.session_key == "derived":
         headers[SESSION_HEADER] = derived_session_key(turn.messages)
     return body, headers
 
@@ -397,13 +399,13 @@ async def run_one(cfg: BenchConfig, trace: Trace, oracle_rate: float, mode: str,
             for i, port in enumerate(eports):
                 ep = f"tcp://{LOOPBACK}:{zin[i]}" if variant.kv_events else None
                 procs.start(f"engine{i}", sim_argv(sim, port, sc, cfg.latency, ep, sc.seed + i), SIM_ENV)
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + 120  # a busy 2-core machine can take long
             for url in workers:
                 await _wait_http(client, f"{url}/health", deadline, procs)
             rp = procs.start("router", router_argv(router, variant, rport, mport, workers,
                                                   [f"tcp://{LOOPBACK}:{p}" for p in zout], sc.block_size))
             base = f"http://{LOOPBACK}:{rport}"
-            await _wait_http(client, f"{base}/readiness", time.monotonic() + 60, procs)
+            await _wait_http(client, f"{base}/readiness", time.monotonic() + 120, procs)
             if variant.kv_events:
                 await asyncio.sleep(1.0)  # let SUB connections settle: ZMQ drops what comes before
             before = {u: await _scrape(client, u) for u in workers}
@@ -443,7 +445,7 @@ async def render_tokens(cfg: BenchConfig, trace: Trace, sim: Path, log_dir: Path
     try:
         procs.start("engine", sim_argv(sim, port, cfg.scenario, cfg.latency, None, cfg.scenario.seed), SIM_ENV)
         async with httpx.AsyncClient(timeout=30.0) as client:
-            await _wait_http(client, f"{url}/health", time.monotonic() + 30, procs)
+            await _wait_http(client, f"{url}/health", time.monotonic() + 120, procs)
             out = []
             for _, turn in trace.requests():
                 body = {"model": MODEL, "messages": [{"role": r, "content": c} for r, c in turn.messages]}
@@ -503,3 +505,10 @@ def run_bench(cfg: BenchConfig, out_dir: Path, command: str,
     report = report_dict(cfg, results, command, orc.hit_rate, stats)
     (out_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
+
+
+def results_from_report(report: dict[str, Any]) -> list[RunResult]:
+    """RunResults back from a report.json (for printing a saved report)."""
+    names = {f.name for f in fields(RunResult)}
+    return [RunResult(**{k: tuple(v) if isinstance(v, list) else v for k, v in r.items() if k in names})
+            for r in report["results"]]
