@@ -249,3 +249,14 @@ def test_router_latency_is_the_observed_e2e_when_it_has_samples():
     assert "e2e p95 31.00s > 20.00s target" in d.decode.reason
     few = replace(obs, router=RouterFigures(start=T - 60, end=T, requests=3, e2e_p95_s=31.0))
     assert decide(few).decode.observed_e2e_p95_s == quiet.decode.observed_e2e_p95_s
+
+
+def test_one_role_without_metrics_does_not_break_the_other():
+    obs = observe(14, prefill=2, decode=1)
+    no_decode = replace(obs, decode=replace(obs.decode, window=None))
+    d = decide(no_decode)
+    assert d.decode.action == "hold" and "no metrics" in d.decode.reason
+    assert d.prefill.action == "scale_up"
+    no_prefill = replace(obs, prefill=replace(obs.prefill, window=None))
+    d = decide(no_prefill)
+    assert d.prefill.action == "hold" and d.decode.action == "hold"

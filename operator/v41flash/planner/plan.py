@@ -209,8 +209,11 @@ def plan(
     # --- observed, user-facing figures --------------------------------------------------------------
     enough = lambda w: w is not None and w.requests >= cfg.min_requests_for_slo  # noqa: E731
     if disagg:
-        obs_ttft = pw.ttft_s + (dw.ttft_mean_s or 0.0 if dw else 0.0) if enough(pw) and pw.ttft_s is not None else None
-        obs_e2e = dw.e2e_p95_s + (pw.ttft_mean_s or 0.0 if pw else 0.0) if enough(dw) and dw.e2e_p95_s is not None else None
+        # user TTFT ≈ prefill pods' TTFT + decode's first token; user e2e ≈ decode pods' e2e + prefill
+        decode_first = (dw.ttft_mean_s or 0.0) if dw is not None else 0.0
+        prefill_mean = (pw.ttft_mean_s or 0.0) if pw is not None else 0.0
+        obs_ttft = pw.ttft_s + decode_first if enough(pw) and pw.ttft_s is not None else None
+        obs_e2e = dw.e2e_p95_s + prefill_mean if enough(dw) and dw.e2e_p95_s is not None else None
     else:
         obs_ttft = dw.ttft_s if enough(dw) else None
         obs_e2e = dw.e2e_p95_s if enough(dw) else None
