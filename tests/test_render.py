@@ -11,6 +11,7 @@ import yaml
 
 from v41flash.api.v1alpha1 import V41FlashDeployment
 from v41flash.render import render
+from v41flash.render.yamlout import to_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "manifests" / "examples").glob("*.yaml"))
@@ -19,20 +20,8 @@ K8S_VERSION = "1.36.0"
 LWS_CRD_GLOB = "sigs.k8s.io/lws@v0.8.0/config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml"
 
 
-class _Dumper(yaml.SafeDumper):
-    pass
-
-
-def _str(dumper, value):  # the ConfigMap's YAML document reads as a block, not one escaped line
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_Dumper.add_representer(str, _str)
-
-
 def dump(objs):
-    return yaml.dump_all(objs, Dumper=_Dumper, sort_keys=False, width=120)
+    return to_yaml(objs)  # exactly what `v41flash render` prints
 
 
 def example(path):
@@ -129,3 +118,11 @@ def test_kubernetes_schema_check_catches_a_bad_field():
     obj["spec"]["template"]["spec"]["containers"][0]["resourcez"] = {}
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def test_yaml_quotes_what_go_yaml_would_read_as_booleans():
+    text = to_yaml([{"env": [{"name": "A", "value": "y"}, {"name": "B", "value": "off"}, {"name": "C", "value": "yak"}],
+                     "doc": "a: 1\nb: 2\n"}])
+    assert "value: 'y'" in text and "value: 'off'" in text and "value: yak" in text
+    assert "doc: |\n" in text
+    assert list(yaml.safe_load_all(text))[0]["env"][0]["value"] == "y"

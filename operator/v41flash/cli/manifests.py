@@ -82,7 +82,8 @@ def cmd_render(args: argparse.Namespace) -> int:
             return 1
         doc.setdefault("metadata", {}).setdefault("namespace", args.namespace)
         out += render(V41FlashDeployment.model_validate(doc))
-    sys.stdout.write(yaml.safe_dump_all(out, sort_keys=False, width=120))
+    from ..render.yamlout import to_yaml  # quotes y/n/on/off that Go YAML readers would turn into booleans
+    sys.stdout.write(to_yaml(out))
     return 0
 
 

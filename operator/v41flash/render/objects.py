@@ -3,14 +3,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
-
 from ..api import v1alpha1 as api
 from ..vllm import args as vargs
 from . import labels as L
 from .engine import ENGINE_PORT, PodTiming, model_path
 from .resolve import Resolved, RoleResolved
 from .router import KV_EVENT_SOURCES, intra_node_dp_size
+from .yamlout import to_yaml_doc
 
 
 def role_service(cr_name: str, namespace: str, role: str, owner: dict[str, Any] | None) -> dict[str, Any]:
@@ -106,5 +105,5 @@ def config_map(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, r
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": L.metadata(cr_name, namespace, L.config_name(cr_name), "config", owner),
-        "data": {"resolved.yaml": yaml.safe_dump(resolved, sort_keys=False, width=120)},
+        "data": {"resolved.yaml": to_yaml_doc(resolved)},
     }
