@@ -467,3 +467,11 @@ def test_every_rendered_engine_container_passes_the_vllm_parser(path):
 def test_no_shared_subtrees(path):
     """A dict used twice would print as a YAML anchor (&id001) in `v41flash render` output."""
     assert "&id" not in yaml.safe_dump_all(render(example(path.stem)))
+
+
+def test_every_rendered_kind_is_one_the_controller_prunes():
+    from v41flash.controller.kube import CHILD_KINDS
+
+    kinds = {(o["apiVersion"], o["kind"]) for p in sorted((ROOT / "manifests" / "examples").glob("*.yaml"))
+             for o in render(example(p.stem))}
+    assert kinds <= set(CHILD_KINDS)
