@@ -260,3 +260,11 @@ def test_one_role_without_metrics_does_not_break_the_other():
     no_prefill = replace(obs, prefill=replace(obs.prefill, window=None))
     d = decide(no_prefill)
     assert d.prefill.action == "hold" and d.decode.action == "hold"
+
+
+def test_replicas_starting_far_too_long_are_reported():
+    obs = observe(8, prefill=2, prefill_starting=1)
+    obs = replace(obs, prefill=replace(obs.prefill, replicas=replace(obs.prefill.replicas, starting_for_s=(1500.0,))))
+    d = decide(obs)
+    assert d.notes == ("1 prefill replica(s) starting for over 1500s (> 2× the profile's 600s cold start): check their pods",)
+    assert decide(observe(8, prefill=2, prefill_starting=1)).notes == ()

@@ -235,6 +235,13 @@ def plan(
 
     for r in roles:
         r.status, r.status_why = _data_status(r.obs, now, cfg)
+        cold_start = (pp if r.role == "prefill" else dp).cold_start_seconds
+        stuck = [s for s in r.obs.replicas.starting_for_s if s > 2 * cold_start]
+        if stuck:  # still counted as coming capacity, but a human should look (unschedulable? crash loop?)
+            notes.append(
+                f"{len(stuck)} {r.role} replica(s) starting for over {max(stuck):.0f}s "
+                f"(> 2× the profile's {cold_start:.0f}s cold start): check their pods"
+            )
         r.observed_itl = obs_itl if r.role == "decode" else None
         r.observed_ttft = obs_ttft if (r.role == "prefill" or not disagg) else None
         r.observed_e2e = obs_e2e if r.role == "decode" else None
