@@ -53,10 +53,16 @@ class Variant:
     kv_events: bool = False  # engines publish KV events, router subscribes (via the forwarder)
     session_key: str = "client"  # client: only what the client sends; derived: front proxy injects one
     ours: bool = False  # the operator's default for this profile
+    pd: bool = False  # P/D: first half of the engines prefill, second half decode (NIXL-style handoff)
+    decode_policy: str = ""  # P/D only; '' = same as policy
 
     def __post_init__(self) -> None:
         if self.session_key not in ("client", "derived"):
             raise ValueError(f"{self.name}: session_key must be client or derived")
+        if self.pd and self.kv_events:
+            raise ValueError(f"{self.name}: KV events are wired for aggregated engines only")
+        if self.decode_policy and not self.pd:
+            raise ValueError(f"{self.name}: decode_policy needs pd: true")
 
 
 @dataclass(frozen=True)
@@ -121,6 +127,8 @@ class RunResult:
     wall_s: float
     engines: tuple[dict[str, Any], ...] = ()
     notes: tuple[str, ...] = ()
+    decode_hit_rate: float | None = None  # P/D: the decode engines' own prefix hits (saved KV transfer)
+    decode_running_spread: float | None = None
 
     @property
     def hit_vs_oracle(self) -> float | None:
@@ -148,7 +156,7 @@ def _fmt(v: float | None, spec: str) -> str:
 
 
 TABLE_COLUMNS = ("mode", "variant", "policy", "hit", "oracle", "hit/orc", "run max/mean", "uncached max/mean",
-                 "p50 ms", "p95 ms", "err", "router cpu s", "target")
+                 "dec hit", "dec run", "p50 ms", "p95 ms", "err", "router cpu s", "target")
 
 
 def table_rows(results: Sequence[RunResult]) -> list[tuple[str, ...]]:
@@ -158,6 +166,7 @@ def table_rows(results: Sequence[RunResult]) -> list[tuple[str, ...]]:
             r.mode, ("* " if r.ours else "") + r.variant, r.policy,
             _fmt(r.hit_rate, ".3f"), f"{r.oracle_hit_rate:.3f}", _fmt(r.hit_vs_oracle, ".2f"),
             _fmt(r.running_spread, ".2f"), _fmt(r.uncached_spread, ".2f"),
+            _fmt(r.decode_hit_rate, ".3f"), _fmt(r.decode_running_spread, ".2f"),
             _fmt(r.p50_ms, ".0f"), _fmt(r.p95_ms, ".0f"), str(r.errors), _fmt(r.router_cpu_s, ".2f"),
             "yes" if r.meets_target() else "no",
         ))
@@ -280,11 +289,29 @@ def sim_argv(binary: Path, port: int, sc: Scenario, lat: EngineLatency, zmq_endp
 SIM_ENV = {"POD_IP": LOOPBACK, "V41F_SIM_BIND_HOST": LOOPBACK}  # KV cache needs POD_IP; bind loopback only
 
 
+def split_pd(workers: Sequence[str], variant: Variant) -> tuple[list[str], list[str]]:
+    """(prefill, decode) engines: for P/D the first half prefills; aggregated engines are all "prefill"."""
+    if not variant.pd:
+        return list(workers), []
+    half = max(1, len(workers) // 2)
+    return list(workers[:half]), list(workers[half:])
+
+
 def router_argv(binary: Path, variant: Variant, port: int, metrics_port: int, workers: Sequence[str],
                 event_endpoints: Sequence[str], block_size: int) -> list[str]:
     argv = [str(binary), "--host", LOOPBACK, "--port", str(port),
-            "--prometheus-host", LOOPBACK, "--prometheus-port", str(metrics_port),
-            "--worker-urls", *workers, "--policy", variant.policy, *variant.args,
+            "--prometheus-host", LOOPBACK, "--prometheus-port", str(metrics_port)]
+    if variant.pd:
+        prefill, decode = split_pd(workers, variant)
+        argv += ["--vllm-pd-disaggregation"]
+        for u in prefill:
+            argv += ["--prefill", u]
+        for u in decode:
+            argv += ["--decode", u]
+        argv += ["--prefill-policy", variant.policy, "--decode-policy", variant.decode_policy or variant.policy]
+    else:
+        argv += ["--worker-urls", *workers, "--policy", variant.policy]
+    argv += [*variant.args,
             "--request-timeout-secs", "120", "--disable-retries",
             "--worker-startup-check-interval", "1", "--log-level", "warning"]
     if variant.kv_events:
@@ -296,7 +323,8 @@ def router_argv(binary: Path, variant: Variant, port: int, metrics_port: int, wo
 
 def variant_flags(variant: Variant, block_size: int) -> tuple[str, ...]:
     """The flags that make this variant what it is (for the report; addresses left out)."""
-    flags = ("--policy", variant.policy, *variant.args)
+    flags = (("--prefill-policy", variant.policy, "--decode-policy", variant.decode_policy or variant.policy)
+             if variant.pd else ("--policy", variant.policy)) + variant.args
     if variant.kv_events:
         flags += ("--kv-event-source", "<engine>=<zmq>", "--kv-event-block-size", str(block_size),
                   "--kv-event-model", MODEL)
@@ -381,7 +409,7 @@ async def _scrape(client: httpx.AsyncClient, url: str) -> dict[str, Any]:
     return parse_metrics(r.text)
 
 
-async def run_one(cfg: BenchConfig, trace: Trace, oracle_rate: float, mode: str, variant: Variant,
+async def run_one(cfg: BenchConfig, trace: Trace, oracle_rates: dict[int, float], mode: str, variant: Variant,
                   sim: Path, router: Path, log_dir: Path) -> RunResult:
     sc = cfg.scenario
     procs = Processes(log_dir / f"{mode}-{variant.name}")
@@ -418,18 +446,23 @@ async def run_one(cfg: BenchConfig, trace: Trace, oracle_rate: float, mode: str,
                 notes.append("exited during the run: " + ", ".join(dead))
     finally:
         procs.stop()
+    prefill, decode = split_pd(workers, variant)
     usage = [obs.engine_usage(u, before[u], after[u], wall) for u in workers]
-    o = obs.observe(usage)
+    o = obs.observe(usage[:len(prefill)])  # where prompts are computed: the routing figure
+    d = obs.observe(usage[len(prefill):]) if decode else None
     return RunResult(
-        mode=mode, variant=variant.name, policy=variant.policy, ours=variant.ours,
-        router_args=variant_flags(variant, sc.block_size),
-        requests=total, errors=errors, hit_rate=o.hit_rate, oracle_hit_rate=oracle_rate,
+        mode=mode, variant=variant.name,
+        policy=f"{variant.policy}/{variant.decode_policy or variant.policy}" if variant.pd else variant.policy,
+        ours=variant.ours, router_args=variant_flags(variant, sc.block_size),
+        requests=total, errors=errors, hit_rate=o.hit_rate, oracle_hit_rate=oracle_rates[len(prefill)],
         running_spread=o.running_spread, uncached_spread=o.uncached_spread, request_spread=o.request_spread,
         p50_ms=_ms(percentile(latencies, 0.5)), p95_ms=_ms(percentile(latencies, 0.95)),
         router_cpu_s=(cpu1 - cpu0) if cpu0 is not None and cpu1 is not None else None, wall_s=round(wall, 2),
-        engines=tuple({"engine": i, "prompt_tokens": u.prompt_tokens, "hit_tokens": u.hit_tokens,
+        engines=tuple({"engine": i, "role": "decode" if i >= len(prefill) else ("prefill" if decode else "both"),
+                       "prompt_tokens": u.prompt_tokens, "hit_tokens": u.hit_tokens,
                        "requests": u.requests, "mean_running": u.mean_running} for i, u in enumerate(usage)),
         notes=tuple(notes),
+        decode_hit_rate=d.hit_rate if d else None, decode_running_spread=d.running_spread if d else None,
     )
 
 
@@ -490,13 +523,16 @@ def run_bench(cfg: BenchConfig, out_dir: Path, command: str,
     tokens = asyncio.run(render_tokens(cfg, trace, sim, log_dir))
     roots = [s.root for s, _ in trace.requests()]
     orc = oracle(list(zip(roots, tokens)), cfg.scenario.engines, cfg.scenario.block_size)
+    # P/D variants compute prompts on half the engines; the oracle depends on the count only slightly
+    oracle_rates = {n: oracle(list(zip(roots, tokens)), n, cfg.scenario.block_size).hit_rate
+                    for n in {len(split_pd(["e"] * cfg.scenario.engines, v)[0]) for v in cfg.variants}}
     stats = trace_stats(trace, tokens)
     progress(f"oracle hit rate {orc.hit_rate:.3f} over {stats['prompt_tokens']} prompt tokens")
     results: list[RunResult] = []
     for mode in cfg.modes:
         for v in cfg.variants:
             t0 = time.monotonic()
-            r = asyncio.run(run_one(cfg, trace, orc.hit_rate, mode, v, sim, router, log_dir))
+            r = asyncio.run(run_one(cfg, trace, oracle_rates, mode, v, sim, router, log_dir))
             results.append(r)
             progress(f"[{len(results)}/{len(cfg.modes) * len(cfg.variants)}] {mode:6} {v.name:28} "
                      f"hit {_fmt(r.hit_rate, '.3f')} ({_fmt(r.hit_vs_oracle, '.2f')} of oracle) "

@@ -1,0 +1,193 @@
+"""Routing benchmark plumbing that needs no processes: config, argv, request shaping, table, report."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from v41flash.routing import bench as b
+from v41flash.routing.workload import Scenario, build_trace, derived_session_key
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _result(**kw):
+    base = dict(mode="header", variant="sticky", policy="sticky_least_loaded", ours=False, router_args=(),
+                requests=100, errors=0, hit_rate=0.855, oracle_hit_rate=0.9, running_spread=1.2,
+                uncached_spread=1.1, request_spread=1.0, p50_ms=120.0, p95_ms=300.4, router_cpu_s=0.123,
+                wall_s=5.0)
+    return b.RunResult(**{**base, **kw})
+
+
+def test_shipped_scenario_loads_and_runs_every_policy_and_ours():
+    cfg = b.load_config(b.DEFAULT_SCENARIO)
+    policies = {v.policy for v in cfg.variants}
+    assert policies == {"round_robin", "random", "power_of_two", "cache_aware", "consistent_hash",
+                        "sticky_least_loaded", "kv_aware"}
+    assert sum(v.ours for v in cfg.variants) == 2  # aggregated and P/D
+    assert {v.pd for v in cfg.variants if v.ours} == {False, True}
+    assert any(v.kv_events and not v.args for v in cfg.variants if v.policy == "kv_aware")
+    assert any(v.kv_events and "--kv-aware-session-affinity-ttl-secs" in v.args for v in cfg.variants)
+    assert any(not v.kv_events for v in cfg.variants if v.policy == "kv_aware")
+    assert cfg.modes == ("header", "none")
+
+
+def test_config_overrides_and_rejections(tmp_path):
+    cfg = b.load_config(b.DEFAULT_SCENARIO, sessions=3, engines=2, modes=("user",))
+    assert (cfg.scenario.sessions, cfg.scenario.engines, cfg.modes) == (3, 2, ("user",))
+    with pytest.raises(ValueError, match="unknown session-key modes"):
+        b.load_config(b.DEFAULT_SCENARIO, modes=("cookie",))
+    dup = tmp_path / "dup.yaml"
+    dup.write_text("variants: [{name: a, policy: random}, {name: a, policy: round_robin}]\n")
+    with pytest.raises(ValueError, match="duplicate"):
+        b.load_config(dup)
+    with pytest.raises(ValueError, match="session_key"):
+        b.Variant("x", "random", session_key="cookie")
+
+
+def test_router_argv_stays_on_loopback_and_wires_kv_events():
+    v = b.Variant("kv", "kv_aware", ("--kv-aware-session-affinity-ttl-secs", "600"), kv_events=True)
+    argv = b.router_argv(Path("/r"), v, 1000, 1001, ["http://127.0.0.1:1", "http://127.0.0.1:2"],
+                         ["tcp://127.0.0.1:5", "tcp://127.0.0.1:6"], 16)
+    assert argv[argv.index("--host") + 1] == "127.0.0.1"
+    assert argv[argv.index("--prometheus-host") + 1] == "127.0.0.1"
+    assert argv[argv.index("--policy") + 1] == "kv_aware"
+    i = argv.index("--worker-urls")
+    assert argv[i + 1:i + 3] == ["http://127.0.0.1:1", "http://127.0.0.1:2"]
+    sources = [argv[k + 1] for k, a in enumerate(argv) if a == "--kv-event-source"]
+    assert sources == ["http://127.0.0.1:1=tcp://127.0.0.1:5", "http://127.0.0.1:2=tcp://127.0.0.1:6"]
+    assert argv[argv.index("--kv-event-block-size") + 1] == "16"
+    assert "--kv-aware-session-affinity-ttl-secs" in argv and "--disable-retries" in argv
+    pd = b.router_argv(Path("/r"), b.Variant("pd", "cache_aware", pd=True, decode_policy="round_robin"), 1, 2,
+                       ["http://a", "http://b", "http://c", "http://d"], [], 16)
+    assert [pd[k + 1] for k, a in enumerate(pd) if a == "--prefill"] == ["http://a", "http://b"]
+    assert [pd[k + 1] for k, a in enumerate(pd) if a == "--decode"] == ["http://c", "http://d"]
+    assert pd[pd.index("--prefill-policy") + 1] == "cache_aware" and pd[pd.index("--decode-policy") + 1] == "round_robin"
+    assert "--vllm-pd-disaggregation" in pd and "--worker-urls" not in pd and "--policy" not in pd
+    with pytest.raises(ValueError):
+        b.Variant("x", "kv_aware", pd=True, kv_events=True)
+    with pytest.raises(ValueError):
+        b.Variant("x", "random", decode_policy="random")
+    plain = b.router_argv(Path("/r"), b.Variant("rr", "round_robin"), 1, 2, ["u"], ["e"], 16)
+    assert "--kv-event-source" not in plain
+    assert b.variant_flags(v, 16)[:4] == ("--policy", "kv_aware", "--kv-aware-session-affinity-ttl-secs", "600")
+
+
+def test_router_argv_is_accepted_by_the_routers_own_parser():
+    pytest.importorskip("vllm_router")
+    from vllm_router.launch_router import parse_router_args  # the launcher's argparse (no server started)
+    v = b.Variant("t", "cache_aware", ("--cache-threshold", "0.9", "--balance-abs-threshold", "4"))
+    args = parse_router_args(b.router_argv(Path("vllm-router"), v, 1, 2, ["http://127.0.0.1:3"], [], 16)[1:])
+    assert args.policy == "cache_aware" and args.cache_threshold == 0.9 and args.balance_abs_threshold == 4
+
+
+def test_sim_argv_sizes_the_cache_and_switches_events():
+    sc = Scenario()
+    argv = b.sim_argv(Path("/sim"), 9, sc, b.EngineLatency(), None, 1)
+    assert argv[argv.index("--kv-cache-size") + 1] == str(sc.kv_cache_blocks)
+    assert argv[argv.index("--block-size") + 1] == str(sc.block_size)
+    assert "--zmq-endpoint=" in argv and "--enable-kvcache" in argv
+    assert "--zmq-endpoint=tcp://127.0.0.1:7" in b.sim_argv(Path("/sim"), 9, sc, b.EngineLatency(), "tcp://127.0.0.1:7", 1)
+    assert b.SIM_ENV["V41F_SIM_BIND_HOST"] == "127.0.0.1"
+
+
+def test_request_body_per_session_key_mode():
+    trace = build_trace(Scenario(sessions=2, turns_min=2, turns_max=2, subagent_fraction=0.0))
+    s = trace.sessions[1]
+    turn = s.turns[1]
+    client, derived = b.Variant("c", "random"), b.Variant("d", "random", session_key="derived")
+    body, h = b.request_body(turn, s, "header", derived)
+    assert h[b.SESSION_HEADER] == s.id  # the client's own id wins over a derived one
+    assert body["messages"][-1] == {"role": turn.messages[-1][0], "content": turn.messages[-1][1]}
+    assert body["max_tokens"] == turn.max_tokens and "user" not in body
+    body, h = b.request_body(turn, s, "none", client)
+    assert b.SESSION_HEADER not in h and "user" not in body
+    body, h = b.request_body(turn, s, "none", derived)
+    assert h[b.SESSION_HEADER] == derived_session_key(turn.messages)
+    body, h = b.request_body(turn, s, "user", client)
+    assert body["user"] == s.id and b.SESSION_HEADER not in h
+
+
+def test_percentile_nearest_rank():
+    vals = [float(v) for v in range(1, 11)]
+    assert b.percentile(vals, 0.5) == 5.0
+    assert b.percentile(vals, 0.95) == 10.0
+    assert b.percentile(vals, 0.0) == 1.0
+    assert b.percentile([], 0.5) is None
+
+
+def test_meets_target():
+    assert _result(hit_rate=0.855, oracle_hit_rate=0.9, running_spread=1.25).meets_target()  # 0.95, 1.25
+    assert not _result(hit_rate=0.85, oracle_hit_rate=0.9).meets_target()
+    assert not _result(running_spread=1.26).meets_target()
+    assert not _result(errors=1).meets_target()
+    assert not _result(hit_rate=None).meets_target()
+    assert _result(oracle_hit_rate=0.0).hit_vs_oracle is None
+
+
+def test_table_formatting():
+    text = b.format_table([_result(), _result(mode="none", variant="ours", ours=True, hit_rate=None,
+                                               running_spread=None, router_cpu_s=None, errors=3)])
+    lines = text.splitlines()
+    assert lines[0].split()[:3] == ["mode", "variant", "policy"]
+    assert set(lines[1]) == {"-", " "}
+    assert lines[2].split() == ["header", "sticky", "sticky_least_loaded", "0.855", "0.900", "0.95", "1.20",
+                                "1.10", "-", "-", "120", "300", "0", "0.12", "yes"]
+    assert lines[3].split() == ["none", "*", "ours", "sticky_least_loaded", "-", "0.900", "-", "-", "1.10",
+                                "-", "-", "120", "300", "3", "-", "no"]
+    assert len({len(line.rstrip()) for line in lines[:2]}) == 1
+
+
+def test_report_round_trips_through_json(tmp_path):
+    cfg = b.load_config(b.DEFAULT_SCENARIO)
+    rep = b.report_dict(cfg, [_result(engines=({"engine": 0, "prompt_tokens": 1.0},))], "cmd", 0.9,
+                        {"requests": 100})
+    text = json.dumps(rep)
+    back = json.loads(text)
+    assert back["results"][0]["hit_vs_oracle"] == pytest.approx(0.95)
+    assert back["results"][0]["meets_target"] is True
+    assert back["versions"] == {"vllm-router": "0.1.17", "llm-d-inference-sim": "v0.10.2"}
+    assert b.results_from_report(back) == [_result(engines=({"engine": 0, "prompt_tokens": 1.0},))]
+
+
+def test_cpu_seconds_of_a_live_and_a_missing_process():
+    assert b.cpu_seconds(os.getpid()) >= 0.0
+    assert b.cpu_seconds(2 ** 22 + 12345) is None
+
+
+def _live_members(pgid: int) -> list[int]:
+    """Non-zombie processes of a process group, from /proc (field 5 of stat is the group)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                rest = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(rest[2]) == pgid and rest[0] != "Z":
+                out.append(int(d.name))
+    return out
+
+
+def test_processes_stop_their_whole_group(tmp_path):
+    procs = b.Processes(tmp_path)
+    # a shell whose child would outlive a plain kill of the shell
+    p = procs.start("sh", ["/bin/sh", "-c", "sleep 300 & wait"])
+    procs.stop()
+    assert p.poll() is not None
+    deadline = time.monotonic() + 5.0  # the orphaned sleep is reaped by init, not by us: give it a moment
+    while _live_members(p.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _live_members(p.pid) == []
+    assert (tmp_path / "sh.log").exists()
+
+
+def test_cli_refuses_unknown_variant(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "v41flash.cli.bench_routing", "--out", str(tmp_path),
+                        "--variants", "nope"], capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 2 and "unknown variants ['nope']" in r.stderr
