@@ -1,0 +1,73 @@
+"""`v41flash bench ...`: benchmarks. `bench autoscale` compares autoscaling policies in the simulator.
+
+Other benchmark kinds register further sub-subcommands on the same `bench` parser (see
+``BENCH_COMMANDS``), so `bench routing` can live next to `bench autoscale`.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+
+def _autoscale(args: argparse.Namespace) -> int:
+    from v41flash.sim.bench import format_table, run_benchmark
+    from v41flash.sim.scenario import POLICIES, load_scenario
+
+    try:
+        sc = load_scenario(args.scenario)
+    except (OSError, ValueError) as exc:
+        print(f"error: cannot load scenario {args.scenario}: {exc}", file=sys.stderr)
+        return 2
+    policies = None
+    if args.policies:
+        policies = tuple(p.strip() for p in args.policies.split(",") if p.strip())
+        unknown = [p for p in policies if p not in POLICIES]
+        if unknown:
+            print(f"error: unknown policies {unknown}; choose from {', '.join(POLICIES)}", file=sys.stderr)
+            return 2
+    if args.seed is not None:
+        sc = sc.model_copy(update={"seed": args.seed})
+    out = Path(args.out)
+    started = time.perf_counter()
+
+    def progress(msg: str) -> None:
+        print(f"[{time.perf_counter() - started:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    report = run_benchmark(sc, out, policies=policies, duration=args.duration, progress=progress,
+                           plots=not args.no_plots)
+    print(f"scenario {sc.name}: {report['duration_s']:.0f} s simulated, SLO TTFT p{sc.slo.ttft_percentile * 100:g} "
+          f"≤ {sc.slo.ttft_s:g}s and e2e p95 ≤ {sc.slo.e2e_p95_s:g}s; ${sc.cost_per_gpu_hour:g}/GPU-h; "
+          f"tokens = cached + uncached prompt + output")
+    print(format_table(report))
+    rel = report.get("relative") or {}
+    if rel:
+        print("ours GPU-hours relative to: " + ", ".join(f"{k.split('_vs_')[1]} {v:.2f}×" for k, v in rel.items()))
+    speed = report["simulator_speed"]
+    if speed:
+        best = max((v for v in speed.values() if v.get("requests_per_cpu_s")), key=lambda v: v["requests"], default=None)
+        if best:
+            print(f"simulator speed: {best['requests']} requests over {best['simulated_s']:.0f} simulated s in "
+                  f"{best['cpu_s']:.1f} CPU-s ({best['requests_per_cpu_s']:.0f} requests per CPU-second, one core)")
+    print(f"report: {out / 'report.json'}" + ("" if args.no_plots else f"; plots: {out}/*.png"))
+    return 0
+
+
+def register(subparsers) -> None:
+    bench = subparsers.add_parser("bench", help="Benchmarks (autoscaling simulator, ...).")
+    sub = bench.add_subparsers(dest="bench_command", metavar="BENCH")
+    bench.set_defaults(func=lambda args: (bench.print_help(), 2)[1])
+    a = sub.add_parser(
+        "autoscale",
+        help="Compare autoscaling policies on one scenario in the P/D serving simulator.",
+        description="Simulate a scenario (bench/scenarios/*.yaml) under each policy on the same workload and "
+        "write DIR/report.json plus PNG plots. Prints the comparison table.",
+    )
+    a.add_argument("--scenario", required=True, help="Scenario YAML file.")
+    a.add_argument("--out", required=True, help="Output directory (report.json, *.png).")
+    a.add_argument("--policies", help="Comma-separated subset of: ours,dynamo,keda,hpa,static,oracle.")
+    a.add_argument("--duration", type=float, help="Override the scenario's simulated seconds (quick runs).")
+    a.add_argument("--seed", type=int, help="Override the scenario's seed.")
+    a.add_argument("--no-plots", action="store_true", help="Skip the PNG plots.")
+    a.set_defaults(func=_autoscale)

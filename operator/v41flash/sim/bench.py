@@ -1,0 +1,357 @@
+"""Run a scenario under every policy on the same workload, score the runs, write report.json + plots.
+
+Scores (over [warmup, duration), requests bucketed by arrival minute):
+- window attainment: share of 1-minute windows whose TTFT at the SLO percentile and p95 e2e both
+  meet their targets (a request still unfinished when the simulation ends counts as infinitely slow);
+- request attainment: share of requests meeting both targets;
+- GPU-hours: replicas' GPUs × time from the moment they are requested (starting replicas count) to
+  their removal; tokens per dollar: (cached + uncached prompt + output tokens) of the scored
+  requests ÷ (GPU-hours × $/GPU-h) — the seed's unit;
+- scale actions (changes of a role's replica count after warmup), peak and mean replicas per role,
+  token-weighted prefix-cache hit rate.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from v41flash.planner.profile import CapacityProfile
+from v41flash.sim import oracle as oracle_mod
+from v41flash.sim.engine import EngineConfig, Simulator
+from v41flash.sim.policies import (
+    DynamoPolicy,
+    HpaQueuePolicy,
+    KedaPolicy,
+    PlannerPolicy,
+    PolicyContext,
+    SchedulePolicy,
+    StaticPolicy,
+)
+from v41flash.sim.scenario import POLICIES, Scenario, profiles
+from v41flash.sim.workload import Workload, build_workload
+
+ROLES = ("prefill", "decode")
+
+
+@dataclass
+class RunResult:
+    policy: str
+    sim: Simulator
+    wall_s: float
+    score: dict
+
+
+def engine_config(sc: Scenario) -> EngineConfig:
+    return EngineConfig(router=sc.deployment.router, prefix_cache_tokens=sc.deployment.prefix_cache_tokens,
+                        warmup_s=sc.warmup_s)
+
+
+def simulate(sc: Scenario, wl: Workload, truth: CapacityProfile, policy, initial: dict[str, int],
+             duration: float) -> tuple[Simulator, float]:
+    bounds = {"prefill": tuple(sc.bounds.prefill), "decode": tuple(sc.bounds.decode)}
+    sim = Simulator(wl, truth, policy, duration, initial, engine_config(sc), bounds)
+    t, c = time.perf_counter(), time.process_time()
+    sim.run()
+    sim.cpu_s = time.process_time() - c  # CPU seconds of this run (the machine may be shared)
+    return sim, time.perf_counter() - t
+
+
+def minute_windows(sim: Simulator, sc: Scenario, duration: float) -> list[dict]:
+    """Per scored 1-minute window (by arrival): TTFT at the SLO percentile, p95 e2e, verdicts."""
+    tel = sim.telemetry
+    arrive = np.asarray(tel.arrive_t, dtype=float)
+    ttft = np.asarray(tel.ttft, dtype=float)
+    e2e = np.asarray(tel.e2e, dtype=float)
+    if sim.inflight_requests:
+        left = np.array([r.arrive for r in sim.inflight_requests.values()])
+        arrive = np.concatenate([arrive, left])
+        ttft = np.concatenate([ttft, np.full(len(left), np.inf)])
+        e2e = np.concatenate([e2e, np.full(len(left), np.inf)])
+    slo = sc.slo
+    w = slo.window_s
+    out = []
+    n = int(math.ceil((duration - sc.warmup_s) / w))
+    idx = np.floor((arrive - sc.warmup_s) / w).astype(int)
+    for i in range(n):
+        m = idx == i
+        if not m.any():
+            continue
+        t = np.sort(ttft[m])
+        e = np.sort(e2e[m])
+        tp = float(np.percentile(t, slo.ttft_percentile * 100)) if np.isfinite(t).all() else _q_inf(t, slo.ttft_percentile)
+        ep = float(np.percentile(e, 95)) if np.isfinite(e).all() else _q_inf(e, 0.95)
+        out.append({"start": sc.warmup_s + i * w, "requests": int(m.sum()), "ttft": tp, "e2e_p95": ep,
+                    "ttft_ok": tp <= slo.ttft_s, "e2e_ok": ep <= slo.e2e_p95_s})
+    return out
+
+
+def _q_inf(sorted_vals: np.ndarray, q: float) -> float:
+    """Nearest-rank quantile that tolerates infinities."""
+    k = min(len(sorted_vals) - 1, int(math.ceil(q * len(sorted_vals))) - 1)
+    return float(sorted_vals[max(0, k)])
+
+
+def score(sim: Simulator, sc: Scenario, duration: float) -> dict:
+    tel, slo = sim.telemetry, sc.slo
+    windows = minute_windows(sim, sc, duration)
+    arrive = np.asarray(tel.arrive_t, dtype=float)
+    scored = (arrive >= sc.warmup_s) & (arrive < duration)
+    ttft = np.asarray(tel.ttft)[scored]
+    e2e = np.asarray(tel.e2e)[scored]
+    prompt = np.asarray(tel.prompt, dtype=float)[scored]
+    cached = np.asarray(tel.cached, dtype=float)[scored]
+    out = np.asarray(tel.out, dtype=float)[scored]
+    unfinished = sum(1 for r in sim.inflight_requests.values() if sc.warmup_s <= r.arrive < duration)
+    both = int(((ttft <= slo.ttft_s) & (e2e <= slo.e2e_p95_s)).sum())
+    total = len(ttft) + unfinished
+    gs = sim.gpu_seconds(sc.warmup_s, duration)
+    gpu_h = sum(gs.values()) / 3600.0
+    tokens = float(prompt.sum() + out.sum())
+    series = tel.series
+    t = np.asarray(series["t"])
+    keep = t >= sc.warmup_s
+    peak, mean = {}, {}
+    for role in ROLES:
+        active = np.asarray(series[f"{role}_ready"]) + np.asarray(series[f"{role}_starting"])
+        peak[role] = int(active[keep].max()) if keep.any() else 0
+        mean[role] = float(active[keep].mean()) if keep.any() else 0.0
+    actions = [a for a in tel.actions if a[0] >= sc.warmup_s]
+    ok_windows = sum(1 for w in windows if w["ttft_ok"] and w["e2e_ok"])
+    return {
+        "windows": len(windows),
+        "windows_ok": ok_windows,
+        "window_attainment": ok_windows / len(windows) if windows else None,
+        "request_attainment": both / total if total else None,
+        "requests": total,
+        "unfinished": unfinished,
+        "gpu_hours": gpu_h,
+        "gpu_hours_by_role": {k: v / 3600.0 for k, v in gs.items()},
+        "tokens_served": tokens,
+        "tokens_per_dollar": tokens / (gpu_h * sc.cost_per_gpu_hour) if gpu_h > 0 else None,
+        "tokens_counted": "cached + uncached prompt tokens + output tokens of scored, finished requests",
+        "scale_actions": len(actions),
+        "scale_actions_by_role": {r: sum(1 for a in actions if a[1] == r) for r in ROLES},
+        "peak_replicas": peak,
+        "mean_replicas": mean,
+        "prefix_cache_hit_rate": float(cached.sum() / prompt.sum()) if prompt.sum() > 0 else None,
+        "ttft_p": float(np.percentile(ttft, slo.ttft_percentile * 100)) if len(ttft) else None,
+        "e2e_p95": float(np.percentile(e2e, 95)) if len(e2e) else None,
+        "minute_windows": windows,
+    }
+
+
+def make_policy(name: str, ctx: PolicyContext, extra: dict):
+    if name == "ours":
+        return PlannerPolicy(ctx)
+    if name == "dynamo":
+        return DynamoPolicy(ctx)
+    if name == "keda":
+        return KedaPolicy(ctx)
+    if name == "hpa":
+        return HpaQueuePolicy(ctx)
+    if name == "static":
+        return StaticPolicy(ctx, extra["static"])
+    if name == "oracle":
+        return SchedulePolicy(ctx, "oracle", extra["schedule"], extra["interval"], extra["lead"])
+    raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
+
+
+def run_benchmark(sc: Scenario, out_dir: Path, policies: tuple[str, ...] | None = None,
+                  duration: float | None = None, progress: Callable[[str], None] = print,
+                  base_dir: Path | None = None, plots: bool = True) -> dict:
+    """Every selected policy on the same workload; returns (and writes) the report."""
+    duration = float(duration or sc.duration_s)
+    policies = tuple(policies or sc.policies)
+    truth, planner = profiles(sc, base_dir)
+    slo = sc.slo.to_slo()
+    t0 = time.perf_counter()
+    wl = build_workload(sc.workload, sc.arrivals, duration, sc.seed)
+    gen_s = time.perf_counter() - t0
+    progress(f"workload: {len(wl.sessions)} sessions, {wl.total_requests()} requests planned "
+             f"({gen_s:.1f}s); {'; '.join(wl.notes)}")
+    bounds = {"prefill": tuple(sc.bounds.prefill), "decode": tuple(sc.bounds.decode)}
+    ctx = PolicyContext(slo=slo, bounds=bounds, profile=planner, gpu_budget=sc.bounds.gpu_budget,
+                        itl_target_s=slo.itl_s or _itl_target(sc))
+    truth_ctx = PolicyContext(slo=slo, bounds=bounds, profile=truth, gpu_budget=sc.bounds.gpu_budget,
+                              itl_target_s=ctx.itl_target_s)
+    speed: dict[str, dict] = {}
+
+    # Reference run (generous static capacity) → demand → oracle schedule; also sizes static-at-peak
+    # and the common initial replicas.
+    need_oracle = any(p in policies for p in ("oracle", "static")) or sc.initial is None
+    extra: dict = {}
+    results: dict[str, RunResult] = {}
+    oracle_info: dict = {}
+    if need_oracle:
+        ref_repl = {r: bounds[r][1] for r in ROLES}
+        progress(f"reference run (static {ref_repl}) for the oracle's demand ...")
+        ref, wall = simulate(sc, wl, truth, StaticPolicy(truth_ctx, ref_repl), ref_repl, duration)
+        speed["reference"] = _speed(ref, wall, duration)
+        demand = oracle_mod.demand_from_telemetry(ref.telemetry)
+        shape = oracle_mod.initial_schedule(truth, demand, slo, duration, sc.oracle_interval_s, bounds)
+        lead = {"prefill": truth.prefill.cold_start_seconds, "decode": truth.decode.cold_start_seconds}
+        rounds = []
+        initial = dict(sc.initial) if sc.initial else {r: shape[r][0] for r in ROLES}
+
+        def trial(schedule: dict[str, list[int]], label: str) -> RunResult:
+            pol = SchedulePolicy(truth_ctx, "oracle", schedule, sc.oracle_interval_s, lead)
+            start = initial
+            sim, wall = simulate(sc, wl, truth, pol, start, duration)
+            res = RunResult("oracle", sim, wall, score(sim, sc, duration))
+            s_ = res.score
+            rounds.append({"step": label, "window_attainment": s_["window_attainment"], "gpu_hours": s_["gpu_hours"]})
+            progress(f"oracle {label}: attainment {s_['window_attainment']:.3f}, {s_['gpu_hours']:.1f} GPU-h "
+                     f"({sim.cpu_s:.1f}s CPU)")
+            return res
+
+        # 1) the smallest prefill scale factor whose schedule meets the SLO in ≥ 95 % of windows
+        lo_f, hi_f, best = 1.0, sc.oracle_max_factor, None
+        f = 0.5 * (lo_f + hi_f)
+        for _ in range(sc.oracle_bisection_steps):
+            res = trial(oracle_mod.scaled(shape, {"prefill": f}, bounds, sc.oracle_interval_s, lead), f"scale {f:.2f}")
+            if (res.score["window_attainment"] or 0.0) >= 0.95:
+                hi_f, best = f, (f, res)
+            else:
+                lo_f = f
+            f = 0.5 * (lo_f + hi_f)
+        if best is None:
+            f = hi_f
+            best = (f, trial(oracle_mod.scaled(shape, {"prefill": f}, bounds, sc.oracle_interval_s, lead), f"scale {f:.2f}"))
+        factor, orc_run = best
+        schedule = oracle_mod.scaled(shape, {"prefill": factor}, bounds, sc.oracle_interval_s, lead)
+        # 2) local fix-ups where 1-minute windows still fail
+        for rnd in range(sc.oracle_rounds):
+            failed = [(int(w["start"] // sc.oracle_interval_s), not w["ttft_ok"], not w["e2e_ok"])
+                      for w in orc_run.score["minute_windows"] if not (w["ttft_ok"] and w["e2e_ok"])]
+            if not failed:
+                break
+            oracle_mod.bump_failures(schedule, failed, bounds)
+            for r in ROLES:
+                schedule[r] = oracle_mod.keep_through_gaps(schedule[r], sc.oracle_interval_s, lead[r])
+            orc_run = trial(schedule, f"fix-up {rnd + 1}")
+        speed["oracle"] = _speed(orc_run.sim, orc_run.wall_s, duration)
+        if "oracle" in policies:
+            results["oracle"] = orc_run
+        extra = {"schedule": schedule, "interval": sc.oracle_interval_s, "lead": lead,
+                 "static": {r: max(schedule[r]) for r in ROLES}}
+        oracle_info = {"interval_s": sc.oracle_interval_s, "prefill_scale": factor, "steps": rounds, "schedule": schedule,
+                       "method": oracle_mod.__doc__.strip()}
+    else:
+        initial = dict(sc.initial)
+    for name in policies:
+        if name == "oracle":
+            continue
+        pol = make_policy(name, ctx, extra)
+        start = dict(extra["static"]) if name == "static" else dict(initial)
+        progress(f"{name} ...")
+        sim, wall = simulate(sc, wl, truth, pol, start, duration)
+        results[name] = RunResult(name, sim, wall, score(sim, sc, duration))
+        speed[name] = _speed(sim, wall, duration)
+        s = results[name].score
+        progress(f"{name}: attainment {s['window_attainment']:.3f}, {s['gpu_hours']:.1f} GPU-h "
+                 f"({sim.cpu_s:.1f}s CPU, {sim.requests_finished / sim.cpu_s:.0f} req/CPU-s)")
+
+    order = [p for p in POLICIES if p in results]
+    report = {
+        "scenario": sc.model_dump(mode="json", by_alias=True),
+        "duration_s": duration,
+        "initial_replicas": initial,
+        "profiles": {"truth": truth.metadata.name, "planner": planner.metadata.name,
+                     "planner_profile_error": sc.deployment.planner_profile_error},
+        "workload": _workload_stats(wl, results),
+        "policies": {p: {k: v for k, v in results[p].score.items() if k != "minute_windows"} for p in order},
+        "minute_windows": {p: results[p].score["minute_windows"] for p in order},
+        "relative": _relative(results),
+        "oracle": oracle_info,
+        "simulator_speed": speed,
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "report.json").write_text(json.dumps(report, indent=1, default=_json_default))
+    if plots:
+        from v41flash.sim.plots import write_plots
+
+        write_plots(out_dir, sc, {p: results[p] for p in order}, duration)
+    return report
+
+
+def _itl_target(sc: Scenario) -> float:
+    # Dynamo takes an ITL SLA as input: the e2e budget after TTFT spread over a long (p95) answer.
+    p95_out = sc.workload.output_tokens.median * math.exp(1.645 * sc.workload.output_tokens.sigma) \
+        if hasattr(sc.workload, "output_tokens") else 2000.0
+    return max(1e-3, (sc.slo.e2e_p95_s - sc.slo.ttft_s) / p95_out)
+
+
+def _speed(sim: Simulator, wall: float, duration: float) -> dict:
+    n = sim.requests_finished
+    cpu = getattr(sim, "cpu_s", wall)
+    return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "requests": n, "simulated_s": duration,
+            "requests_per_cpu_s": round(n / cpu, 1) if cpu > 0 else None,
+            "mean_req_per_simulated_s": round(n / duration, 1)}
+
+
+def _relative(results: dict[str, RunResult]) -> dict:
+    if "ours" not in results:
+        return {}
+    ours = results["ours"].score["gpu_hours"]
+    out = {}
+    for p, r in results.items():
+        g = r.score["gpu_hours"]
+        if p != "ours" and g > 0:
+            out[f"ours_gpu_hours_vs_{p}"] = ours / g
+    return out
+
+
+def _workload_stats(wl: Workload, results: dict[str, RunResult]) -> dict:
+    st = {"sessions": len(wl.sessions), "planned_requests": wl.total_requests(), "notes": list(wl.notes)}
+    any_run = next(iter(results.values()), None)
+    if any_run is not None:
+        tel = any_run.sim.telemetry
+        if tel.prompt:
+            p = np.asarray(tel.prompt)
+            o = np.asarray(tel.out)
+            st.update({"input_tokens_p50": float(np.median(p)), "input_tokens_p90": float(np.percentile(p, 90)),
+                       "output_tokens_p50": float(np.median(o)), "output_tokens_mean": float(o.mean())})
+    return st
+
+
+def _json_default(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, float) and math.isinf(o):
+        return None
+    raise TypeError(type(o))
+
+
+def format_table(report: dict) -> str:
+    rows = [("policy", "win-SLO", "req-SLO", "GPU-h", "vs ours", "Mtok/$", "actions", "peak P/D", "mean P/D",
+             "hit", "TTFT-p", "e2e p95")]
+    ours = report["policies"].get("ours", {}).get("gpu_hours")
+    for p, s in report["policies"].items():
+        rows.append((
+            p, _pc(s["window_attainment"]), _pc(s["request_attainment"]), f"{s['gpu_hours']:.1f}",
+            f"{ours / s['gpu_hours']:.2f}" if ours and s["gpu_hours"] else "-",
+            f"{(s['tokens_per_dollar'] or 0) / 1e6:.2f}", str(s["scale_actions"]),
+            f"{s['peak_replicas']['prefill']}/{s['peak_replicas']['decode']}",
+            f"{s['mean_replicas']['prefill']:.1f}/{s['mean_replicas']['decode']:.1f}",
+            _pc(s["prefix_cache_hit_rate"]), _sec(s["ttft_p"]), _sec(s["e2e_p95"]),
+        ))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _pc(x) -> str:
+    return "-" if x is None else f"{x * 100:.1f}%"
+
+
+def _sec(x) -> str:
+    return "-" if x is None else ("inf" if math.isinf(x) else f"{x:.2f}s")

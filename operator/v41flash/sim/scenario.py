@@ -1,0 +1,158 @@
+"""Benchmark scenario: one YAML file describing workload, arrivals, hardware, SLO, cost and bounds.
+
+Example (every field but ``name`` has a default; see docs/2026-11-30-autoscale-bench.md)::
+
+    name: diurnal
+    durationS: 3600          # simulated seconds (``--duration`` overrides)
+    warmupS: 300             # not scored (caches fill, policies settle)
+    seed: 7                  # same seed → same sessions → same report
+    workload: {kind: agentx} # or {kind: agentx_trace, path: ...} / {kind: mooncake_trace, path: ...}
+    arrivals: {pattern: diurnal, peakRps: 100, trough: 0.55}
+    deployment:
+      gpuProduct: H200
+      servingProfile: low-latency
+      truthProfile: null     # path to a CapacityProfile YAML; null: the shipped one for product/profile
+      plannerProfile: null   # the policies' model; null: same as the truth
+      plannerProfileError: 1.0   # × on the policies' latency curves (1.3: they think it 30 % slower)
+      coldStartS: null       # overrides both profiles' cold start
+      router: cache_aware    # cache_aware | session_hash | round_robin
+    slo: {ttftS: 2.0, ttftPercentile: 0.95, e2eP95S: 60.0}
+    costPerGpuHour: 2.26
+    bounds: {prefill: [1, 160], decode: [1, 40], gpuBudget: null}
+    initial: null            # {prefill: n, decode: m}; null: the oracle's need at t=0
+    policies: [ours, dynamo, keda, hpa, static, oracle]
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from v41flash.planner.profile import CapacityProfile, find_profile, load_profile
+from v41flash.planner.datatypes import Slo
+from v41flash.sim.workload import AgentSessionSpec, AgentxTraceSpec, ArrivalSpec, MooncakeTraceSpec
+
+POLICIES = ("ours", "dynamo", "keda", "hpa", "static", "oracle")
+
+
+class _M(BaseModel):
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True)
+
+
+class DeploymentSpec(_M):
+    gpu_product: str = "H200"
+    serving_profile: str = "low-latency"
+    truth_profile: str | None = Field(default=None, description="CapacityProfile YAML the simulator obeys.")
+    planner_profile: str | None = Field(default=None, description="CapacityProfile YAML the policies use.")
+    planner_profile_error: float = Field(default=1.0, gt=0, description="× on the policies' latency curves.")
+    cold_start_s: float | None = Field(default=None, gt=0)
+    router: Literal["cache_aware", "session_hash", "round_robin"] = "cache_aware"
+    prefix_cache_tokens: int | None = Field(default=None, ge=1, description="Per prefill replica.")
+
+
+class SloSpec(_M):
+    ttft_s: float = Field(default=2.0, gt=0)
+    ttft_percentile: float = Field(default=0.95, gt=0, lt=1)
+    e2e_p95_s: float = Field(default=60.0, gt=0, alias="e2eP95S")
+    itl_s: float | None = Field(default=None, gt=0, description="Explicit ITL target (Dynamo's SLA input).")
+    window_s: float = Field(default=60.0, gt=0)
+
+    def to_slo(self) -> Slo:
+        return Slo(ttft_s=self.ttft_s, e2e_p95_s=self.e2e_p95_s, ttft_percentile=self.ttft_percentile,
+                   window_s=self.window_s, itl_s=self.itl_s)
+
+
+class BoundsSpec(_M):
+    prefill: tuple[int, int] = (1, 160)
+    decode: tuple[int, int] = (1, 40)
+    gpu_budget: int | None = None
+
+
+class Scenario(_M):
+    name: str
+    description: str = ""
+    duration_s: float = Field(default=3600.0, gt=0)
+    warmup_s: float = Field(default=300.0, ge=0)
+    seed: int = 1
+    workload: Annotated[
+        AgentSessionSpec | AgentxTraceSpec | MooncakeTraceSpec, Field(discriminator="kind")
+    ] = AgentSessionSpec()
+    arrivals: ArrivalSpec = ArrivalSpec()
+    deployment: DeploymentSpec = DeploymentSpec()
+    slo: SloSpec = SloSpec()
+    cost_per_gpu_hour: float = Field(default=2.26, gt=0, description="Modelled TCO $/GPU-h.")
+    bounds: BoundsSpec = BoundsSpec()
+    initial: dict[str, int] | None = None
+    policies: tuple[str, ...] = POLICIES
+    oracle_interval_s: float = Field(default=60.0, gt=0)
+    oracle_rounds: int = Field(default=2, ge=0, description="Fix-up simulations after the scale search.")
+    oracle_bisection_steps: int = Field(default=3, ge=1, description="Simulations to find the scale factor.")
+    oracle_max_factor: float = Field(default=2.5, ge=1.0, description="Upper end of the scale search.")
+
+
+def _snake(d):
+    """Accept camelCase in the nested workload/arrival blocks (their models are snake_case)."""
+    import re
+
+    if isinstance(d, dict):
+        return {re.sub(r"(?<!^)(?=[A-Z])", "_", k).lower(): v for k, v in d.items()}
+    return d
+
+
+def load_scenario(path: str | Path, base_dir: Path | None = None) -> Scenario:
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    for key in ("workload", "arrivals"):
+        if key in data:
+            data[key] = _snake(data[key])
+    wl = data.get("workload") or {}
+    if "path" in wl and not Path(wl["path"]).is_absolute():
+        wl["path"] = str((base_dir or Path(path).parent) / wl["path"])
+    return Scenario.model_validate(data)
+
+
+def scaled_profile(p: CapacityProfile, factor: float) -> CapacityProfile:
+    """The same profile with every latency coefficient × ``factor`` (a deliberately wrong model)."""
+    if factor == 1.0:
+        return p
+    pc, dc = p.prefill.curve, p.decode.curve
+    return p.model_copy(update={
+        "prefill": p.prefill.model_copy(update={"curve": pc.model_copy(update={
+            "overhead": pc.overhead * factor, "per_token": pc.per_token * factor,
+            "per_token_context": pc.per_token_context * factor})}),
+        "decode": p.decode.model_copy(update={"curve": dc.model_copy(update={
+            "overhead": dc.overhead * factor, "per_sequence": dc.per_sequence * factor,
+            "per_sequence_context": dc.per_sequence_context * factor})}),
+    })
+
+
+def with_cold_start(p: CapacityProfile, seconds: float | None) -> CapacityProfile:
+    if seconds is None:
+        return p
+    return p.model_copy(update={
+        "prefill": p.prefill.model_copy(update={"cold_start_seconds": seconds}),
+        "decode": p.decode.model_copy(update={"cold_start_seconds": seconds}),
+    })
+
+
+def profiles(sc: Scenario, base_dir: Path | None = None) -> tuple[CapacityProfile, CapacityProfile]:
+    """(truth, planner) profiles of a scenario."""
+    dep = sc.deployment
+
+    def resolve(path: str | None) -> CapacityProfile:
+        if path:
+            p = Path(path)
+            if not p.is_absolute() and base_dir is not None:
+                p = base_dir / p
+            return load_profile(p)
+        found = find_profile(dep.serving_profile, dep.gpu_product)
+        if found is None:
+            raise ValueError(f"no shipped capacity profile for {dep.serving_profile} on {dep.gpu_product}")
+        return found
+
+    truth = with_cold_start(resolve(dep.truth_profile), dep.cold_start_s)
+    planner = resolve(dep.planner_profile) if dep.planner_profile else truth
+    planner = scaled_profile(with_cold_start(planner, dep.cold_start_s), dep.planner_profile_error)
+    return truth, planner
