@@ -134,3 +134,18 @@ def test_show_lists_every_shipped_profile(capsys):
     out = capsys.readouterr().out
     for p in shipped_profiles():
         assert f"| {p.metadata.name} |" in out
+
+
+def test_shipped_default_layouts_match_the_api_defaults():
+    from v41flash import api
+
+    for p in shipped_profiles():
+        if p.metadata.name.count("-") > 2:  # layout-specific profiles (gb300-pd-dep4-dep16) are not defaults
+            continue
+        if p.serving_profile == "high-throughput":
+            dp = api.DEFAULT_HIGH_THROUGHPUT_DP.get(p.gpu_product, api.HIGH_THROUGHPUT_DP)
+            assert (p.prefill.parallelism, p.prefill.gpus_per_replica, p.prefill.data_parallel_size) == (f"DEP{dp}", dp, dp)
+        else:
+            tp = api.DEFAULT_LOW_LATENCY_TP.get(p.gpu_product, api.LOW_LATENCY_TP)
+            assert (p.prefill.parallelism, p.prefill.gpus_per_replica) == (f"TP{tp}", tp)
+        assert p.decode.parallelism == p.prefill.parallelism

@@ -28,7 +28,7 @@ DECODE_FROM_H200 = {"B200": 4.8 / 8.0, "B300": 4.8 / 8.0, "GB300": 4.8 / 8.0}
 # published best interactivity of 599 tok/s/user (see the doc); a model property, the same on every GPU.
 TOKENS_PER_STEP = 3.45
 KV_TOKENS_PER_GPU = {"H200": 20_000_000, "B200": 35_000_000, "B300": 70_000_000, "GB300": 70_000_000}
-MAX_NUM_SEQS = {"TP4": 128, "DEP2": 256, "DEP4": 256, "DEP16": 256}
+MAX_NUM_SEQS = {"TP4": 128, "DEP2": 256, "DEP4": 256, "DEP16": 256}  # per rank
 KV_SECONDS_PER_TOKEN = {"H200": 2.2e-8, "B200": 1.8e-8, "B300": 1.8e-8, "GB300": 9e-9}  # 890 B/token over NIXL
 
 # (name suffix, serving profile, role layouts): layout = (label, tp, attention dp, moe tp, moe ep, gpus)
@@ -37,6 +37,8 @@ LAYOUTS = {
     "high-throughput": ("high-throughput", ("DEP2", 1, 2, 1, 2, 2), ("DEP2", 1, 2, 1, 2, 2)),
     "pd-dep4-dep16": ("high-throughput", ("DEP4", 1, 4, 1, 4, 4), ("DEP16", 1, 16, 1, 16, 16)),
 }
+# the API's high-throughput default on H200 is DEP4: two 141 GB GPUs cannot hold the weights
+LAYOUT_OVERRIDES = {("H200", "high-throughput"): ("high-throughput", ("DEP4", 1, 4, 1, 4, 4), ("DEP4", 1, 4, 1, 4, 4))}
 PREFILL_GRID = [(isl, 0) for isl in (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)] + [
     (4096 + p, p) for p in (16384, 65536, 131072)
 ] + [(8192 + p, p) for p in (32768, 136000)]
@@ -54,11 +56,12 @@ def engine(gpu: str, layout: tuple, systems_path: str | None):
 
 
 def run_doc(gpu: str, name: str, systems_path: str | None = None) -> dict:
-    serving, pre, dec = LAYOUTS[name]
+    serving, pre, dec = LAYOUT_OVERRIDES.get((gpu, name), LAYOUTS[name])
     pe = engine(gpu, pre, systems_path)
     scale = DECODE_FROM_H200.get(gpu, 1.0)
-    # per-rank decode layout on H200 for Blackwell (DEP16's ranks are taken as DEP2's ranks)
-    dec_src = dec if gpu not in DECODE_FROM_H200 else (LAYOUTS["high-throughput"][2] if dec[0].startswith("DEP") else dec)
+    # per-rank decode layout on H200 for Blackwell: its own TP4, or H200's DEP4 ranks for any DEPn
+    dec_src = dec if gpu not in DECODE_FROM_H200 else (
+        LAYOUT_OVERRIDES[("H200", "high-throughput")][2] if dec[0].startswith("DEP") else dec)
     de = engine("H200" if gpu in DECODE_FROM_H200 else gpu, dec_src, systems_path)
     prefill_points = [
         {"isl": isl, "cachedTokens": cached, "ttftSeconds": pe.predict_prefill_latency(1, isl, cached) / 1000.0, "concurrency": 1}
