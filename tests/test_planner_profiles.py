@@ -137,7 +137,7 @@ def test_show_lists_every_shipped_profile(capsys):
 
 
 def test_shipped_default_layouts_match_the_api_defaults():
-    from v41flash import api
+    from v41flash.api import v1alpha1 as api
 
     for p in shipped_profiles():
         if p.metadata.name.count("-") > 2:  # layout-specific profiles (gb300-pd-dep4-dep16) are not defaults
