@@ -54,7 +54,7 @@ class OperatorProcess:
     def __init__(self, handle: ClusterHandle, extra_args: list[str] | None = None):
         self.handle = handle
         self.extra_args = list(extra_args or [])
-        self.log_path = handle.cluster.logs / "operator.log"
+        self.log_path = handle.cluster.logs / f"{self.name}.log"
         self.proc: Proc | None = None
         self.popen: subprocess.Popen | None = None
         self.starts = 0
