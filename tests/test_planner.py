@@ -268,3 +268,12 @@ def test_replicas_starting_far_too_long_are_reported():
     d = decide(obs)
     assert d.notes == ("1 prefill replica(s) starting for over 1500s (> 2× the profile's 600s cold start): check their pods",)
     assert decide(observe(8, prefill=2, prefill_starting=1)).notes == ()
+
+
+def test_full_kv_cache_scales_decode_even_when_compute_suffices():
+    obs = observe(8, prefill=3, decode=2, dw={"kv_cache_usage": 0.97})
+    d = decide(obs)
+    # 2 replicas at 97 % → 2 × 0.97 / 0.85 = 2.28 replicas' worth of memory
+    assert d.decode.action == "scale_up" and d.decode.desired == 3
+    assert "KV cache 97% full (> 85%) needs 2.3" in d.decode.reason
+    assert decide(observe(8, prefill=3, decode=2, dw={"kv_cache_usage": 0.6})).decode.action != "scale_up"

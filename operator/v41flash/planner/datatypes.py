@@ -88,6 +88,7 @@ class PlannerConfig:
     trend_damping: float = 0.8  # damped-trend factor per interval (caps extrapolation at ~4 intervals)
     max_forecast_growth: float = 1.5  # a forecast never exceeds this × the smoothed level
     min_requests_for_slo: float = 10.0  # fewer finished requests: latency percentiles are not judged
+    kv_cache_target: float = 0.85  # decode KV-cache usage above this asks for replicas (memory-bound)
     service_cv2: float = 1.0  # squared coefficient of variation of prefill service times (queueing)
 
 

@@ -180,6 +180,7 @@ class _RoleWork:
     observed_e2e: float | None = None
     observed_itl: float | None = None
     rec: int | None = None
+    kv_note: str = ""
 
 
 def plan(
@@ -334,6 +335,14 @@ def plan(
         else:
             dn, pn = size_decode(rate), size_prefill(rate, dp.data_parallel_size)
             r.need = capacity.Need(dn.replicas + pn.replicas, dn.feasible and pn.feasible)
+        if r.role == "decode" and r.obs.window.kv_cache_usage is not None and r.obs.replicas.ready > 0:
+            # KV memory binds before compute (long agentic contexts): keep usage under the target
+            kv = r.obs.window.kv_cache_usage
+            if kv > cfg.kv_cache_target:
+                kv_need = r.obs.replicas.ready * kv / cfg.kv_cache_target
+                if kv_need > r.need.replicas:
+                    r.need = capacity.Need(kv_need, r.need.feasible)
+                    r.kv_note = f"KV cache {kv:.0%} full (> {cfg.kv_cache_target:.0%})"
 
     # --- act per role -----------------------------------------------------------------------------
     for r in roles:
@@ -354,6 +363,8 @@ def plan(
             continue
         k = kp if r.role == "prefill" else kd
         need_txt = _need_text(r, demand, k, kp if not disagg else None)
+        if r.kv_note:
+            need_txt += f"; {r.kv_note} needs {r.need.replicas:.1f}"
         up_target = math.ceil(r.need.replicas * (1 - cfg.up_tolerance) - 1e-9)
         stuck_correction = k >= cfg.correction_max * 0.99
         if r.breached and up_target <= cur and starting == 0 and r.status == "ok" and (stuck_correction or not r.need.feasible):
