@@ -275,5 +275,12 @@ def test_full_kv_cache_scales_decode_even_when_compute_suffices():
     d = decide(obs)
     # 2 replicas at 97 % → 2 × 0.97 / 0.85 = 2.28 replicas' worth of memory
     assert d.decode.action == "scale_up" and d.decode.desired == 3
-    assert "KV cache 97% full (> 85%) needs 2.3" in d.decode.reason
+    assert "KV cache 97% full (85% target) needs 2.3" in d.decode.reason
     assert decide(observe(8, prefill=3, decode=2, dw={"kv_cache_usage": 0.6})).decode.action != "scale_up"
+    # after 10 idle-ish minutes at 60 % KV on 2 replicas, removing one would overfill: no scale-down
+    state = PlannerState()
+    for i in range(25):
+        d = decide(observe(1, prefill=3, decode=2, t=T + 30 * i, dw={"kv_cache_usage": 0.6}), state, now=T + 30 * i)
+        state = d.state
+        assert d.decode.action == "hold"
+    assert "KV cache 60% full" in d.decode.reason

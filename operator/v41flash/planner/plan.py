@@ -337,12 +337,12 @@ def plan(
             r.need = capacity.Need(dn.replicas + pn.replicas, dn.feasible and pn.feasible)
         if r.role == "decode" and r.obs.window.kv_cache_usage is not None and r.obs.replicas.ready > 0:
             # KV memory binds before compute (long agentic contexts): keep usage under the target
+            # (also when below target: it stops a scale-down that would push usage over it)
             kv = r.obs.window.kv_cache_usage
-            if kv > cfg.kv_cache_target:
-                kv_need = r.obs.replicas.ready * kv / cfg.kv_cache_target
-                if kv_need > r.need.replicas:
-                    r.need = capacity.Need(kv_need, r.need.feasible)
-                    r.kv_note = f"KV cache {kv:.0%} full (> {cfg.kv_cache_target:.0%})"
+            kv_need = r.obs.replicas.ready * kv / cfg.kv_cache_target
+            if kv_need > r.need.replicas:
+                r.need = capacity.Need(kv_need, r.need.feasible)
+                r.kv_note = f"KV cache {kv:.0%} full ({cfg.kv_cache_target:.0%} target)"
 
     # --- act per role -----------------------------------------------------------------------------
     for r in roles:
