@@ -71,3 +71,10 @@ def register(subparsers) -> None:
     a.add_argument("--seed", type=int, help="Override the scenario's seed.")
     a.add_argument("--no-plots", action="store_true", help="Skip the PNG plots.")
     a.set_defaults(func=_autoscale)
+    try:  # `bench routing` lives in its own module
+        from v41flash.cli.bench_routing import add_routing_parser
+    except ModuleNotFoundError as exc:
+        if exc.name != "v41flash.cli.bench_routing":
+            raise
+    else:
+        add_routing_parser(sub)
