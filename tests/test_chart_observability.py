@@ -30,8 +30,7 @@ PROMTOOL_VERSION = "v0.316.0"
 ON = ["--set", "prometheusRule.enabled=true", "--set", "dashboard.enabled=true", "--set", "serviceMonitor.enabled=true",
       "--set", "podMonitor.enabled=true"]
 # Modules whose import registers the operator's Prometheus metrics (missing ones are skipped: not written yet).
-METRIC_MODULES = ("v41flash.controller.handlers", "v41flash.planner.metrics", "v41flash.controller.planner",
-                  "v41flash.metrics.operator")
+METRIC_MODULES = ("v41flash.controller.handlers", "v41flash.planner.metrics")
 
 
 def promtool() -> Path:
@@ -138,10 +137,13 @@ def operator_metric_names() -> set[str]:
     from prometheus_client import REGISTRY
     for mod in METRIC_MODULES:
         try:
-            importlib.import_module(mod)
+            module = importlib.import_module(mod)
         except ModuleNotFoundError as exc:
             if exc.name != mod:
                 raise
+            continue
+        if hasattr(module, "planner_metrics"):
+            module.planner_metrics()  # the planner registers its metrics on first use
     return {n for n in REGISTRY._names_to_collectors if n.startswith("v41flash_")}
 
 
@@ -166,17 +168,19 @@ def _metrics_read(helm_path) -> set[str]:
     return read - recorded
 
 
+# Proposed to the planner/controller and not exported yet: the dashboard's "target" line stays empty until then.
+PENDING = {"v41flash_planner_slo_target_seconds"}
+
+
 def test_every_metric_read_by_rules_and_dashboard_exists(helm):
-    read = {n for n in _metrics_read(helm) if not n.startswith("v41flash_planner_")}
-    assert read - (operator_metric_names() | vllm_metric_names() | {"up"}) == set(), \
-        "rules/dashboard read metrics nobody exposes"
+    missing = _metrics_read(helm) - (operator_metric_names() | vllm_metric_names() | {"up"})
+    assert missing - PENDING == set(), "rules/dashboard read metrics nobody exposes"
 
 
-@pytest.mark.xfail(strict=True, reason="the planner's operator metrics are not registered yet; remove this "
-                   "marker when they are (a strict xfail fails as soon as they exist)")
-def test_planner_metrics_read_by_rules_and_dashboard_exist(helm):
-    planner = {n for n in _metrics_read(helm) if n.startswith("v41flash_planner_")}
-    assert planner and planner <= operator_metric_names(), sorted(planner - operator_metric_names())
+@pytest.mark.xfail(strict=True, reason="v41flash_planner_slo_target_seconds{namespace,deployment,metric} is not "
+                   "exported yet; a strict xfail fails as soon as it is: then delete PENDING and this test")
+def test_pending_metrics_are_exported(helm):
+    assert PENDING <= operator_metric_names()
 
 
 def test_podmonitor_selects_the_pods_the_renderer_makes_on_the_ports_they_have(helm):
