@@ -1,6 +1,8 @@
 """Per-replica prefix cache: LRU over prefix segments with a token capacity, plus a global index.
 
-A prompt is a path of segments from the root (see ``workload``). A lookup matches the longest
+A prompt is a path of segments from the root (see ``workload``). Segment ids are chained like
+vLLM's block hashes: an id stands for its content *and* everything before it, so it appears at one
+depth of one path only. A lookup matches the longest
 cached leading run of the path; the whole path is then touched leaf-first, so a segment is always
 at least as recent as any of its descendants and LRU evicts leaves of cold paths before the shared
 prefixes they hang off (what vLLM's block-level LRU does, at segment granularity).

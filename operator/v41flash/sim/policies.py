@@ -159,7 +159,7 @@ class DynamoPolicy:
         self.predictor = predictor
         self.preds = {k: _Kalman() for k in ("num_req", "isl", "osl")}
         self.next_throughput = 0.0
-        self.floor = {r: ctx.bounds[r][0] for r in ROLES}
+        self.floor: dict[str, int] | None = None  # until the first throughput loop: the initial replicas
         self.samples = {r: deque(maxlen=regression_window) for r in ROLES}  # (load x, latency y) per engine
         self.p_corr = 1.0
         self.d_corr = 1.0
@@ -224,6 +224,8 @@ class DynamoPolicy:
 
     def decide(self, now, view):
         sim, slo = view.sim, self.ctx.slo
+        if self.floor is None:
+            self.floor = _current(view)
         if now >= self.next_throughput:
             self._throughput_loop(now, view)
             self.next_throughput = now + self.throughput_interval_s
@@ -258,6 +260,10 @@ class _HpaScaler:
 
     def desired(self, now: float, current: int, ratio: float) -> int:
         """``ratio`` = metric / target (per replica averaged, i.e. total / (target × current))."""
+        if not self.recs:
+            # the replicas the deployment starts with count as a recommendation (a fair start: no
+            # policy may drop the initial capacity before its stabilization window has passed)
+            self.recs.append((now, current))
         if abs(ratio - 1.0) <= self.tolerance:
             rec = current
         else:

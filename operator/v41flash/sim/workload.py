@@ -332,12 +332,15 @@ def build_agentx_workload(
     shape = _shape(arrivals, duration, rng)
 
     # Warm start: the live population at t=0, each joined at a random turn (its earlier turns happened
-    # before the run and are not in any cache), first requests spread over one cycle.
+    # before the run; the simulator puts their context in a prefix cache). Each one's first request
+    # comes at a uniform point of its own gap (think + a nominal answer time), not all in one cycle.
     sessions: list[SessionPlan] = []
     n0 = int(round(peak_live * float(shape(0.0))))
     for _ in range(n0):
-        s = new_root(float(rng.uniform(0.0, cycle)))
+        s = new_root(0.0)
         s.first_turn = int(rng.integers(0, s.turns))
+        gap = s.think_s[max(0, s.first_turn - 1)] + arrivals.nominal_turn_latency_s
+        s.start = float(rng.uniform(0.0, gap))
         sessions.append(s)
 
     # Starts: integrate λ on a 1-s grid, then place Gamma renewal points on the cumulative intensity.
