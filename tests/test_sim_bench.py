@@ -31,7 +31,7 @@ TINY = {
     "slo": {"ttftS": 3.0, "ttftPercentile": 0.95, "e2eP95S": 30.0},
     "bounds": {"prefill": [1, 4], "decode": [1, 3]},
     "initial": {"prefill": 1, "decode": 1},
-    "oracleBisectionSteps": 2,
+    "oracleFactors": [1.0, 1.5],
     "oracleRounds": 1,
 }
 
@@ -104,8 +104,8 @@ def _without_speed(report: dict) -> dict:
 
 def test_same_seed_same_report_and_every_policy_scored(tiny, tmp_path):
     sc = load_scenario(tiny)
-    a = run_benchmark(sc, tmp_path / "a", progress=lambda m: None, plots=False)
-    b = run_benchmark(sc, tmp_path / "b", progress=lambda m: None, plots=False)
+    a = run_benchmark(sc, tmp_path / "a", progress=lambda m: None, plots=False, jobs=1)
+    b = run_benchmark(sc, tmp_path / "b", progress=lambda m: None, plots=False, jobs=3)  # forked workers
     assert json.dumps(_without_speed(a), sort_keys=True) == json.dumps(_without_speed(b), sort_keys=True)
     assert list(a["policies"]) == ["ours", "dynamo", "keda", "hpa", "static", "oracle"]
     for p, s in a["policies"].items():

@@ -6,6 +6,7 @@ Other benchmark kinds register further sub-subcommands on the same `bench` parse
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -36,7 +37,7 @@ def _autoscale(args: argparse.Namespace) -> int:
         print(f"[{time.perf_counter() - started:6.1f}s] {msg}", file=sys.stderr, flush=True)
 
     report = run_benchmark(sc, out, policies=policies, duration=args.duration, progress=progress,
-                           plots=not args.no_plots)
+                           plots=not args.no_plots, jobs=max(1, args.jobs))
     print(f"scenario {sc.name}: {report['duration_s']:.0f} s simulated, SLO TTFT p{sc.slo.ttft_percentile * 100:g} "
           f"≤ {sc.slo.ttft_s:g}s and e2e p95 ≤ {sc.slo.e2e_p95_s:g}s; ${sc.cost_per_gpu_hour:g}/GPU-h; "
           f"tokens = cached + uncached prompt + output")
@@ -70,6 +71,8 @@ def register(subparsers) -> None:
     a.add_argument("--duration", type=float, help="Override the scenario's simulated seconds (quick runs).")
     a.add_argument("--seed", type=int, help="Override the scenario's seed.")
     a.add_argument("--no-plots", action="store_true", help="Skip the PNG plots.")
+    a.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                   help="Simulations run in parallel processes (results do not depend on it; default: %(default)s).")
     a.set_defaults(func=_autoscale)
     try:  # `bench routing` lives in its own module
         from v41flash.cli.bench_routing import add_routing_parser

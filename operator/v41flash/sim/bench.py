@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing
 import time
+from concurrent.futures import Future, ProcessPoolExecutor
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,10 +43,15 @@ ROLES = ("prefill", "decode")
 
 @dataclass
 class RunResult:
+    """What the report and the plots need from one simulation (small enough to cross processes)."""
+
     policy: str
-    sim: Simulator
-    wall_s: float
     score: dict
+    series: dict
+    arr_t: list
+    speed: dict
+    stats: dict
+    demand: object | None = None  # reference run only: the oracle's demand
 
 
 def engine_config(sc: Scenario) -> EngineConfig:
@@ -162,9 +169,57 @@ def make_policy(name: str, ctx: PolicyContext, extra: dict):
     raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
 
 
+# Set in the parent before worker processes fork, so the workload is built once and shared.
+_STATE: dict = {}
+
+
+def _job(kind: str, name: str, arg, initial: dict[str, int]) -> RunResult:
+    st = _STATE
+    sc, wl, truth, duration = st["sc"], st["wl"], st["truth"], st["duration"]
+    if kind == "reference":
+        pol = StaticPolicy(st["truth_ctx"], arg)
+    elif kind == "schedule":
+        pol = SchedulePolicy(st["truth_ctx"], "oracle", arg, sc.oracle_interval_s, st["lead"])
+    else:
+        pol = make_policy(name, st["ctx"], arg)
+    sim, wall = simulate(sc, wl, truth, pol, initial, duration)
+    tel = sim.telemetry
+    stats = {}
+    if tel.prompt:
+        p, o = np.asarray(tel.prompt), np.asarray(tel.out)
+        stats = {"input_tokens_p50": float(np.median(p)), "input_tokens_p90": float(np.percentile(p, 90)),
+                 "output_tokens_p50": float(np.median(o)), "output_tokens_mean": float(o.mean())}
+    return RunResult(
+        policy=name, score=score(sim, sc, duration), series=tel.series, arr_t=tel.arr_t,
+        speed=_speed(sim, wall, duration), stats=stats,
+        demand=oracle_mod.demand_from_telemetry(tel) if kind == "reference" else None,
+    )
+
+
+class _Pool:
+    """Runs simulations in forked worker processes (or inline with jobs=1); results do not depend on it."""
+
+    def __init__(self, jobs: int) -> None:
+        self.ex = None
+        if jobs > 1:
+            self.ex = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork"))
+
+    def submit(self, *args):
+        if self.ex is None:
+            res = _job(*args)
+            f: Future = Future()
+            f.set_result(res)
+            return f
+        return self.ex.submit(_job, *args)
+
+    def close(self) -> None:
+        if self.ex is not None:
+            self.ex.shutdown()
+
+
 def run_benchmark(sc: Scenario, out_dir: Path, policies: tuple[str, ...] | None = None,
                   duration: float | None = None, progress: Callable[[str], None] = print,
-                  base_dir: Path | None = None, plots: bool = True) -> dict:
+                  base_dir: Path | None = None, plots: bool = True, jobs: int = 1) -> dict:
     """Every selected policy on the same workload; returns (and writes) the report."""
     duration = float(duration or sc.duration_s)
     policies = tuple(policies or sc.policies)
@@ -180,91 +235,91 @@ def run_benchmark(sc: Scenario, out_dir: Path, policies: tuple[str, ...] | None 
                         itl_target_s=slo.itl_s or _itl_target(sc))
     truth_ctx = PolicyContext(slo=slo, bounds=bounds, profile=truth, gpu_budget=sc.bounds.gpu_budget,
                               itl_target_s=ctx.itl_target_s)
+    lead = {"prefill": truth.prefill.cold_start_seconds, "decode": truth.decode.cold_start_seconds}
+    _STATE.clear()
+    _STATE.update(sc=sc, wl=wl, truth=truth, duration=duration, ctx=ctx, truth_ctx=truth_ctx, lead=lead)
+    pool = _Pool(jobs)
     speed: dict[str, dict] = {}
-
-    # Reference run (generous static capacity) → demand → oracle schedule; also sizes static-at-peak
-    # and the common initial replicas.
-    need_oracle = any(p in policies for p in ("oracle", "static")) or sc.initial is None
-    extra: dict = {}
     results: dict[str, RunResult] = {}
     oracle_info: dict = {}
-    if need_oracle:
-        ref_repl = {r: bounds[r][1] for r in ROLES}
-        progress(f"reference run (static {ref_repl}) for the oracle's demand ...")
-        ref, wall = simulate(sc, wl, truth, StaticPolicy(truth_ctx, ref_repl), ref_repl, duration)
-        speed["reference"] = _speed(ref, wall, duration)
-        demand = oracle_mod.demand_from_telemetry(ref.telemetry)
-        shape = oracle_mod.initial_schedule(truth, demand, slo, duration, sc.oracle_interval_s, bounds)
-        lead = {"prefill": truth.prefill.cold_start_seconds, "decode": truth.decode.cold_start_seconds}
-        rounds = []
-        initial = dict(sc.initial) if sc.initial else {r: shape[r][0] for r in ROLES}
+    online = [p for p in policies if p not in ("oracle", "static")]
+    need_oracle = any(p in policies for p in ("oracle", "static")) or sc.initial is None
+    pending = {}
+    try:
+        initial = dict(sc.initial) if sc.initial else None
+        if initial is not None:  # online policies do not wait for the oracle
+            pending = {p: pool.submit("policy", p, {}, initial) for p in online}
+        if need_oracle:
+            # Reference run (generous static capacity) → demand → the oracle's schedule shape.
+            ref_repl = {r: bounds[r][1] for r in ROLES}
+            progress(f"reference run (static {ref_repl}) for the oracle's demand ...")
+            ref = pool.submit("reference", "reference", ref_repl, ref_repl).result()
+            speed["reference"] = ref.speed
+            shape = oracle_mod.initial_schedule(truth, ref.demand, slo, duration, sc.oracle_interval_s, bounds)
+            if initial is None:
+                initial = {r: shape[r][0] for r in ROLES}
+                pending = {p: pool.submit("policy", p, {}, initial) for p in online}
+            steps = []
 
-        def trial(schedule: dict[str, list[int]], label: str) -> RunResult:
-            pol = SchedulePolicy(truth_ctx, "oracle", schedule, sc.oracle_interval_s, lead)
-            start = initial
-            sim, wall = simulate(sc, wl, truth, pol, start, duration)
-            res = RunResult("oracle", sim, wall, score(sim, sc, duration))
-            s_ = res.score
-            rounds.append({"step": label, "window_attainment": s_["window_attainment"], "gpu_hours": s_["gpu_hours"]})
-            progress(f"oracle {label}: attainment {s_['window_attainment']:.3f}, {s_['gpu_hours']:.1f} GPU-h "
-                     f"({sim.cpu_s:.1f}s CPU)")
-            return res
+            def record(label: str, res: RunResult) -> None:
+                s_ = res.score
+                steps.append({"step": label, "window_attainment": s_["window_attainment"], "gpu_hours": s_["gpu_hours"]})
+                progress(f"oracle {label}: attainment {s_['window_attainment']:.3f}, {s_['gpu_hours']:.1f} GPU-h "
+                         f"({res.speed['cpu_s']:.1f}s CPU)")
 
-        # 1) the smallest prefill scale factor whose schedule meets the SLO in ≥ 95 % of windows
-        lo_f, hi_f, best = 1.0, sc.oracle_max_factor, None
-        f = 0.5 * (lo_f + hi_f)
-        for _ in range(sc.oracle_bisection_steps):
-            res = trial(oracle_mod.scaled(shape, {"prefill": f}, bounds, sc.oracle_interval_s, lead), f"scale {f:.2f}")
-            if (res.score["window_attainment"] or 0.0) >= 0.95:
-                hi_f, best = f, (f, res)
-            else:
-                lo_f = f
-            f = 0.5 * (lo_f + hi_f)
-        if best is None:
-            f = hi_f
-            best = (f, trial(oracle_mod.scaled(shape, {"prefill": f}, bounds, sc.oracle_interval_s, lead), f"scale {f:.2f}"))
-        factor, orc_run = best
-        schedule = oracle_mod.scaled(shape, {"prefill": factor}, bounds, sc.oracle_interval_s, lead)
-        # 2) local fix-ups where 1-minute windows still fail
-        for rnd in range(sc.oracle_rounds):
-            failed = [(int(w["start"] // sc.oracle_interval_s), not w["ttft_ok"], not w["e2e_ok"])
-                      for w in orc_run.score["minute_windows"] if not (w["ttft_ok"] and w["e2e_ok"])]
-            if not failed:
-                break
-            oracle_mod.bump_failures(schedule, failed, bounds)
-            for r in ROLES:
-                schedule[r] = oracle_mod.keep_through_gaps(schedule[r], sc.oracle_interval_s, lead[r])
-            orc_run = trial(schedule, f"fix-up {rnd + 1}")
-        speed["oracle"] = _speed(orc_run.sim, orc_run.wall_s, duration)
-        if "oracle" in policies:
-            results["oracle"] = orc_run
-        extra = {"schedule": schedule, "interval": sc.oracle_interval_s, "lead": lead,
-                 "static": {r: max(schedule[r]) for r in ROLES}}
-        oracle_info = {"interval_s": sc.oracle_interval_s, "prefill_scale": factor, "steps": rounds, "schedule": schedule,
-                       "method": oracle_mod.__doc__.strip()}
-    else:
-        initial = dict(sc.initial)
-    for name in policies:
-        if name == "oracle":
-            continue
-        pol = make_policy(name, ctx, extra)
-        start = dict(extra["static"]) if name == "static" else dict(initial)
-        progress(f"{name} ...")
-        sim, wall = simulate(sc, wl, truth, pol, start, duration)
-        results[name] = RunResult(name, sim, wall, score(sim, sc, duration))
-        speed[name] = _speed(sim, wall, duration)
-        s = results[name].score
-        progress(f"{name}: attainment {s['window_attainment']:.3f}, {s['gpu_hours']:.1f} GPU-h "
-                 f"({sim.cpu_s:.1f}s CPU, {sim.requests_finished / sim.cpu_s:.0f} req/CPU-s)")
+            # 1) the smallest prefill scale factor (of a grid, simulated in parallel) whose schedule
+            #    meets the SLO in ≥ 95 % of windows; the largest if none does
+            grid = {f: oracle_mod.scaled(shape, {"prefill": f}, bounds, sc.oracle_interval_s, lead)
+                    for f in sc.oracle_factors}
+            futs = {f: pool.submit("schedule", "oracle", sch, initial) for f, sch in grid.items()}
+            trials = {f: fut.result() for f, fut in futs.items()}
+            for f in sorted(trials):
+                record(f"scale {f:.2f}", trials[f])
+            passing = [f for f in sorted(trials) if (trials[f].score["window_attainment"] or 0.0) >= 0.95]
+            factor = passing[0] if passing else max(trials)
+            schedule, orc = grid[factor], trials[factor]
+            # 2) local fix-ups where 1-minute windows still fail
+            for rnd in range(sc.oracle_rounds):
+                failed = [(int(w["start"] // sc.oracle_interval_s), not w["ttft_ok"], not w["e2e_ok"])
+                          for w in orc.score["minute_windows"] if not (w["ttft_ok"] and w["e2e_ok"])]
+                if not failed:
+                    break
+                schedule = {r: list(v) for r, v in schedule.items()}
+                oracle_mod.bump_failures(schedule, failed, bounds)
+                for r in ROLES:
+                    schedule[r] = oracle_mod.keep_through_gaps(schedule[r], sc.oracle_interval_s, lead[r])
+                orc = pool.submit("schedule", "oracle", schedule, initial).result()
+                record(f"fix-up {rnd + 1}", orc)
+            speed["oracle"] = orc.speed
+            if "oracle" in policies:
+                results["oracle"] = orc
+            static = {r: max(schedule[r]) for r in ROLES}
+            if "static" in policies:
+                progress(f"static at the oracle's peak {static} ...")
+                pending["static"] = pool.submit("policy", "static", {"static": static}, static)
+            oracle_info = {"interval_s": sc.oracle_interval_s, "prefill_scale": factor, "steps": steps,
+                           "schedule": schedule, "method": oracle_mod.__doc__.strip()}
+        for name, fut in pending.items():
+            res = fut.result()
+            results[name] = res
+            speed[name] = res.speed
+            s = res.score
+            progress(f"{name}: attainment {s['window_attainment']:.3f}, {s['gpu_hours']:.1f} GPU-h "
+                     f"({res.speed['cpu_s']:.1f}s CPU, {res.speed['requests_per_cpu_s']:.0f} req/CPU-s)")
+    finally:
+        pool.close()
 
     order = [p for p in POLICIES if p in results]
+    stats = {"sessions": len(wl.sessions), "planned_requests": wl.total_requests(), "notes": list(wl.notes)}
+    if order:
+        stats.update(results[order[0]].stats)
     report = {
         "scenario": sc.model_dump(mode="json", by_alias=True),
         "duration_s": duration,
         "initial_replicas": initial,
         "profiles": {"truth": truth.metadata.name, "planner": planner.metadata.name,
                      "planner_profile_error": sc.deployment.planner_profile_error},
-        "workload": _workload_stats(wl, results),
+        "workload": stats,
         "policies": {p: {k: v for k, v in results[p].score.items() if k != "minute_windows"} for p in order},
         "minute_windows": {p: results[p].score["minute_windows"] for p in order},
         "relative": _relative(results),
@@ -305,19 +360,6 @@ def _relative(results: dict[str, RunResult]) -> dict:
         if p != "ours" and g > 0:
             out[f"ours_gpu_hours_vs_{p}"] = ours / g
     return out
-
-
-def _workload_stats(wl: Workload, results: dict[str, RunResult]) -> dict:
-    st = {"sessions": len(wl.sessions), "planned_requests": wl.total_requests(), "notes": list(wl.notes)}
-    any_run = next(iter(results.values()), None)
-    if any_run is not None:
-        tel = any_run.sim.telemetry
-        if tel.prompt:
-            p = np.asarray(tel.prompt)
-            o = np.asarray(tel.out)
-            st.update({"input_tokens_p50": float(np.median(p)), "input_tokens_p90": float(np.percentile(p, 90)),
-                       "output_tokens_p50": float(np.median(o)), "output_tokens_mean": float(o.mean())})
-    return st
 
 
 def _json_default(o):

@@ -10,9 +10,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 
-def _arrival_rate(tel, bin_s: float, duration: float) -> tuple[np.ndarray, np.ndarray]:
+def _arrival_rate(arr_t, bin_s: float, duration: float) -> tuple[np.ndarray, np.ndarray]:
     edges = np.arange(0.0, duration + bin_s, bin_s)
-    counts, _ = np.histogram(np.asarray(tel.arr_t), bins=edges)
+    counts, _ = np.histogram(np.asarray(arr_t), bins=edges)
     return edges[:-1] / 60.0, counts / bin_s
 
 
@@ -22,11 +22,10 @@ def write_plots(out_dir: Path, sc, results: dict, duration: float) -> list[Path]
     slo = sc.slo
     pct = f"p{slo.ttft_percentile * 100:g}"
     for name, res in results.items():
-        tel = res.sim.telemetry
-        s = tel.series
+        s = res.series
         t = np.asarray(s["t"]) / 60.0
         fig, ax = plt.subplots(3, 1, figsize=(11, 9), sharex=True)
-        x, rate = _arrival_rate(tel, 30.0, duration)
+        x, rate = _arrival_rate(res.arr_t, 30.0, duration)
         ax[0].plot(x, rate, label="arrivals (req/s, 30 s bins)", color="tab:gray")
         ax0b = ax[0].twinx()
         ax0b.plot(t, s["prefill_waiting"], label="prefill waiting", color="tab:orange", lw=0.8)
@@ -67,7 +66,7 @@ def write_plots(out_dir: Path, sc, results: dict, duration: float) -> list[Path]
 
     fig, ax = plt.subplots(2, 1, figsize=(11, 7), sharex=True)
     for name, res in results.items():
-        s = res.sim.telemetry.series
+        s = res.series
         ax[0].step(np.asarray(s["t"]) / 60.0, s["gpus"], where="post", label=name)
         w = res.score["minute_windows"]
         if w:

@@ -88,9 +88,10 @@ class Scenario(_M):
     initial: dict[str, int] | None = None
     policies: tuple[str, ...] = POLICIES
     oracle_interval_s: float = Field(default=60.0, gt=0)
-    oracle_rounds: int = Field(default=2, ge=0, description="Fix-up simulations after the scale search.")
-    oracle_bisection_steps: int = Field(default=3, ge=1, description="Simulations to find the scale factor.")
-    oracle_max_factor: float = Field(default=2.5, ge=1.0, description="Upper end of the scale search.")
+    oracle_rounds: int = Field(default=1, ge=0, description="Fix-up simulations after the scale search.")
+    oracle_factors: tuple[float, ...] = Field(
+        default=(1.2, 1.45, 1.7, 2.0), min_length=1, description="Prefill scale factors tried (in parallel)."
+    )
 
 
 def _snake(d):
