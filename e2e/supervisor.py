@@ -384,8 +384,19 @@ class Supervisor:
             if time.monotonic() >= ch.next_start:
                 with open(ch.log, "a") as f:
                     f.write(f"[supervisor] starting: {shlex.join(ch.argv)}\n")
-                ch.proc = spawn(f"{ch.kind}-{ch.namespace}-{ch.pod}", ch.argv, Path(ch.log), env=ch.env,
-                                port=ch.port)
+                # No SIGTERM between starting a process and recording it: it would be orphaned.
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+                try:
+                    ch.proc = spawn(f"{ch.kind}-{ch.namespace}-{ch.pod}", ch.argv, Path(ch.log), env=ch.env,
+                                    port=ch.port)
+                    self.save()
+                except (RuntimeError, OSError) as e:  # exited at once: back off like a crash loop
+                    ch.restarts += 1
+                    ch.next_start = time.monotonic() + min(10.0, 0.5 * 2 ** min(ch.restarts, 5))
+                    log(f"{ch.kind} for {ch.namespace}/{ch.pod} failed to start: {e}")
+                    continue
+                finally:
+                    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
                 log(f"started {ch.kind} for {ch.namespace}/{ch.pod} ({ch.role}) on {ch.ip}:{ch.port} "
                     f"pid {ch.proc.pid}")
                 ch.next_probe = 0.0
