@@ -188,3 +188,24 @@ def test_garbage_collector_deletes_owned_objects(cluster, ns):
     cluster.kubectl("delete", "configmap", "owner", "-n", ns)
     wait_for(lambda: cluster.kubectl("get", "configmap", "child", "-n", ns, check=False).returncode != 0, 60,
              "the garbage collector to delete the owned ConfigMap")
+
+
+def test_down_leaves_nothing_running(tmp_path):
+    """A second, throwaway cluster: after `down` none of its processes (simulators included) runs, nothing
+    listens on its pod network, and its state is gone."""
+    from harness import Cluster, loopback_listener_nets
+    c = Cluster(tmp_path / "state")
+    try:
+        assert c.up()
+        net = int(c.info()["pod_network"].split(".")[1])
+        c.kubectl("apply", "-f", "-", input=yaml.safe_dump(vllm_deployment("d", "decode", 8)), capture=True)
+        wait_for(lambda: [s for s in c.supervised() if proc_start_ticks(s["pid"]) == s["start"]], 60,
+                 "a simulator in the throwaway cluster")
+        procs = [(p.name, p.pid, p.start) for p in c.procs()] + [(s["name"], s["pid"], s["start"])
+                                                                 for s in c.supervised()]
+        assert net in loopback_listener_nets()
+    finally:
+        c.down()
+    assert not [name for name, pid, start in procs if proc_start_ticks(pid) == start]
+    assert net not in loopback_listener_nets()
+    assert not (tmp_path / "state" / "pids.json").exists() and not (tmp_path / "state" / "etcd").exists()
