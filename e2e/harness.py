@@ -447,18 +447,38 @@ class Cluster:
         return json.loads(self.pids_file.read_text()) if self.pids_file.exists() else {}
 
     def _save(self, procs: list[Proc], **info) -> None:
-        data = self.info()
-        data.update(info)
-        data["procs"] = [asdict(p) for p in procs]
-        write_json(self.pids_file, data)
+        with self._locked():
+            data = self.info()
+            data.update(info)
+            data["procs"] = [asdict(p) for p in procs]
+            write_json(self.pids_file, data)
+
+    def _locked(self):
+        """Serializes read-modify-write of pids.json between processes (tests, demo, harness)."""
+        import contextlib
+        import fcntl
+
+        @contextlib.contextmanager
+        def lock():
+            self.state.mkdir(parents=True, exist_ok=True)
+            with open(self.state / ".pids.lock", "w") as f:
+                fcntl.flock(f, fcntl.LOCK_EX)
+                yield
+        return lock()
 
     def register(self, proc: Proc) -> None:
         """Record an extra process (e.g. the operator started by a test) so that `down` stops it too."""
-        procs = [p for p in self.procs() if p.name != proc.name]
-        self._save(procs + [proc])
+        with self._locked():
+            procs = [p for p in self.procs() if p.name != proc.name] + [proc]
+            data = self.info()
+            data["procs"] = [asdict(p) for p in procs]
+            write_json(self.pids_file, data)
 
     def unregister(self, name: str) -> None:
-        self._save([p for p in self.procs() if p.name != name])
+        with self._locked():
+            data = self.info()
+            data["procs"] = [d for d in data.get("procs", []) if d["name"] != name]
+            write_json(self.pids_file, data)
 
     def supervised(self) -> list[dict]:
         """Simulators and routers the supervisor runs (its sims.json)."""
