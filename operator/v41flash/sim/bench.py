@@ -55,8 +55,7 @@ class RunResult:
 
 
 def engine_config(sc: Scenario) -> EngineConfig:
-    return EngineConfig(router=sc.deployment.router, prefix_cache_tokens=sc.deployment.prefix_cache_tokens,
-                        warmup_s=sc.warmup_s)
+    return EngineConfig(router=sc.deployment.router, prefix_cache_tokens=sc.deployment.prefix_cache_tokens)
 
 
 def simulate(sc: Scenario, wl: Workload, truth: CapacityProfile, policy, initial: dict[str, int],

@@ -42,7 +42,6 @@ class EngineConfig:
     router: str = "cache_aware"  # cache_aware | session_hash | round_robin
     prefix_cache_tokens: int | None = None  # per prefill replica; None: the profile's decode KV size
     sample_every_s: float = 10.0  # time-series resolution for plots and policies' gauges
-    warmup_s: float = 0.0  # excluded from scores (the report uses it; the engine just records)
     drain_timeout_s: float = 900.0  # after the end, stop waiting for stragglers
     vnodes: int = 64  # consistent-hash ring points per replica
 
@@ -51,7 +50,7 @@ class Request:
     __slots__ = (
         "rid", "session", "turn", "arrive", "prompt", "ids", "toks", "out", "cached",
         "prefill_replica", "prefill_done", "decode_replica", "decode_rank", "admit", "first_token",
-        "done", "finish_v", "prompt_in_ctx",
+        "done", "finish_v",
     )
 
     def __init__(self, rid, session, turn, arrive, prompt, ids, toks, out):
@@ -72,7 +71,6 @@ class Request:
         self.first_token = math.nan
         self.done = math.nan
         self.finish_v = 0.0
-        self.prompt_in_ctx = 0
 
 
 class Replica:

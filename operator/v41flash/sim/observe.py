@@ -14,7 +14,7 @@ import bisect
 
 import numpy as np
 
-from v41flash.metrics.figures import WindowFigures
+from v41flash.metrics.figures import RouterFigures, WindowFigures
 from v41flash.planner.datatypes import Observation, RoleObservation, RoleReplicas
 
 
@@ -124,9 +124,20 @@ def role_replicas(sim, role: str) -> RoleReplicas:
     )
 
 
+def router_figures(sim, window_s: float) -> RouterFigures:
+    """The router's view: requests it completed in the window and their whole latency."""
+    tel, now = sim.telemetry, sim.now
+    a, b = _slice(tel.done_t, now - window_s, now)
+    return RouterFigures(
+        start=now - window_s, end=now, requests=float(b - a), request_rate=(b - a) / window_s,
+        e2e_p95_s=_pct(tel.e2e, a, b, 0.95), e2e_mean_s=_mean(tel.e2e, a, b), pods_observed=1,
+    )
+
+
 def observation(sim, window_s: float, ttft_percentile: float) -> Observation:
     """What the operator's controller would hand the planner at this moment."""
     return Observation(
         prefill=RoleObservation(role_replicas(sim, "prefill"), window_figures(sim, "prefill", window_s, ttft_percentile)),
         decode=RoleObservation(role_replicas(sim, "decode"), window_figures(sim, "decode", window_s, ttft_percentile)),
+        router=router_figures(sim, window_s),
     )

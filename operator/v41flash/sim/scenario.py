@@ -24,6 +24,7 @@ Example (every field but ``name`` has a default; see docs/2026-11-30-autoscale-b
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -96,8 +97,6 @@ class Scenario(_M):
 
 def _snake(d):
     """Accept camelCase in the nested workload/arrival blocks (their models are snake_case)."""
-    import re
-
     if isinstance(d, dict):
         return {re.sub(r"(?<!^)(?=[A-Z])", "_", k).lower(): v for k, v in d.items()}
     return d
