@@ -40,6 +40,8 @@ def test_shipped_scenario_loads_and_runs_every_policy_and_ours():
 def test_config_overrides_and_rejections(tmp_path):
     cfg = b.load_config(b.DEFAULT_SCENARIO, sessions=3, engines=2, modes=("user",))
     assert (cfg.scenario.sessions, cfg.scenario.engines, cfg.modes) == (3, 2, ("user",))
+    with pytest.raises(ValueError, match="unknown scenario fields"):
+        b.load_config(b.DEFAULT_SCENARIO, sesions=3)
     with pytest.raises(ValueError, match="unknown session-key modes"):
         b.load_config(b.DEFAULT_SCENARIO, modes=("cookie",))
     dup = tmp_path / "dup.yaml"

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import signal
 import sys
 from pathlib import Path
+
+import yaml
 
 
 def add_routing_parser(bench_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -36,6 +39,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                                                "the scenario's).")
     p.add_argument("--sessions", type=int, default=None, help="Override the scenario's root session count.")
     p.add_argument("--engines", type=int, default=None, help="Override the scenario's engine count.")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="Override any scenario field, e.g. --set system_tokens=1500 (repeatable).")
 
 
 def cmd_routing(args: argparse.Namespace) -> int:
@@ -46,6 +51,12 @@ def cmd_routing(args: argparse.Namespace) -> int:
         overrides["sessions"] = args.sessions
     if args.engines is not None:
         overrides["engines"] = args.engines
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            print(f"bench routing: --set wants FIELD=VALUE, got {item!r}", file=sys.stderr)
+            return 2
+        overrides[key.strip()] = yaml.safe_load(value)
     if args.modes:
         overrides["modes"] = tuple(m.strip() for m in args.modes.split(",") if m.strip())
     try:
@@ -64,16 +75,27 @@ def cmd_routing(args: argparse.Namespace) -> int:
     command = "v41flash bench routing " + " ".join(shlex.quote(a) for a in sys.argv[3:]) \
         if sys.argv[1:3] == ["bench", "routing"] else "v41flash bench routing --out " + shlex.quote(args.out)
     out = Path(args.out)
+    # SIGTERM (and SIGINT, which a background shell may have set to ignore) unwind through the
+    # benchmark's finally blocks, which stop every engine and router it started.
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     try:
         report = run_bench(cfg, out, command, progress=lambda line: print(line, flush=True))
     except (FileNotFoundError, RuntimeError) as exc:
         print(f"bench routing: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("bench routing: interrupted; every process it started was stopped", file=sys.stderr)
+        return 130
     print()
     print(format_table(results_from_report(report)))
     print(f"\noracle: each root session (and its sub-agents) on one engine, infinite cache; target: hit/oracle "
           f">= 0.95 at running max/mean <= 1.25, no errors. * = our default.\nwrote {out / 'report.json'}")
     return 0
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def main(argv: list[str] | None = None) -> int:

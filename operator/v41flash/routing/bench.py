@@ -86,7 +86,14 @@ class BenchConfig:
 
 def load_config(path: Path | str = DEFAULT_SCENARIO, **overrides: Any) -> BenchConfig:
     doc = yaml.safe_load(Path(path).read_text())
+    if "workload_from" in doc:  # share one workload between scenario files: take its scenario and engine
+        base = yaml.safe_load((Path(path).parent / doc["workload_from"]).read_text())
+        doc = {**doc, "scenario": {**base.get("scenario", {}), **doc.get("scenario", {})},
+               "engine": {**base.get("engine", {}), **doc.get("engine", {})}}
     sc_fields = {f.name for f in fields(Scenario)}
+    unknown = set(overrides) - sc_fields - {"modes"}
+    if unknown:
+        raise ValueError(f"unknown scenario fields {sorted(unknown)} (known: {', '.join(sorted(sc_fields))})")
     sc_doc = {**doc.get("scenario", {}), **{k: v for k, v in overrides.items() if k in sc_fields}}
     variants = tuple(Variant(**{**v, "args": tuple(str(a) for a in v.get("args", ()))}) for v in doc["variants"])
     names = [v.name for v in variants]
@@ -271,6 +278,29 @@ class Processes:
     def dead(self) -> list[str]:
         return [f"{n} (exit {p.returncode})" for n, p in self.procs if p.poll() is not None]
 
+    def oversized(self, limit_bytes: int) -> list[str]:
+        """Processes whose resident memory passed the limit (a wedged simulator once grew to 7 GiB)."""
+        out = []
+        for n, p in self.procs:
+            rss = rss_bytes(p.pid)
+            if rss is not None and rss > limit_bytes:
+                out.append(f"{n} ({rss >> 20} MiB)")
+        return out
+
+
+def rss_bytes(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+class StartupFailed(RuntimeError):
+    """A component did not come up; the run is retried once on fresh ports."""
+
+
+RSS_LIMIT = 2 << 30  # no engine, router or forwarder of this benchmark needs more than 2 GiB
+
 
 def sim_argv(binary: Path, port: int, sc: Scenario, lat: EngineLatency, zmq_endpoint: str | None,
              seed: int) -> list[str]:
@@ -343,16 +373,17 @@ def cpu_seconds(pid: int) -> float | None:
 
 async def _wait_http(client: httpx.AsyncClient, url: str, deadline: float, procs: Processes) -> None:
     while time.monotonic() < deadline:
-        dead = procs.dead()
-        if dead:
-            raise RuntimeError(f"exited before ready: {', '.join(dead)} (logs in {procs.log_dir})")
+        dead, big = procs.dead(), procs.oversized(RSS_LIMIT)
+        if dead or big:
+            raise StartupFailed(f"before ready: exited {dead}, over {RSS_LIMIT >> 30} GiB {big} "
+                                f"(logs in {procs.log_dir})")
         try:
             if (await client.get(url, timeout=2.0)).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
         await asyncio.sleep(0.1)
-    raise RuntimeError(f"{url} not ready in time (logs in {procs.log_dir})")
+    raise StartupFailed(f"{url} not ready in time (logs in {procs.log_dir})")
 
 
 # --- the replay ----------------------------------------------------------------------------------
@@ -409,6 +440,16 @@ async def _scrape(client: httpx.AsyncClient, url: str) -> dict[str, Any]:
     return parse_metrics(r.text)
 
 
+async def run_with_retry(cfg: BenchConfig, trace: Trace, oracle_rates: dict[int, float], mode: str,
+                         variant: Variant, sim: Path, router: Path, log_dir: Path,
+                         progress: Callable[[str], None]) -> RunResult:
+    try:
+        return await run_one(cfg, trace, oracle_rates, mode, variant, sim, router, log_dir)
+    except StartupFailed as exc:
+        progress(f"  start-up failed, retrying once on fresh ports: {exc}")
+        return await run_one(cfg, trace, oracle_rates, mode, variant, sim, router, log_dir / "retry")
+
+
 async def run_one(cfg: BenchConfig, trace: Trace, oracle_rates: dict[int, float], mode: str, variant: Variant,
                   sim: Path, router: Path, log_dir: Path) -> RunResult:
     sc = cfg.scenario
@@ -427,13 +468,13 @@ async def run_one(cfg: BenchConfig, trace: Trace, oracle_rates: dict[int, float]
             for i, port in enumerate(eports):
                 ep = f"tcp://{LOOPBACK}:{zin[i]}" if variant.kv_events else None
                 procs.start(f"engine{i}", sim_argv(sim, port, sc, cfg.latency, ep, sc.seed + i), SIM_ENV)
-            deadline = time.monotonic() + 120  # a busy 2-core machine can take long
+            deadline = time.monotonic() + 60  # engines start in < 1 s on an idle machine
             for url in workers:
                 await _wait_http(client, f"{url}/health", deadline, procs)
             rp = procs.start("router", router_argv(router, variant, rport, mport, workers,
                                                   [f"tcp://{LOOPBACK}:{p}" for p in zout], sc.block_size))
             base = f"http://{LOOPBACK}:{rport}"
-            await _wait_http(client, f"{base}/readiness", time.monotonic() + 120, procs)
+            await _wait_http(client, f"{base}/readiness", time.monotonic() + 60, procs)
             if variant.kv_events:
                 await asyncio.sleep(1.0)  # let SUB connections settle: ZMQ drops what comes before
             before = {u: await _scrape(client, u) for u in workers}
@@ -532,7 +573,7 @@ def run_bench(cfg: BenchConfig, out_dir: Path, command: str,
     for mode in cfg.modes:
         for v in cfg.variants:
             t0 = time.monotonic()
-            r = asyncio.run(run_one(cfg, trace, oracle_rates, mode, v, sim, router, log_dir))
+            r = asyncio.run(run_with_retry(cfg, trace, oracle_rates, mode, v, sim, router, log_dir, progress))
             results.append(r)
             progress(f"[{len(results)}/{len(cfg.modes) * len(cfg.variants)}] {mode:6} {v.name:28} "
                      f"hit {_fmt(r.hit_rate, '.3f')} ({_fmt(r.hit_vs_oracle, '.2f')} of oracle) "
