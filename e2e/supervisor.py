@@ -36,16 +36,14 @@ ROLE_LABEL = "v41flash.io/role"
 SELECTOR = f"{ROLE_LABEL} in (prefill,decode,router)"
 LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
 DEFAULT_VLLM_PORT = 8000
-SIM_MAX_DP = 8  # llm-d-inference-sim accepts --data-parallel-size 1..8
+SIM_KV_BLOCKS_PER_ENGINE = 65536  # x 16 tokens: ~1M cached tokens per engine (DP rank)
 
 # Simulated engine behaviour. Every engine can run a whole request (an aggregated deployment uses role
 # decode), so all get prefill costs; prefill engines are tuned for prompt throughput, decode engines for
-# inter-token latency. Latency grows linearly with running requests up to x2 at max-num-seqs. KV blocks:
-# 65536 x 16 tokens per engine, so prefix-cache hit rates mean something. Extra args per role can be
-# appended with V41F_SIM_ARGS_PREFILL / V41F_SIM_ARGS_DECODE (benchmarks).
-SIM_COMMON = ["--force-dummy-tokenizer", "--mode", "random", "--enable-kvcache", "--kv-cache-size", "65536",
-              "--block-size", "16", "--zmq-endpoint=", "--time-factor-under-load", "2.0",
-              "--kv-cache-transfer-latency", "10ms"]
+# inter-token latency. Latency grows linearly with running requests up to x2 at max-num-seqs. Extra args
+# per role can be appended with V41F_SIM_ARGS_PREFILL / V41F_SIM_ARGS_DECODE (benchmarks).
+SIM_COMMON = ["--force-dummy-tokenizer", "--mode", "random", "--enable-kvcache", "--block-size", "16",
+              "--zmq-endpoint=", "--time-factor-under-load", "2.0", "--kv-cache-transfer-latency", "10ms"]
 SIM_ROLE = {
     "prefill": ["--prefill-overhead", "15ms", "--prefill-time-per-token", "20us", "--inter-token-latency", "20ms"],
     "decode": ["--prefill-overhead", "25ms", "--prefill-time-per-token", "40us", "--inter-token-latency", "10ms"],
@@ -167,13 +165,16 @@ def parse_vllm(tokens: list[str], container_port: int | None = None) -> VllmArgs
 
 
 def sim_command(binary: str, role: str, pod_ip: str, v: VllmArgs, extra: list[str] = ()) -> tuple[list[str], dict]:
-    """llm-d-inference-sim argv and env for one vLLM pod."""
+    """llm-d-inference-sim argv and env for one vLLM pod.
+
+    vLLM's API server fronts all of the pod's DP ranks on one port (--max-num-seqs is per rank); the
+    simulator's own --data-parallel-size would put rank r on port+r instead, where neither clients nor the
+    router send anything. So one simulated engine on the pod's port stands for all its ranks, with their
+    summed concurrency and KV blocks."""
     argv = [binary, "--port", str(v.port), "--model", v.served_names[0], "--served-model-name", *v.served_names,
-            "--max-num-seqs", str(v.max_num_seqs or 256), "--max-model-len", str(v.max_model_len or 262144),
-            *SIM_COMMON, *SIM_ROLE[role]]
-    if v.dp_ranks > 1:
-        argv += ["--data-parallel-size", str(min(v.dp_ranks, SIM_MAX_DP))]
-    argv += list(extra)
+            "--max-num-seqs", str((v.max_num_seqs or 256) * v.dp_ranks),
+            "--max-model-len", str(v.max_model_len or 262144),
+            "--kv-cache-size", str(SIM_KV_BLOCKS_PER_ENGINE * v.dp_ranks), *SIM_COMMON, *SIM_ROLE[role], *extra]
     return argv, {"V41F_SIM_BIND_HOST": pod_ip, "POD_IP": pod_ip}
 
 
@@ -319,7 +320,7 @@ class Supervisor:
                 **senv}
         return Child(meta["uid"], meta["namespace"], meta["name"], role, "sim", ip, v.port, argv, penv,
                      str(self.logs / f"sim-{tag}.log"), readiness_url(pod, c),
-                     extra={"dp_ranks": min(v.dp_ranks, SIM_MAX_DP)})
+                     extra={"dp_ranks": v.dp_ranks})
 
     def service_account_kubeconfig(self, pod: dict) -> Path:
         """A kubeconfig with a token of the pod's ServiceAccount (bound to the pod, like the projected token

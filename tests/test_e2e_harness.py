@@ -16,7 +16,7 @@ import yaml
 from harness import (GPU_RESOURCE, claim_pod_network, fake_nodes, loopback_listener_nets, lws_webhooks,
                      read_versions, release_pod_network)
 from harness import kwok_stages as harness_kwok_stages
-from supervisor import (SIM_MAX_DP, VllmArgs, command_tokens, container_env, expand_vars, flag_values,
+from supervisor import (VllmArgs, command_tokens, container_env, expand_vars, flag_values,
                         parse_vllm, pick_container, readiness_url, ready_status, router_command, sim_command,
                         wants_process)
 
@@ -71,18 +71,20 @@ def test_parse_vllm_defaults_and_variants():
         parse_vllm(["vllm", "serve", "--max-num-seqs", "4"])
 
 
-def test_sim_command_binds_pod_ip_and_clamps_dp():
+def test_sim_command_binds_pod_ip_and_sums_dp_ranks():
     v = VllmArgs(("dsv41", "alias"), 8000, 64, None, 16, False)
     argv, env = sim_command("/bin/sim", "decode", "127.1.2.3", v, ["--seed", "1"])
     assert env == {"V41F_SIM_BIND_HOST": "127.1.2.3", "POD_IP": "127.1.2.3"}
     assert argv[:8] == ["/bin/sim", "--port", "8000", "--model", "dsv41", "--served-model-name", "dsv41", "alias"]
-    assert flag_values(argv, "--max-num-seqs") == ["64"]
-    assert flag_values(argv, "--data-parallel-size") == [str(SIM_MAX_DP)]
+    assert flag_values(argv, "--max-num-seqs") == [str(64 * 16)]  # one port fronting 16 ranks of 64
+    assert flag_values(argv, "--kv-cache-size") == [str(65536 * 16)]
+    assert flag_values(argv, "--data-parallel-size") is None
     assert flag_values(argv, "--inter-token-latency") == ["10ms"]
     assert argv[-2:] == ["--seed", "1"]
     argv1, _ = sim_command("/bin/sim", "prefill", "127.1.2.3", VllmArgs(("m",), 8000, None, None, 1, False))
-    assert flag_values(argv1, "--data-parallel-size") is None
     assert flag_values(argv1, "--max-num-seqs") == ["256"]
+    assert flag_values(argv1, "--max-model-len") == ["262144"]
+    assert flag_values(argv1, "--inter-token-latency") == ["20ms"]
 
 
 def test_router_command_keeps_flags_and_rebinds():
