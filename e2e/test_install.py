@@ -134,6 +134,10 @@ def check_installed_operator(cluster, tmp_path: Path, example_ns: str) -> None:
         assert status["status"]["observedGeneration"] == status["metadata"]["generation"]
         _, metrics = op.get(op.metrics_port, "/metrics")
         assert 'v41flash_deployment_ready{name="%s",namespace="%s"} 1.0' % (EXAMPLE, example_ns) in metrics
+        # The operator never writes the spec (GitOps tools own it): no manager but the applier holds spec fields.
+        for entry in status["metadata"]["managedFields"]:
+            if entry["manager"] != "kubectl":
+                assert "f:spec" not in entry.get("fieldsV1", {}), f"{entry['manager']} wrote spec fields"
         # Applying the same CR again changes nothing (GitOps tools re-apply constantly).
         rv = status["metadata"]["resourceVersion"]
         cluster.kubectl("apply", "--server-side", "-n", example_ns, "-f", "-", input=example)
@@ -155,7 +159,9 @@ def check_installed_operator(cluster, tmp_path: Path, example_ns: str) -> None:
 
 
 def assert_nothing_left(cluster, example_ns: str, release_label: str) -> None:
-    assert not cluster.kubectl_json("get", "v41f", "-n", example_ns)["items"]
+    left = cluster.kubectl("get", "v41f", "-n", example_ns, "-o", "name", check=False)
+    assert left.returncode == 0 and not left.stdout.strip() or "could not find the requested resource" in left.stderr, \
+        f"custom resources left: {left.stdout}{left.stderr}"  # (no CRD at all counts as none left)
     for kind in ("clusterroles", "clusterrolebindings"):
         left = cluster.kubectl_json("get", kind, "-l", release_label)["items"]
         assert not left, f"{kind} left: {[o['metadata']['name'] for o in left]}"
@@ -216,10 +222,11 @@ def test_kustomize_install_runs_under_its_rbac_and_uninstalls_cleanly(cluster, a
             kubectl("delete", "-k", str(REPO / "manifests"), "--ignore-not-found", "--wait=true", "--timeout=150s",
                     kubeconfig=kc, timeout=200)
         cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
-    assert_nothing_left(cluster, ns, "app.kubernetes.io/instance=v41flash-operator")
-    if not others:
-        assert cluster.kubectl("get", "crd", "v41flashdeployments.v41flash.io", check=False).returncode != 0
+    crd_gone = cluster.kubectl("get", "crd", "v41flashdeployments.v41flash.io", check=False).returncode != 0
+    if crd_gone:
         # Put the CRD back as the harness installed it, for the rest of the session.
         crds = sorted((REPO / "crds").glob("*.yaml"))
         cluster.kubectl("apply", "--server-side", "--force-conflicts", *[f"-f={c}" for c in crds])
         cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/v41flashdeployments.v41flash.io")
+    assert_nothing_left(cluster, ns, "app.kubernetes.io/instance=v41flash-operator")
+    assert crd_gone or others, "kubectl delete -k manifests/ left the CRD"

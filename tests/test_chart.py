@@ -291,3 +291,14 @@ def test_top_level_kustomization_includes_every_example():
     names = {o["metadata"]["name"] for o in built if o["kind"] == api.KIND}
     assert names == {e.metadata["name"] for e in _examples()}
     assert any(o["kind"] == "Deployment" and o["metadata"]["name"] == "v41flash-operator" for o in built)
+
+
+@pytest.mark.parametrize("bad,message", [
+    (["--set", "logFormat=yaml"], "/logFormat"),
+    (["--set", "watchNamspaces={a}"], "watchNamspaces"),  # a typo must not silently mean cluster-wide
+    (["--set", "watchNamespaces={Team_A}"], "/watchNamespaces/0"),
+    (["--set", "image.digest=latest"], "/image/digest"),
+])
+def test_values_schema_refuses_mistakes(helm, bad, message):
+    r = subprocess.run([str(helm), "template", "x", str(CHART), *bad], capture_output=True, text=True)
+    assert r.returncode != 0 and message in r.stderr, r.stderr
