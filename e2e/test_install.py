@@ -135,7 +135,8 @@ def check_installed_operator(cluster, tmp_path: Path, example_ns: str) -> None:
         _, metrics = op.get(op.metrics_port, "/metrics")
         assert 'v41flash_deployment_ready{name="%s",namespace="%s"} 1.0' % (EXAMPLE, example_ns) in metrics
         # The operator never writes the spec (GitOps tools own it): no manager but the applier holds spec fields.
-        for entry in status["metadata"]["managedFields"]:
+        managed = cluster.kubectl_json("get", "v41f", EXAMPLE, "-n", example_ns, "--show-managed-fields")
+        for entry in managed["metadata"]["managedFields"]:
             if entry["manager"] != "kubectl":
                 assert "f:spec" not in entry.get("fieldsV1", {}), f"{entry['manager']} wrote spec fields"
         # Applying the same CR again changes nothing (GitOps tools re-apply constantly).

@@ -279,6 +279,12 @@ def _alert_tests() -> list[dict]:
          "alert_rule_test": [
             {"eval_time": "30m", "alertname": "V41FlashReconcileErrors", "exp_alerts": []},
             {"eval_time": "30m", "alertname": "V41FlashOperatorDown", "exp_alerts": []}]},
+        # Never scraped at all (no ServiceMonitor match, pod never started) is down too.
+        {"interval": "1m", "input_series": [{"series": 'up{job="something-else", namespace="x"}', "values": "1x20"}],
+         "alert_rule_test": [
+            {"eval_time": "10m", "alertname": "V41FlashOperatorDown", "exp_alerts": [
+                {"exp_labels": {"severity": "critical", "job": "v41flash-operator-metrics",
+                                "namespace": "v41flash-system"}}]}]},
     ]
 
 
