@@ -1,4 +1,9 @@
-"""kopf wiring: every trigger (create, update, resume, timer) runs the same reconcile.
+"""kopf wiring: every trigger (create, update, resume, periodic) runs the same reconcile.
+
+The periodic pass is our own loop over the CRs seen by a watch-event handler, not a kopf timer: kopf
+puts a finalizer on every object that has a timer or daemon, which would block `kubectl delete` of a
+deployment whenever the operator is down or uninstalled. Children need no finalizer either: they are
+garbage-collected through their ownerReferences.
 
 Hardened as production kopf operators are: our own annotation prefix and finalizer name, bounded watch
 timeouts, no progress annotations copied anywhere (children are built by the renderer from the spec only),
@@ -7,11 +12,13 @@ update pass never interleave.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from typing import Any
 
 import kopf
+from kubernetes.client.exceptions import ApiException
 from prometheus_client import Counter, Gauge, Histogram
 
 from ..api import v1alpha1 as api
@@ -29,6 +36,7 @@ READY = Gauge("v41flash_deployment_ready", "1 while a deployment is Ready", ["na
 
 _kube: Kube | None = None
 _locks: dict[str, threading.Lock] = {}
+_known: dict[str, tuple[str, str]] = {}  # uid -> (namespace, name) of every live V41FlashDeployment
 _locks_guard = threading.Lock()
 TIMER_INTERVAL_SECONDS = 15.0  # drift repair + status refresh; the planner has its own cadence per spec
 
@@ -61,16 +69,21 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.batching.error_delays = (1, 2, 5, 10, 30, 60)
 
 
-def _run(trigger: str, body: kopf.Body, logger: logging.Logger) -> None:
-    meta = body["metadata"]
-    ns, name = meta["namespace"], meta["name"]
+def _run(trigger: str, ns: str, name: str, uid: str, logger: logging.Logger) -> None:
+    with _lock(uid), RECONCILE_SECONDS.labels(trigger).time():
+        # Reconcile from a fresh read: an event's body can lag behind the newest spec and status.
+        try:
+            fresh = kube().custom.get_namespaced_custom_object(api.GROUP, api.VERSION, ns, api.PLURAL, name)
+        except ApiException as exc:
+            if exc.status == 404:  # deleted meanwhile: garbage collection takes the children
+                return
+            raise
+        if fresh["metadata"]["uid"] != uid or fresh["metadata"].get("deletionTimestamp"):
+            return
 
-    def emit(type_: str, reason: str, message: str) -> None:
-        kopf.event(body, type=type_, reason=reason, message=message[:1000])
+        def emit(type_: str, reason: str, message: str) -> None:
+            kopf.event(fresh, type=type_, reason=reason, message=message[:1000])
 
-    with _lock(meta["uid"]), RECONCILE_SECONDS.labels(trigger).time():
-        # The timer's body can lag behind an update; reconcile from a fresh read so status uses the newest spec.
-        fresh = kube().custom.get_namespaced_custom_object(api.GROUP, api.VERSION, ns, api.PLURAL, name)
         try:
             outcome = reconcile(kube(), fresh, emit)
         except Exception:
@@ -93,22 +106,45 @@ def _run(trigger: str, body: kopf.Body, logger: logging.Logger) -> None:
 @kopf.on.update(api.GROUP, api.VERSION, api.PLURAL)
 @kopf.on.resume(api.GROUP, api.VERSION, api.PLURAL)
 def on_change(body: kopf.Body, logger: logging.Logger, reason: str, **_: Any) -> None:
-    _run(str(reason), body, logger)
-
-
-@kopf.timer(api.GROUP, api.VERSION, api.PLURAL, interval=TIMER_INTERVAL_SECONDS, initial_delay=5)
-def on_timer(body: kopf.Body, logger: logging.Logger, **_: Any) -> None:
-    _run("timer", body, logger)
-
-
-@kopf.on.delete(api.GROUP, api.VERSION, api.PLURAL, optional=True)
-def on_delete(body: kopf.Body, **_: Any) -> None:
-    """Children go by garbage collection (ownerReferences); only forget in-memory state here."""
     meta = body["metadata"]
-    for gauge in (STALLED, READY):
-        try:
-            gauge.remove(meta["namespace"], meta["name"])
-        except KeyError:
-            pass
-    with _locks_guard:
-        _locks.pop(meta["uid"], None)
+    _run(str(reason), meta["namespace"], meta["name"], meta["uid"], logger)
+
+
+@kopf.on.event(api.GROUP, api.VERSION, api.PLURAL)
+def track(event: dict[str, Any], body: kopf.Body, **_: Any) -> None:
+    """Keep the set of live deployments for the periodic pass; forget a deleted one's in-memory state."""
+    meta = body["metadata"]
+    if event.get("type") == "DELETED":
+        _known.pop(meta["uid"], None)
+        for gauge in (STALLED, READY):
+            try:
+                gauge.remove(meta["namespace"], meta["name"])
+            except KeyError:
+                pass
+        with _locks_guard:
+            _locks.pop(meta["uid"], None)
+    else:
+        _known[meta["uid"]] = (meta["namespace"], meta["name"])
+
+
+async def _periodic(interval: float) -> None:
+    """Drift repair, status refresh and the planner's cadence for every known deployment."""
+    while True:
+        await asyncio.sleep(interval)
+        for uid, (ns, name) in list(_known.items()):
+            try:
+                await asyncio.to_thread(_run, "periodic", ns, name, uid, log)
+            except Exception:  # one broken deployment must not stop the others' passes
+                log.exception("periodic reconcile of %s/%s failed; retrying next pass", ns, name)
+
+
+@kopf.on.startup()
+async def start_periodic(memo: kopf.Memo, **_: Any) -> None:
+    memo["periodic"] = asyncio.create_task(_periodic(TIMER_INTERVAL_SECONDS))
+
+
+@kopf.on.cleanup()
+async def stop_periodic(memo: kopf.Memo, **_: Any) -> None:
+    task = memo.get("periodic")
+    if task:
+        task.cancel()

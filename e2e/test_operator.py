@@ -1,0 +1,268 @@
+"""The operator on the real control plane: examples become Ready, admission refuses bad specs naming the
+field, spec changes converge, re-applying changes nothing, deletion garbage-collects, a request crosses
+router → prefill → decode simulators, and an operator killed mid-reconcile converges without duplicates."""
+from __future__ import annotations
+
+import copy
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from kit import wait_for
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from corpus import invalid_cases  # noqa: E402
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = sorted((REPO / "manifests" / "examples").glob("*.yaml"))
+WORKLOAD_KINDS = ("Deployment", "LeaderWorkerSet")
+CHILD_KINDS = "deployments,leaderworkersets,services,serviceaccounts,roles,rolebindings,poddisruptionbudgets,configmaps"
+READY_TIMEOUT = 240
+
+
+@pytest.fixture
+def ns(cluster):
+    name = f"op-{uuid.uuid4().hex[:8]}"
+    cluster.kubectl("create", "namespace", name)
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false")
+
+
+def load(path: Path) -> dict:
+    return yaml.safe_load(path.read_text())
+
+
+def apply(cluster, doc: dict, ns: str, check: bool = True) -> subprocess.CompletedProcess:
+    return cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(doc), check=check)
+
+
+def get_cr(cluster, ns: str, name: str) -> dict:
+    return cluster.kubectl_json("get", "v41f", name, "-n", ns)
+
+
+def condition(cr: dict, type_: str) -> dict | None:
+    return next((c for c in (cr.get("status") or {}).get("conditions", []) if c["type"] == type_), None)
+
+
+def wait_ready(cluster, ns: str, name: str, timeout: float = READY_TIMEOUT) -> dict:
+    def ready():
+        cr = get_cr(cluster, ns, name)
+        c = condition(cr, "Ready")
+        st = cr.get("status") or {}
+        if c and c["status"] == "True" and st.get("observedGeneration") == cr["metadata"]["generation"]:
+            return cr
+        return None
+    return wait_for(ready, timeout, f"V41FlashDeployment {ns}/{name} Ready at its generation")
+
+
+def children(cluster, ns: str, name: str) -> list[dict]:
+    items = cluster.kubectl_json("get", CHILD_KINDS, "-n", ns, "-l", f"app.kubernetes.io/instance={name}")["items"]
+    return [i for i in items if not i["metadata"].get("deletionTimestamp")]
+
+
+def rendered(doc: dict, ns: str) -> list[dict]:
+    out = subprocess.run([str(REPO / ".venv/bin/v41flash"), "render", "-f", "-", "-n", ns],
+                         input=yaml.safe_dump(doc), capture_output=True, text=True, check=True).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def assert_kstatus_ready(cr: dict) -> None:
+    st = cr["status"]
+    assert st["observedGeneration"] == cr["metadata"]["generation"]
+    ready = condition(cr, "Ready")
+    assert ready["status"] == "True" and ready["observedGeneration"] == cr["metadata"]["generation"]
+    for abnormal in ("Reconciling", "Stalled"):  # abnormal-true conditions are absent (or False) when Ready
+        c = condition(cr, abnormal)
+        assert c is None or c["status"] == "False", c
+
+
+def pod_template(obj: dict) -> dict:
+    if obj["kind"] == "LeaderWorkerSet":
+        return obj["spec"]["leaderWorkerTemplate"].get("leaderTemplate") or obj["spec"]["leaderWorkerTemplate"]["workerTemplate"]
+    return obj["spec"]["template"]
+
+
+def container_args(obj: dict) -> list[list[str]]:
+    return [c.get("command", []) + c.get("args", []) for c in pod_template(obj)["spec"]["containers"]]
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_example_becomes_ready_and_children_match_render(cluster, operator_process, ns, example):
+    doc = load(example)
+    name = doc["metadata"]["name"]
+    apply(cluster, doc, ns)
+    cr = wait_ready(cluster, ns, name)
+    assert_kstatus_ready(cr)
+
+    want = {(o["kind"], o["metadata"]["name"]): o for o in rendered(doc, ns)}
+    live = {(o["kind"], o["metadata"]["name"]): o for o in children(cluster, ns, name)}
+    assert set(live) == set(want), "live children differ from `v41flash render`"
+    for key, obj in want.items():
+        owners = live[key]["metadata"].get("ownerReferences") or []
+        assert [o["uid"] for o in owners] == [cr["metadata"]["uid"]], key
+        if key[0] in WORKLOAD_KINDS:
+            assert container_args(live[key]) == container_args(obj), key
+    for role in ("prefill", "decode"):
+        if doc["spec"].get(role, {}).get("enabled", True):
+            st = cr["status"][role]
+            assert st["readyReplicas"] == st["desiredReplicas"] >= 1
+            assert st["ready"] == f"{st['readyReplicas']}/{st['desiredReplicas']}"
+    table = cluster.kubectl("get", "v41f", name, "-n", ns).stdout
+    assert "True" in table and cr["spec"]["profile"] in table
+
+
+@pytest.mark.parametrize("case", [c for c in invalid_cases() if c.admission == "refused"], ids=lambda c: c.name)
+def test_invalid_spec_refused_at_admission_naming_the_field(cluster, case):
+    r = cluster.kubectl("apply", "--dry-run=server", "-n", "default", "-f", str(case.path), check=False)
+    assert r.returncode != 0, f"{case.name} was admitted"
+    assert case.field in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("case", [c for c in invalid_cases() if c.admission == "stalled"], ids=lambda c: c.name)
+def test_what_admission_cannot_catch_ends_stalled(cluster, operator_process, ns, case):
+    doc = case.doc()
+    name = doc["metadata"]["name"]
+    apply(cluster, doc, ns)
+
+    def stalled():
+        cr = get_cr(cluster, ns, name)
+        c = condition(cr, "Stalled")
+        return cr if c and c["status"] == "True" and cr["status"].get("observedGeneration") == 1 else None
+    cr = wait_for(stalled, 60, f"{name} Stalled")
+    assert case.field in condition(cr, "Stalled")["message"]
+    assert condition(cr, "Ready")["status"] == "False"
+    assert children(cluster, ns, name) == [], "a spec that cannot be realized must not be half-applied"
+    operator_process.assert_alive()
+
+
+def test_spec_changes_converge_and_a_bad_change_leaves_the_running_stack_alone(cluster, operator_process, ns):
+    doc = load(REPO / "manifests/examples/tp4-h200-low-latency.yaml")
+    name = doc["metadata"]["name"]
+    apply(cluster, doc, ns)
+    wait_ready(cluster, ns, name)
+
+    # max-num-seqs: the decode workload's args change and roll out.
+    doc["spec"]["decode"]["maxNumSeqs"] = 48
+    apply(cluster, doc, ns)
+    wait_ready(cluster, ns, name)
+    dep = cluster.kubectl_json("get", "deployment", f"{name}-decode", "-n", ns)
+    args = container_args(dep)[0]
+    assert args[args.index("--max-num-seqs") + 1] == "48"
+
+    # A change admission cannot refuse (an unknown vLLM flag): Stalled, and the running workloads untouched.
+    before = {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in children(cluster, ns, name)
+              if o["kind"] == "Deployment"}
+    bad = copy.deepcopy(doc)
+    bad["spec"]["decode"]["extraArgs"] = ["--max-num-sequences", "8"]
+    apply(cluster, bad, ns)
+    wait_for(lambda: (condition(get_cr(cluster, ns, name), "Stalled") or {}).get("status") == "True", 60,
+             "Stalled after an unrealizable change")
+    msg = condition(get_cr(cluster, ns, name), "Stalled")["message"]
+    assert "spec.decode.extraArgs" in msg and "--max-num-sequences" in msg
+    after = {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in children(cluster, ns, name)
+             if o["kind"] == "Deployment"}
+    assert after == before, "a Stalled spec must not touch the running workloads"
+
+    # Prefill turned off (aggregated): its objects are pruned, decode serves alone.
+    doc["spec"]["prefill"] = {"enabled": False}
+    apply(cluster, doc, ns)
+    cr = wait_ready(cluster, ns, name)
+    assert condition(cr, "Stalled") is None
+    names = {(o["kind"], o["metadata"]["name"]) for o in children(cluster, ns, name)}
+    assert not any(n.endswith("-prefill") for _, n in names), names
+    assert cr["status"]["prefill"]["ready"] == "off"
+
+    # Profile switch: the decode engines now run data parallel with expert parallelism.
+    doc["spec"]["profile"] = "high-throughput"
+    apply(cluster, doc, ns)
+    wait_ready(cluster, ns, name)
+    args = container_args(cluster.kubectl_json("get", "deployment", f"{name}-decode", "-n", ns))[0]
+    assert "--data-parallel-size" in args and "--enable-expert-parallel" in args
+
+
+def _versions(cluster, ns: str, name: str) -> dict[str, str]:
+    out = {f"{o['kind']}/{o['metadata']['name']}": o["metadata"]["resourceVersion"] for o in children(cluster, ns, name)}
+    out["cr"] = get_cr(cluster, ns, name)["metadata"]["resourceVersion"]
+    return out
+
+
+def test_reapplying_the_same_spec_writes_nothing(cluster, operator_process, ns):
+    doc = load(REPO / "manifests/examples/tp4-h200-low-latency.yaml")
+    name = doc["metadata"]["name"]
+    apply(cluster, doc, ns)
+    wait_ready(cluster, ns, name)
+    time.sleep(3)  # let the last status write land
+    before = _versions(cluster, ns, name)
+    apply(cluster, doc, ns)
+    time.sleep(35)  # > 2 timer passes: every pass re-applies every child and recomputes status
+    assert _versions(cluster, ns, name) == before, "a no-op re-apply or timer pass wrote something"
+
+
+def test_delete_garbage_collects_every_child(cluster, operator_process, ns):
+    doc = load(REPO / "manifests/examples/dep2-b200-high-throughput.yaml")
+    name = doc["metadata"]["name"]
+    apply(cluster, doc, ns)
+    wait_ready(cluster, ns, name)
+    assert children(cluster, ns, name)
+    cluster.kubectl("delete", "v41f", name, "-n", ns)
+    wait_for(lambda: children(cluster, ns, name) == [] and not cluster.kubectl_json(
+        "get", "pods", "-n", ns, "-l", f"v41flash.io/deployment={name}")["items"], 120,
+        "every child and pod of the deleted deployment gone")
+
+
+def _counter(text: str, name: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+    return sum(s.value for fam in text_string_to_metric_families(text) for s in fam.samples
+               if s.name in (name, name + "_total"))
+
+
+def test_chat_completion_through_router_hits_prefill_and_decode(cluster, operator_process, ns):
+    doc = load(REPO / "manifests/examples/tp4-h200-low-latency.yaml")
+    name = doc["metadata"]["name"]
+    apply(cluster, doc, ns)
+    wait_ready(cluster, ns, name)
+    pods = cluster.kubectl_json("get", "pods", "-n", ns, "-l", f"v41flash.io/deployment={name}")["items"]
+    by_role = {p["metadata"]["labels"]["v41flash.io/role"]: p for p in pods}
+    router = cluster.sim_for(by_role["router"]["metadata"]["name"], ns)
+    sims = {role: cluster.sim_for(by_role[role]["metadata"]["name"], ns) for role in ("prefill", "decode")}
+
+    def served(role: str) -> float:
+        s = sims[role]
+        return _counter(httpx.get(f"http://{s['ip']}:{s['port']}/metrics", timeout=5).text, "vllm:request_success")
+
+    base = {role: served(role) for role in sims}
+    model = doc["spec"]["model"].get("servedModelName") or doc["spec"]["model"]["checkpoint"]
+    def completion():
+        resp = httpx.post(f"http://{router['ip']}:{router['port']}/v1/chat/completions", timeout=30,
+                          headers={"x-session-id": "e2e-1"},
+                          json={"model": model, "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 16})
+        return resp if resp.status_code == 200 else None
+    r = wait_for(completion, 60, "a 200 from the router")
+    assert r.json()["choices"][0]["message"]["content"]
+    wait_for(lambda: all(served(role) > base[role] for role in sims), 20,
+             "both the prefill and the decode simulator counting the request")
+
+
+def test_operator_killed_mid_reconcile_converges_without_duplicates(cluster, operator_process, ns):
+    doc = load(REPO / "manifests/examples/dep2-b200-high-throughput.yaml")
+    name = doc["metadata"]["name"]
+    apply(cluster, doc, ns)
+    # Kill it as soon as the first child exists: the reconcile that created it is mid-flight.
+    wait_for(lambda: children(cluster, ns, name), 60, "the first child object")
+    operator_process.restart(sig=signal.SIGKILL)
+    cr = wait_ready(cluster, ns, name)
+    workloads = [o for o in children(cluster, ns, name) if o["kind"] in WORKLOAD_KINDS]
+    assert sorted(o["metadata"]["name"] for o in workloads) == sorted(
+        {f"{name}-prefill", f"{name}-decode", f"{name}-router"})
+    pods = [p for p in cluster.kubectl_json("get", "pods", "-n", ns, "-l", f"v41flash.io/deployment={name}")["items"]
+            if not p["metadata"].get("deletionTimestamp")]
+    assert len(pods) == cr["status"]["prefill"]["desiredReplicas"] + cr["status"]["decode"]["desiredReplicas"] + 1
