@@ -26,7 +26,10 @@ from v41flash.render import render
 from v41flash.api import v1alpha1 as api
 
 DASHBOARD = CHART / "files" / "dashboard.json"
-PROMTOOL_VERSION = "v0.316.0"
+# Pinned in e2e/versions.env once build-tools.sh builds it; until then this pin (same module, same flags).
+PROMTOOL_VERSION = next((line.split("=", 1)[1].strip()
+                         for line in (REPO / "e2e" / "versions.env").read_text().splitlines()
+                         if line.startswith("PROMTOOL_VERSION=")), "v0.316.0")
 ON = ["--set", "prometheusRule.enabled=true", "--set", "dashboard.enabled=true", "--set", "serviceMonitor.enabled=true",
       "--set", "podMonitor.enabled=true"]
 # Modules whose import registers the operator's Prometheus metrics (missing ones are skipped: not written yet).
