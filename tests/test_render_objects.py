@@ -316,8 +316,9 @@ def test_engine_pod_essentials():
     assert c["livenessProbe"]["httpGet"] == {"path": "/health", "port": 8000}
     startup = c["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 2 * 3600
-    assert c["lifecycle"]["preStop"] == {"sleep": {"seconds": 30}}
-    assert spec["terminationGracePeriodSeconds"] == 300
+    # drain sized from the default SLO (p95 e2e 60 s): 60 x 1.5 + 10 s router refresh; + 30 s shutdown
+    assert c["lifecycle"]["preStop"] == {"sleep": {"seconds": 100}}
+    assert spec["terminationGracePeriodSeconds"] == 130
     assert t["metadata"]["labels"]["v41flash.io/serving"] == "true"
     deployment = workload(render(obj), "decode")
     assert deployment["spec"]["progressDeadlineSeconds"] > startup["periodSeconds"] * startup["failureThreshold"]

@@ -22,6 +22,7 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client import Counter, Gauge, Histogram
 
 from ..api import v1alpha1 as api
+from .autoscale import Autoscaler, PlannerOutcome
 from .kube import Kube
 from .reconcile import reconcile
 
@@ -33,8 +34,10 @@ APPLIED = Counter("v41flash_objects_applied_total", "Child objects created or ch
 PRUNED = Counter("v41flash_objects_pruned_total", "Child objects deleted as no longer desired", ["kind"])
 STALLED = Gauge("v41flash_deployment_stalled", "1 while a deployment is Stalled", ["namespace", "name"])
 READY = Gauge("v41flash_deployment_ready", "1 while a deployment is Ready", ["namespace", "name"])
+PLANNER_ERRORS = Counter("v41flash_planner_pass_errors_total", "Planner passes that failed (replicas held)")
 
 _kube: Kube | None = None
+_autoscaler: Autoscaler | None = None
 _locks: dict[str, threading.Lock] = {}
 _known: dict[str, tuple[str, str]] = {}  # uid -> (namespace, name) of every live V41FlashDeployment
 _locks_guard = threading.Lock()
@@ -46,6 +49,13 @@ def kube() -> Kube:
     if _kube is None:
         _kube = Kube()
     return _kube
+
+
+def autoscaler() -> Autoscaler:
+    global _autoscaler
+    if _autoscaler is None:
+        _autoscaler = Autoscaler(kube())
+    return _autoscaler
 
 
 def _lock(uid: str) -> threading.Lock:
@@ -84,8 +94,9 @@ def _run(trigger: str, ns: str, name: str, uid: str, logger: logging.Logger) -> 
         def emit(type_: str, reason: str, message: str) -> None:
             kopf.event(fresh, type=type_, reason=reason, message=message[:1000])
 
+        planned = _plan(fresh, logger) if trigger == "periodic" else None
         try:
-            outcome = reconcile(kube(), fresh, emit)
+            outcome = reconcile(kube(), fresh, emit, planner=planned)
         except Exception:
             RECONCILES.labels(trigger, "error").inc()
             raise
@@ -102,6 +113,22 @@ def _run(trigger: str, ns: str, name: str, uid: str, logger: logging.Logger) -> 
                     ready.get("reason"))
 
 
+def _plan(body: dict[str, Any], logger: logging.Logger) -> PlannerOutcome | None:
+    """The planner's pass; any failure leaves replicas as they are (and says so), never breaks reconcile."""
+    try:
+        spec = api.V41FlashDeploymentSpec.model_validate(body.get("spec") or {})
+    except ValueError:
+        return None  # reconcile reports the invalid spec as Stalled
+    if not spec.autoscaling.enabled:
+        return None
+    try:
+        return autoscaler().step(body, spec)
+    except Exception:
+        PLANNER_ERRORS.inc()
+        logger.exception("planner pass failed; replicas stay as they are")
+        return None
+
+
 @kopf.on.create(api.GROUP, api.VERSION, api.PLURAL)
 @kopf.on.update(api.GROUP, api.VERSION, api.PLURAL)
 @kopf.on.resume(api.GROUP, api.VERSION, api.PLURAL)
@@ -116,6 +143,8 @@ def track(event: dict[str, Any], body: kopf.Body, **_: Any) -> None:
     meta = body["metadata"]
     if event.get("type") == "DELETED":
         _known.pop(meta["uid"], None)
+        if _autoscaler is not None:
+            _autoscaler.forget(meta["uid"], meta["namespace"], meta["name"])
         for gauge in (STALLED, READY):
             try:
                 gauge.remove(meta["namespace"], meta["name"])

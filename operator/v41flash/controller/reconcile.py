@@ -20,6 +20,7 @@ from ..api.validation import validate
 from ..render import render
 from ..render.checks import operator_checks
 from ..render.resolve import resolve
+from .autoscale import PlannerOutcome
 from .kube import ChildRef, Kube, KindNotInstalled, is_conflict
 from .status import ROLES, Stall, WorkloadState, compute_status, workload_state
 
@@ -32,11 +33,13 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def desired_replicas(spec: api.V41FlashDeploymentSpec, previous_status: dict[str, Any]) -> dict[str, int | None]:
+def desired_replicas(spec: api.V41FlashDeploymentSpec, previous_status: dict[str, Any],
+                     planned: dict[str, int] | None = None) -> dict[str, int | None]:
     """Replicas the operator writes per enabled role; None = an external owner (HPA/KEDA) writes them.
 
-    The planner records its decision as status.<role>.desiredReplicas; the bounds are re-applied here so a
-    changed min/max takes effect at once. Without the planner a role runs at minReplicas.
+    The planner's newest decision (`planned`), else the one recorded as status.<role>.desiredReplicas;
+    the bounds are re-applied here so a changed min/max takes effect at once. Without the planner a role
+    runs at minReplicas.
     """
     out: dict[str, int | None] = {}
     for role in ROLES:
@@ -48,7 +51,7 @@ def desired_replicas(spec: api.V41FlashDeploymentSpec, previous_status: dict[str
             continue
         want = rs.min_replicas
         if spec.autoscaling.enabled:
-            prev = (previous_status.get(role) or {}).get("desiredReplicas")
+            prev = (planned or {}).get(role, (previous_status.get(role) or {}).get("desiredReplicas"))
             if isinstance(prev, int) and prev > 0:
                 want = prev
         out[role] = max(rs.min_replicas, min(rs.max_replicas, want))
@@ -72,7 +75,8 @@ def _label(obj: dict[str, Any]) -> str:
     return f"{obj['kind']}/{obj['metadata']['name']}"
 
 
-def reconcile(kube: Kube, body: dict[str, Any], emit: Emit, *, now: str | None = None) -> Outcome:
+def reconcile(kube: Kube, body: dict[str, Any], emit: Emit, *, now: str | None = None,
+              planner: PlannerOutcome | None = None) -> Outcome:
     now = now or now_iso()
     meta = body["metadata"]
     name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
@@ -95,7 +99,7 @@ def reconcile(kube: Kube, body: dict[str, Any], emit: Emit, *, now: str | None =
         stall = _stall_for_problems(problems)
     else:
         assert obj is not None
-        replicas = desired_replicas(obj.spec, previous)
+        replicas = desired_replicas(obj.spec, previous, planner.desired if planner else None)
         owner = {"apiVersion": api.API_VERSION, "kind": api.KIND, "name": name, "uid": uid}
         desired_objs = render(obj, replicas=replicas, owner=owner)
         missing = sorted({f"{o['kind']}.{o['apiVersion']}" for o in desired_objs
@@ -112,7 +116,7 @@ def reconcile(kube: Kube, body: dict[str, Any], emit: Emit, *, now: str | None =
                     pruned.append(f"{ref.kind}/{ref.name}")
                     del live[ref]
 
-    status = _status(obj, body, live, previous, stall, generation, now)
+    status = _status(obj, body, live, previous, stall, generation, now, planner)
     outcome = Outcome(status=status, applied=applied, pruned=pruned, stall=stall)
     if applied:
         emit("Normal", "Applied", "created or updated " + ", ".join(applied))
@@ -120,6 +124,8 @@ def reconcile(kube: Kube, body: dict[str, Any], emit: Emit, *, now: str | None =
         emit("Normal", "Pruned", "deleted " + ", ".join(pruned) + " (no longer desired)")
     if stall and not _was_stalled_same(previous, stall):
         emit("Warning", stall.reason, stall.message)
+    for event in (planner.events if planner and stall is None else ()):
+        emit(*event)
     if status != previous:
         try:
             kube.patch_status(namespace, name, status, meta["resourceVersion"])
@@ -163,7 +169,8 @@ def _api_message(exc: ApiException) -> str:
 
 
 def _status(obj: api.V41FlashDeployment | None, body: dict[str, Any], live: dict[ChildRef, dict[str, Any]],
-            previous: dict[str, Any], stall: Stall | None, generation: int, now: str) -> dict[str, Any]:
+            previous: dict[str, Any], stall: Stall | None, generation: int, now: str,
+            planner: PlannerOutcome | None) -> dict[str, Any]:
     name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
     by_name = {ref.name: o for ref, o in live.items() if ref.kind in ("Deployment", "LeaderWorkerSet")}
     workloads = {role: workload_state(by_name.get(f"{name}-{role}")) for role in ROLES}
@@ -171,7 +178,7 @@ def _status(obj: api.V41FlashDeployment | None, body: dict[str, Any], live: dict
     if obj is not None:
         spec = obj.spec
         enabled = {role: getattr(spec, role).enabled for role in ROLES}
-        desired = desired_replicas(spec, previous)
+        desired = desired_replicas(spec, previous, planner.desired if planner and stall is None else None)
         resolved = resolve(spec)
         gpus = {role: r.gpus_per_replica for role, r in resolved.roles.items()}
         router_desired = spec.routing.replicas
@@ -180,10 +187,13 @@ def _status(obj: api.V41FlashDeployment | None, body: dict[str, Any], live: dict
         desired = {role: workloads[role].spec_replicas for role in ROLES}
         gpus = {role: (previous.get(role) or {}).get("gpus", 0) // max(1, workloads[role].replicas) for role in ROLES}
         router_desired = router.spec_replicas or 0
-    return compute_status(
+    status = compute_status(
         generation=generation, enabled=enabled, desired=desired, workloads=workloads, router=router,
         router_desired=router_desired, gpus_per_replica=gpus,
         router_service=f"{name}-router.{namespace}.svc:8000", stall=stall, previous=previous, now=now)
+    if planner is not None and stall is None:
+        status.update(planner.status)
+    return status
 
 
 __all__ = ["reconcile", "desired_replicas", "Outcome", "WorkloadState"]

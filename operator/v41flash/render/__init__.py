@@ -12,6 +12,7 @@ from ..api import v1alpha1 as api
 from . import labels as L
 from .engine import PodTiming, engine_workload, replica_commands
 from .objects import config_map, pdb, role_service
+from ..planner.drain import drain_timing
 from .resolve import Resolved, resolve
 from .router import router_args, router_objects
 
@@ -19,16 +20,22 @@ __all__ = ["render", "resolve", "Resolved", "PodTiming"]
 
 
 def render(obj: api.V41FlashDeployment, replicas: dict[str, int | None] | None = None,
-           owner: dict[str, Any] | None = None, timing: PodTiming = PodTiming()) -> list[dict[str, Any]]:
+           owner: dict[str, Any] | None = None, timing: PodTiming | None = None) -> list[dict[str, Any]]:
     """Every desired object of one deployment.
 
     replicas: desired replicas per role (planner / minReplicas); a missing or None entry means the
     role's minReplicas, and a role with replicasManagedBy: external never gets spec.replicas.
     owner: {apiVersion, kind, name, uid} of the CR → ownerReferences on every object; None offline.
+    timing: None = drain sized from the SLO's p95 e2e target (a request that just started still finishes);
+    taken from the spec, never from live metrics, because changing it restarts every engine.
     """
     name = obj.metadata["name"]
     namespace = obj.metadata.get("namespace") or "default"
     spec = obj.spec
+    if timing is None:
+        drain = drain_timing(spec.slo.e2e_p95_seconds)
+        timing = PodTiming(pre_stop_sleep_seconds=drain.pre_stop_seconds,
+                           termination_grace_period_seconds=drain.termination_grace_period_seconds)
     res = resolve(spec)
     effective = {rr.role: _effective_replicas(rr.role, res, replicas) for rr in res.enabled_roles}
     commands = {rr.role: replica_commands(spec, res, rr.role) for rr in res.enabled_roles}
