@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes components and simulators the e2e harness runs, from pinned Go modules,
 # into a cache outside the repo (one folder per component@version). A warm run only checks the cache.
-# Usage: e2e/build-tools.sh [etcd kwok inference-sim helm lws kubernetes]   (default: all)
+# Usage: e2e/build-tools.sh [etcd kwok inference-sim helm lws kubernetes promtool]   (default: all)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -131,7 +131,7 @@ for p in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
   helm_ld="$helm_ld -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=$k8s_minor"
 done
 
-want=${*:-etcd kwok inference-sim helm lws kubernetes}
+want=${*:-etcd kwok inference-sim helm lws kubernetes promtool}
 t_all=$SECONDS
 for c in $want; do
   case $c in
@@ -150,7 +150,9 @@ for c in $want; do
          assets lws "$LWS_VERSION" sigs.k8s.io/lws config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml \
            config/webhook/manifests.yaml ;;
     kubernetes) build_kubernetes ;;
-    *) echo "unknown component $c (known: etcd kwok inference-sim helm lws kubernetes)" >&2; exit 2 ;;
+    promtool) build_simple promtool "$PROMTOOL_VERSION" github.com/prometheus/prometheus/cmd/promtool promtool \
+                -ldflags "-s -w" ;;  # checks the chart's alert rules and dashboard queries
+    *) echo "unknown component $c (known: etcd kwok inference-sim helm lws kubernetes promtool)" >&2; exit 2 ;;
   esac
 done
 log "all tools in $BIN ($((SECONDS - t_all))s)"
