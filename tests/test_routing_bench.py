@@ -145,6 +145,13 @@ def test_table_formatting():
     assert len({len(line.rstrip()) for line in lines[:2]}) == 1
 
 
+def test_markdown_table():
+    md = b.format_markdown([_result()]).splitlines()
+    assert md[0].startswith("| mode | variant | policy | hit |") and md[1].startswith("|---|---|---|---:|")
+    assert md[2] == ("| header | sticky | sticky_least_loaded | 0.855 | 0.900 | 0.95 | 1.20 | 1.10 | - | - | 120 "
+                     "| 300 | 0 | 0.12 | yes |")
+
+
 def test_report_round_trips_through_json(tmp_path):
     cfg = b.load_config(b.DEFAULT_SCENARIO)
     rep = b.report_dict(cfg, [_result(engines=({"engine": 0, "prompt_tokens": 1.0},))], "cmd", 0.9,

@@ -18,7 +18,7 @@ def test_defaults_are_valid_routing_spec_values(key):
 def test_header_free_policy_everywhere():
     # consistent_hash / sticky_least_loaded send every header-less request to one engine (4.00 max/mean)
     for d in ROUTING_DEFAULTS.values():
-        assert d.policy == "cache_aware" and d.decode_policy == "cache_aware"
+        assert d.policy == "cache_aware" and d.decode_policy == "round_robin"
         assert not d.kv_events and d.evidence
 
 
@@ -43,4 +43,4 @@ def test_profiles_and_user_values_win():
         routing_defaults("cheap", False)
     merged = with_defaults({"policy": "sticky_least_loaded", "cacheThreshold": 0.6}, "low-latency", True)
     assert merged["policy"] == "sticky_least_loaded" and merged["cacheThreshold"] == 0.6
-    assert merged["decodePolicy"] == "cache_aware" and merged["balanceAbsThreshold"] == 4
+    assert merged["decodePolicy"] == "round_robin" and merged["balanceAbsThreshold"] == 4

@@ -39,12 +39,13 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                                                "the scenario's).")
     p.add_argument("--sessions", type=int, default=None, help="Override the scenario's root session count.")
     p.add_argument("--engines", type=int, default=None, help="Override the scenario's engine count.")
+    p.add_argument("--markdown", action="store_true", help="Also print the table as Markdown.")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="Override any scenario field, e.g. --set system_tokens=1500 (repeatable).")
 
 
 def cmd_routing(args: argparse.Namespace) -> int:
-    from v41flash.routing.bench import format_table, load_config, results_from_report, run_bench
+    from v41flash.routing.bench import format_markdown, format_table, load_config, results_from_report, run_bench
 
     overrides: dict[str, object] = {}
     if args.sessions is not None:
@@ -88,7 +89,11 @@ def cmd_routing(args: argparse.Namespace) -> int:
         print("bench routing: interrupted; every process it started was stopped", file=sys.stderr)
         return 130
     print()
-    print(format_table(results_from_report(report)))
+    results = results_from_report(report)
+    print(format_table(results))
+    if args.markdown:
+        print()
+        print(format_markdown(results))
     print(f"\noracle: each root session (and its sub-agents) on one engine, infinite cache; target: hit/oracle "
           f">= 0.95 at running max/mean <= 1.25, no errors. * = our default.\nwrote {out / 'report.json'}")
     return 0

@@ -589,3 +589,10 @@ def results_from_report(report: dict[str, Any]) -> list[RunResult]:
     names = {f.name for f in fields(RunResult)}
     return [RunResult(**{k: tuple(v) if isinstance(v, list) else v for k, v in r.items() if k in names})
             for r in report["results"]]
+
+
+def format_markdown(results: Sequence[RunResult]) -> str:
+    """The same table as format_table, as a Markdown table (for docs)."""
+    head = "| " + " | ".join(TABLE_COLUMNS) + " |"
+    rule = "|" + "|".join("---" if i < 3 else "---:" for i in range(len(TABLE_COLUMNS))) + "|"
+    return "\n".join([head, rule, *("| " + " | ".join(row) + " |" for row in table_rows(results))])
