@@ -9,7 +9,7 @@ prefixes they hang off (what vLLM's block-level LRU does, at segment granularity
 """
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 
 
 class PrefixIndex:
@@ -62,17 +62,28 @@ class PrefixCache:
 
     def access(self, ids: list[int], toks: list[int]) -> int:
         """Match, then insert/touch the whole path (the prefill will have computed it); evict to fit."""
-        matched = self.match(ids, toks)
         lru, index, rid = self.lru, self.index, self.replica
-        for i in range(len(ids) - 1, -1, -1):
-            seg = ids[i]
-            if seg in lru:
-                lru.move_to_end(seg)
-            else:
-                lru[seg] = toks[i]
-                self.used += toks[i]
-                if index is not None:
-                    index.add(seg, rid)
+        i = len(ids) - 1
+        while i >= 0 and ids[i] not in lru:
+            i -= 1
+        matched = sum(toks[: i + 1])
+        # new segments leaf-first, then the cached ancestors leaf-first: the root ends most recent
+        for j in range(len(ids) - 1, i, -1):
+            lru[ids[j]] = toks[j]
+            self.used += toks[j]
+            if index is not None:
+                index.add(ids[j], rid)
+        try:
+            deque(map(lru.move_to_end, reversed(ids[: i + 1])), maxlen=0)  # a C loop: this is the hot path
+        except KeyError:  # unreachable while the ancestor invariant holds; stay correct anyway
+            for j in range(i, -1, -1):
+                if ids[j] in lru:
+                    lru.move_to_end(ids[j])
+                else:
+                    lru[ids[j]] = toks[j]
+                    self.used += toks[j]
+                    if index is not None:
+                        index.add(ids[j], rid)
         self.queries += sum(toks)
         self.hits += matched
         while self.used > self.capacity and lru:

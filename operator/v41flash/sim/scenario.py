@@ -91,7 +91,7 @@ class Scenario(_M):
     oracle_interval_s: float = Field(default=60.0, gt=0)
     oracle_rounds: int = Field(default=1, ge=0, description="Fix-up simulations after the scale search.")
     oracle_factors: tuple[float, ...] = Field(
-        default=(1.2, 1.45, 1.7, 2.0), min_length=1, description="Prefill scale factors tried (in parallel)."
+        default=(1.3, 1.6, 2.0), min_length=1, description="Prefill scale factors tried (in parallel)."
     )
 
 
