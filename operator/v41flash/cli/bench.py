@@ -42,6 +42,11 @@ def _autoscale(args: argparse.Namespace) -> int:
           f"≤ {sc.slo.ttft_s:g}s and e2e p95 ≤ {sc.slo.e2e_p95_s:g}s; ${sc.cost_per_gpu_hour:g}/GPU-h; "
           f"tokens = cached + uncached prompt + output")
     print(format_table(report))
+    orc = report.get("oracle") or {}
+    if orc.get("pooled_lower_bound_gpu_hours"):
+        print(f"oracle: prefill scale {orc['prefill_scale']:g} of the pooled-queue need; pooled lower bound "
+              f"{orc['pooled_lower_bound_gpu_hours']:.1f} GPU-h (perfect load balancing, no cache affinity, "
+              f"no start-up time; not simulated)")
     rel = report.get("relative") or {}
     if rel:
         print("ours GPU-hours relative to: " + ", ".join(f"{k.split('_vs_')[1]} {v:.2f}×" for k, v in rel.items()))

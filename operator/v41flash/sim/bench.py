@@ -297,7 +297,9 @@ def run_benchmark(sc: Scenario, out_dir: Path, policies: tuple[str, ...] | None 
                 progress(f"static at the oracle's peak {static} ...")
                 pending["static"] = pool.submit("policy", "static", {"static": static}, static)
             oracle_info = {"interval_s": sc.oracle_interval_s, "prefill_scale": factor, "steps": steps,
-                           "schedule": schedule, "method": oracle_mod.__doc__.strip()}
+                           "schedule": schedule, "pooled_shape": shape,
+                           "pooled_lower_bound_gpu_hours": _schedule_gpu_hours(shape, truth, sc, duration),
+                           "method": oracle_mod.__doc__.strip()}
         for name, fut in pending.items():
             res = fut.result()
             results[name] = res
@@ -332,6 +334,19 @@ def run_benchmark(sc: Scenario, out_dir: Path, policies: tuple[str, ...] | None 
 
         write_plots(out_dir, sc, {p: results[p] for p in order}, duration)
     return report
+
+
+def _schedule_gpu_hours(schedule: dict[str, list[int]], truth: CapacityProfile, sc: Scenario, duration: float) -> float:
+    """GPU-hours of a per-interval schedule over the scored time, with no start-up or drain time: with
+    the perfectly pooled prefill shape, a floor no cache-affine deployment reaches (not simulated)."""
+    total = 0.0
+    for role in ROLES:
+        gpus = getattr(truth, role).gpus_per_replica
+        for i, n in enumerate(schedule[role]):
+            a, b = max(sc.warmup_s, i * sc.oracle_interval_s), min(duration, (i + 1) * sc.oracle_interval_s)
+            if b > a:
+                total += n * gpus * (b - a)
+    return total / 3600.0
 
 
 def _itl_target(sc: Scenario) -> float:
