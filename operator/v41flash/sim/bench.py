@@ -52,6 +52,7 @@ class RunResult:
     speed: dict
     stats: dict
     demand: object | None = None  # reference run only: the oracle's demand
+    actions: list | None = None  # (t, role, from, to, the policy's reason)
 
 
 def engine_config(sc: Scenario) -> EngineConfig:
@@ -192,6 +193,7 @@ def _job(kind: str, name: str, arg, initial: dict[str, int]) -> RunResult:
         policy=name, score=score(sim, sc, duration), series=tel.series, arr_t=tel.arr_t,
         speed=_speed(sim, wall, duration), stats=stats,
         demand=oracle_mod.demand_from_telemetry(tel) if kind == "reference" else None,
+        actions=[(round(t, 1), role, a, b, note[:600]) for t, role, a, b, note in tel.actions],
     )
 
 
@@ -323,6 +325,7 @@ def run_benchmark(sc: Scenario, out_dir: Path, policies: tuple[str, ...] | None 
         "workload": stats,
         "policies": {p: {k: v for k, v in results[p].score.items() if k != "minute_windows"} for p in order},
         "minute_windows": {p: results[p].score["minute_windows"] for p in order},
+        "scale_actions": {p: results[p].actions for p in order},
         "relative": _relative(results),
         "oracle": oracle_info,
         "simulator_speed": speed,
