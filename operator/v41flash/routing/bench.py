@@ -3,13 +3,14 @@
 For every (session-key mode, policy variant) pair: start N fresh engines (prefix-cache simulation on,
 cache sized so capacity is not the limit), optionally a KV-event forwarder, and vllm-router with the
 variant's flags; replay the same AgentX-like trace (closed loop, one client task per root session);
-read the engines' counters before/after and their running gauges during the run; stop everything by
-PID (process groups, also on failure). The oracle hit rate of the trace comes from the engines' own
-token ids (rendered once through an engine's /v1/chat/completions/render).
+read the engines' counters before and after; stop everything by PID (process groups, also on failure).
+The oracle hit rate of the trace comes from the engines' own token ids (rendered once through an
+engine's /v1/chat/completions/render).
 
 Session-key modes: ``header`` (clients send x-session-id), ``none`` (clients send nothing that
-identifies a session), ``user`` (clients set only the OpenAI ``user`` body field to the session id). A variant with ``session_key: derived`` models a front proxy that sets
-x-session-id from the conversation's first non-system message when the client sent none.
+identifies a session), ``user`` (clients set only the OpenAI ``user`` body field to the session id).
+A variant with ``session_key: derived`` models a front proxy that sets x-session-id from the
+conversation's first non-system message when the client sent none.
 """
 from __future__ import annotations
 
