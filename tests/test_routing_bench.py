@@ -200,3 +200,58 @@ def test_cli_refuses_unknown_variant(tmp_path):
     r = subprocess.run([sys.executable, "-m", "v41flash.cli.bench_routing", "--out", str(tmp_path),
                         "--variants", "nope"], capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 2 and "unknown variants ['nope']" in r.stderr
+
+
+def _replay(handler, trace, mode="header", variant=None, timeout_s=10.0):
+    import asyncio
+
+    import httpx
+
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            return await b._replay(client, "http://router", trace, mode, variant or b.Variant("v", "random"),
+                                   timeout_s)
+    return asyncio.run(go())
+
+
+def test_replay_sends_every_turn_in_order_with_the_session_key():
+    trace = build_trace(Scenario(sessions=3, turns_min=2, turns_max=3, subagent_fraction=1.0,
+                                 subagent_turns_min=1, subagent_turns_max=1, time_scale=0.0))
+    seen: dict[str, list[int]] = {}
+
+    def handler(request):
+        body = json.loads(request.content)
+        seen.setdefault(request.headers[b.SESSION_HEADER], []).append(len(body["messages"]))
+        return __import__("httpx").Response(200, json={"choices": []})
+
+    latencies, errors, total = _replay(handler, trace)
+    assert (len(latencies), errors, total) == (len(trace.requests()), 0, len(trace.requests()))
+    for s in trace.sessions:
+        assert seen[s.id] == [len(t.messages) for t in s.turns]  # each session's turns, in order
+        assert seen[s.subagent.id] == [len(t.messages) for t in s.subagent.turns]
+
+
+def test_replay_counts_failures_and_requests_cut_off_by_the_timeout():
+    import httpx
+    trace = build_trace(Scenario(sessions=2, turns_min=4, turns_max=4, subagent_fraction=0.0, time_scale=0.0))
+    calls = []
+
+    def failing(request):
+        calls.append(1)
+        return httpx.Response(500 if len(calls) % 2 else 200)
+
+    latencies, errors, total = _replay(failing, trace)
+    assert (len(latencies), errors, total) == (4, 4, 8)
+
+    def broken(request):
+        raise httpx.ConnectError("refused")
+
+    assert _replay(broken, trace)[1:] == (8, 8)
+
+    async def slow(request):
+        import asyncio
+        await asyncio.sleep(5)
+        return httpx.Response(200)
+
+    latencies, errors, total = _replay(slow, trace, timeout_s=0.2)
+    assert (latencies, errors, total) == ([], 8, 8)
