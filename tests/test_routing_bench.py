@@ -255,3 +255,19 @@ def test_replay_counts_failures_and_requests_cut_off_by_the_timeout():
 
     latencies, errors, total = _replay(slow, trace, timeout_s=0.2)
     assert (latencies, errors, total) == ([], 8, 8)
+
+
+def test_sim_binary_override_and_absence(tmp_path, monkeypatch):
+    exe = tmp_path / "sim"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("V41F_SIM_BIN", str(exe))
+    assert b.find_sim_binary() == exe
+    monkeypatch.setenv("V41F_SIM_BIN", str(tmp_path / "missing"))
+    monkeypatch.setattr(b, "CACHE", tmp_path / "empty-cache")
+    assert b.find_sim_binary() is None
+
+
+def test_free_ports_are_distinct_loopback_ports():
+    ports = b.free_ports(5)
+    assert len(set(ports)) == 5 and all(1024 < p < 65536 for p in ports)
