@@ -1,124 +1,112 @@
 #!/usr/bin/env python3
-"""The one-command demo (`make demo`): local cluster up, operator running, an example V41FlashDeployment
-Ready, one chat completion through the router (client -> router -> prefill -> decode simulators).
+"""The main job, one command (`make demo`): a local real Kubernetes with simulated GPU nodes, the operator,
+an example V41FlashDeployment becoming Ready, and a chat completion through the router.
 
-    .venv/bin/python e2e/demo.py [--example manifests/examples/tp4-h200-low-latency.yaml] [--namespace demo]
+    .venv/bin/python e2e/demo.py [--example manifests/examples/tp4-h200-low-latency.yaml]
 
-Leaves everything running for you to explore; `make down` stops it all (the operator included).
+Everything keeps running afterwards so you can explore (`kubectl get v41f`); `make down` stops it all.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import shlex
 import sys
 import time
-import urllib.error
 import urllib.request
 from pathlib import Path
 
-import yaml
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import REPO, VENV_BIN, Cluster, free_port, log, spawn, wait_until  # noqa: E402
+from harness import REPO, VENV_BIN, Cluster, free_port, log, spawn  # noqa: E402
 
 DEFAULT_EXAMPLE = REPO / "manifests" / "examples" / "tp4-h200-low-latency.yaml"
+NAMESPACE = "demo"
 
 
-def ensure_operator(c: Cluster):
-    """Start `v41flash operator` as a harness-managed process (so `down` stops it), unless it runs."""
-    running = [p for p in c.procs() if p.name == "operator" and p.alive()]
-    if running:
-        log(f"operator already running (pid {running[0].pid})")
-        return running[0]
-    metrics, health = free_port(), free_port()
+def start_operator(c: Cluster) -> None:
+    if any(p.name == "operator" and p.alive() for p in c.procs()):
+        log("operator already running")
+        return
     argv = [VENV_BIN / "v41flash", "operator", "--kubeconfig", c.kubeconfig, "--bind-address", "127.0.0.1",
-            "--metrics-port", str(metrics), "--health-port", str(health)]
-    p = spawn("operator", argv, c.logs / "operator.log", port=metrics,
-              env=dict(os.environ, KUBECONFIG=str(c.kubeconfig)))
-    c.register(p)
-    log(f"operator started (pid {p.pid}, metrics http://127.0.0.1:{metrics}/metrics, log {p.log})")
-    return p
+            "--metrics-port", str(free_port()), "--health-port", str(free_port())]
+    proc = spawn("operator", argv, c.logs / "operator.log", env=dict(os.environ, KUBECONFIG=str(c.kubeconfig)))
+    c.register(proc)  # `make down` stops it with the rest
+    log(f"operator started (pid {proc.pid}); logs: {c.logs / 'operator.log'}")
 
 
-def conditions(cr: dict) -> dict:
-    return {x["type"]: x for x in (cr.get("status") or {}).get("conditions") or []}
+def kubectl(c: Cluster, *args: str, input: str | None = None) -> str:
+    return c.kubectl(*args, input=input, capture=True)
+
+
+def wait_ready(c: Cluster, name: str, timeout: float = 300) -> dict:
+    t0, last = time.monotonic(), ""
+    while time.monotonic() - t0 < timeout:
+        cr = json.loads(kubectl(c, "get", "v41f", name, "-n", NAMESPACE, "-o", "json"))
+        st = cr.get("status") or {}
+        ready = next((x for x in st.get("conditions", []) if x["type"] == "Ready"), {})
+        line = (f"prefill {st.get('prefill', {}).get('ready', '-')}, decode {st.get('decode', {}).get('ready', '-')}, "
+                f"router {st.get('router', {}).get('readyReplicas', 0)}; Ready={ready.get('status', '?')} "
+                f"({ready.get('reason', 'waiting for the operator')})")
+        if line != last:
+            log(f"  {name}: {line}")
+            last = line
+        if ready.get("status") == "True" and st.get("observedGeneration") == cr["metadata"]["generation"]:
+            return cr
+        if any(x["type"] == "Stalled" and x["status"] == "True" for x in st.get("conditions", [])):
+            raise SystemExit(f"{name} is Stalled: {ready.get('message')}")
+        time.sleep(2)
+    raise SystemExit(f"{name} not Ready after {timeout:.0f}s; see `make status` and {c.logs}/operator.log")
+
+
+def chat(c: Cluster, name: str, model: str, prompt: str) -> str:
+    pods = json.loads(kubectl(c, "get", "pods", "-n", NAMESPACE, "-l",
+                              f"v41flash.io/deployment={name},v41flash.io/role=router", "-o", "json"))["items"]
+    ip = pods[0]["status"]["podIP"]
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": 32}).encode()
+    url = f"http://{ip}:30000/v1/chat/completions"
+    deadline = time.monotonic() + 60
+    while True:  # the router discovers engines through the apiserver: give it a moment after Ready
+        try:
+            req = urllib.request.Request(url, body, {"Content-Type": "application/json", "x-session-id": "demo"})
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return json.loads(resp.read())["choices"][0]["message"]["content"]
+        except OSError as exc:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"no answer from the router at {url}: {exc}")
+            time.sleep(2)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--example", type=Path, default=DEFAULT_EXAMPLE)
-    ap.add_argument("--namespace", default="demo")
-    ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--example", type=Path, default=DEFAULT_EXAMPLE, help="a V41FlashDeployment manifest")
     a = ap.parse_args()
     t0 = time.monotonic()
     c = Cluster()
-    c.up()
-    operator = ensure_operator(c)
-
-    cr = yaml.safe_load(a.example.read_text())
-    name, ns = cr["metadata"]["name"], a.namespace
-    if not c.kubectl("get", "namespace", ns, check=False, capture=True):
-        c.kubectl("create", "namespace", ns)
-    log(f"applying {a.example.relative_to(REPO) if a.example.is_relative_to(REPO) else a.example} "
-        f"as {ns}/{name}")
-    c.kubectl("apply", "--server-side", "-n", ns, "-f", str(a.example))
-
-    def ready():
-        got = json.loads(c.kubectl("get", "v41f", name, "-n", ns, "-o", "json", capture=True))
-        conds = conditions(got)
-        r = conds.get("Ready", {})
-        pods = c.kubectl("get", "pods", "-n", ns, "-l", f"v41flash.io/deployment={name}", "--no-headers",
-                         capture=True).splitlines()
-        ready_pods = sum(1 for p in pods if p.split()[1].split("/")[0] == p.split()[1].split("/")[1])
-        detail = f"Ready={r.get('status', '?')} {r.get('reason', '')}; pods ready {ready_pods}/{len(pods)}"
-        if (conds.get("Stalled") or {}).get("status") == "True":
-            raise RuntimeError(f"{name} is Stalled: {conds['Stalled'].get('message')}")
-        return r.get("status") == "True", detail
-    try:
-        wait_until(ready, a.timeout, f"V41FlashDeployment {ns}/{name} to become Ready", operator, interval=1)
-    except (RuntimeError, TimeoutError):
-        log(f"last operator log lines ({operator.log}):\n" + "\n".join(
-            Path(operator.log).read_text(errors="replace").splitlines()[-20:]))
-        raise
-    log(f"{ns}/{name} is Ready")
-
-    router_ip = c.kubectl("get", "pods", "-n", ns, "-l", f"v41flash.io/deployment={name},v41flash.io/role=router",
-                          "-o", "jsonpath={.items[0].status.podIP}", capture=True).strip()
-    port = 30000
-    url = f"http://{router_ip}:{port}/v1/chat/completions"
-    model = cr["spec"].get("model", {}).get("servedModelName", "deepseek-v4.1-flash")
-    body = {"model": model, "max_tokens": 32,
-            "messages": [{"role": "user", "content": "In one sentence: why split prefill from decode?"}]}
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json", "x-session-id": "demo-session"})
-    log(f"POST {url} (model {model})")
-    answer = None
-    for _ in range(30):  # the router may still be discovering its workers for a moment
-        try:
-            with urllib.request.urlopen(req, timeout=30) as r:
-                answer = json.loads(r.read())
-            break
-        except (urllib.error.URLError, OSError) as e:
-            last = e
-            time.sleep(1)
-    if answer is None:
-        raise RuntimeError(f"no answer from the router: {last}")
-    print("\n=== answer (simulated DeepSeek-V4.1-Flash: prefill -> KV transfer -> decode) ===")
-    print(answer["choices"][0]["message"]["content"])
-    print(f"usage: {answer.get('usage')}\n")
-    print(f"$ kubectl get v41f -n {ns}")
-    print(c.kubectl("get", "v41f", "-n", ns, capture=True))
-    print(f"$ kubectl get pods -n {ns} -o wide")
-    print(c.kubectl("get", "pods", "-n", ns, "-o", "wide", capture=True))
-    log(f"demo done in {time.monotonic() - t0:.0f}s. Everything keeps running:")
-    print(f"  export KUBECONFIG={c.kubeconfig}\n"
-          f"  .venv/bin/kubectl get v41f,pods -A\n"
-          f"  curl -s {shlex.quote(url)} -H 'Content-Type: application/json' -H 'x-session-id: s1' \\\n"
-          f"    -d '{json.dumps({'model': model, 'messages': [{'role': 'user', 'content': 'hi'}]})}'\n"
-          f"  .venv/bin/python e2e/harness.py status     # processes, PIDs, ports\n"
-          f"  make down                                  # stop everything and remove the state")
+    log("1/5 local control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok GPU nodes, LWS)")
+    if not c.up():  # already running: make sure it serves this checkout's CRD
+        kubectl(c, "apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
+    log("2/5 operator")
+    start_operator(c)
+    import yaml
+    doc = yaml.safe_load(a.example.read_text())
+    name = doc["metadata"]["name"]
+    log(f"3/5 applying {a.example.relative_to(REPO)} in namespace {NAMESPACE}")
+    kubectl(c, "create", "namespace", NAMESPACE) if NAMESPACE not in kubectl(c, "get", "ns", "-o", "name") else None
+    kubectl(c, "apply", "-n", NAMESPACE, "-f", str(a.example))
+    log("4/5 waiting until it is Ready")
+    cr = wait_ready(c, name)
+    model = cr["spec"]["model"].get("servedModelName") or cr["spec"]["model"]["checkpoint"]
+    log("5/5 a chat completion through the router (client -> vllm-router -> prefill sim -> decode sim)")
+    answer = chat(c, name, model, "Say hello to the platform team.")
+    print()
+    print(f"answer from {model}: {answer!r}")
+    print()
+    print(kubectl(c, "get", "v41f", "-n", NAMESPACE, "-o", "wide"))
+    print(f"done in {time.monotonic() - t0:.0f}s. Explore with:")
+    print(f"  export KUBECONFIG={c.kubeconfig}")
+    print(f"  .venv/bin/kubectl get v41f,deploy,pods -n {NAMESPACE}")
+    print(f"  .venv/bin/kubectl describe v41f {name} -n {NAMESPACE}")
+    print("Tear everything down (every process stopped by PID, state removed):  make down")
     return 0
 
 

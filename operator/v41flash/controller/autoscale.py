@@ -133,6 +133,7 @@ class Autoscaler:
         self.metrics.record_scrape(ns, name, snapshots, time.monotonic() - t0)
         history = self.histories.setdefault(uid, SnapshotHistory(retention_s=max(900.0, 3 * spec.slo.window_seconds)))
         history.add(snapshots)
+        now = max([now, *(s.time for s in snapshots)])  # the window ends at the newest scrape
 
         last = _parse_time((status.get("lastDecision") or {}).get("time", ""))
         if last is not None and now - last < spec.autoscaling.interval_seconds:

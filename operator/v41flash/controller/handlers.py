@@ -74,7 +74,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.connect_timeout = 30
     settings.posting.reporting_component = "v41flash-operator"
     settings.posting.event_name_prefix = "v41flash-"
-    settings.posting.level = logging.WARNING  # only our own Events (emitted below), not kopf's chatter
+    settings.posting.level = logging.WARNING  # kopf posts only failures; ours go through Kube.post_event
     settings.execution.max_workers = 8
     settings.batching.error_delays = (1, 2, 5, 10, 30, 60)
 
@@ -92,7 +92,7 @@ def _run(trigger: str, ns: str, name: str, uid: str, logger: logging.Logger) -> 
             return
 
         def emit(type_: str, reason: str, message: str) -> None:
-            kopf.event(fresh, type=type_, reason=reason, message=message[:1000])
+            kube().post_event(fresh, type_, reason, message)
 
         planned = _plan(fresh, logger) if trigger == "periodic" else None
         try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 from kubernetes import client, config
@@ -126,6 +127,25 @@ class Kube:
                 {"op": "add", "path": "/status", "value": status}]
         self.custom.patch_namespaced_custom_object_status(api.GROUP, api.VERSION, namespace, api.PLURAL, name, body,
                                                           _content_type="application/json-patch+json")
+
+
+    def post_event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        """A core/v1 Event about obj (written directly: works from any thread, unlike kopf.event)."""
+        meta = obj["metadata"]
+        now = datetime.now(timezone.utc)
+        event = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name=f"{meta['name']}.", namespace=meta["namespace"]),
+            involved_object=client.V1ObjectReference(
+                api_version=obj.get("apiVersion", api.API_VERSION), kind=obj.get("kind", api.KIND),
+                name=meta["name"], namespace=meta["namespace"], uid=meta["uid"],
+                resource_version=meta.get("resourceVersion")),
+            type=type_, reason=reason, message=message[:1024], first_timestamp=now, last_timestamp=now, count=1,
+            source=client.V1EventSource(component=FIELD_MANAGER), reporting_component=FIELD_MANAGER,
+            reporting_instance=FIELD_MANAGER)
+        try:
+            self.core.create_namespaced_event(meta["namespace"], event)
+        except ApiException as exc:  # an Event is best effort: never fail a reconcile over it
+            log.warning("could not post event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], exc.reason)
 
 
 def is_conflict(exc: Exception) -> bool:
