@@ -38,3 +38,4 @@ test: unit e2e ## every test: unit tests, then e2e on the real control plane
 
 crd: venv ## regenerate crds/ from the API models
 	$(VENV)/bin/v41flash crd
+	$(PY) manifests/sync.py --crds-only

@@ -171,19 +171,9 @@ def _metrics_read(helm_path) -> set[str]:
     return read - recorded
 
 
-# Proposed to the planner/controller and not exported yet: the dashboard's "target" line stays empty until then.
-PENDING = {"v41flash_planner_slo_target_seconds"}
-
-
 def test_every_metric_read_by_rules_and_dashboard_exists(helm):
     missing = _metrics_read(helm) - (operator_metric_names() | vllm_metric_names() | {"up"})
-    assert missing - PENDING == set(), "rules/dashboard read metrics nobody exposes"
-
-
-@pytest.mark.xfail(strict=True, reason="v41flash_planner_slo_target_seconds{namespace,deployment,metric} is not "
-                   "exported yet; a strict xfail fails as soon as it is: then delete PENDING and this test")
-def test_pending_metrics_are_exported(helm):
-    assert PENDING <= operator_metric_names()
+    assert missing == set(), "rules/dashboard read metrics nobody exposes"
 
 
 def test_podmonitor_selects_the_pods_the_renderer_makes_on_the_ports_they_have(helm):

@@ -181,6 +181,7 @@ class Autoscaler:
         config = self.config or PlannerConfig(
             interval_s=float(spec.autoscaling.interval_seconds),
             scale_down_stabilization_s=float(spec.autoscaling.scale_down_stabilization_seconds))
+        self.metrics.record_slo(ns, name, slo.ttft_s, slo.e2e_p95_s)
         decision = plan(observation, profile, slo, bounds, PlannerState.from_dict(status.get("plannerState")), now,
                         config)
         self.metrics.record_decision(ns, name, decision)

@@ -17,6 +17,10 @@ class PlannerMetrics:
     """All series are labelled by the V41FlashDeployment (namespace, name) and, where it applies, role."""
 
     def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        self.slo_target = Gauge(
+            "v41flash_planner_slo_target_seconds", "The deployment's SLO targets (metric: ttft, e2e_p95).",
+            ("namespace", "deployment", "metric"), registry=registry,
+        )
         self.decisions = Counter(
             "v41flash_planner_decisions", "Planner decisions by role and action (scale_up, scale_down, hold).",
             (*_ROLE, "action"), registry=registry,
@@ -92,12 +96,16 @@ class PlannerMetrics:
             if not s.ok:
                 self.scrape_errors.labels(namespace, deployment, s.role).inc()
 
+    def record_slo(self, namespace: str, deployment: str, ttft_s: float, e2e_p95_s: float) -> None:
+        self.slo_target.labels(namespace, deployment, "ttft").set(ttft_s)
+        self.slo_target.labels(namespace, deployment, "e2e_p95").set(e2e_p95_s)
+
     def forget(self, namespace: str, deployment: str) -> None:
         """Drop every series of a deleted deployment (no stale series for GitOps dashboards)."""
         for metric in (
             self.decisions, self.desired_replicas, self.current_replicas, self.needed_replicas, self.demand,
             self.predicted_latency, self.observed_latency, self.correction, self.slo_breached, self.clamped,
-            self.scrape_errors, self.scrape_duration,
+            self.scrape_errors, self.scrape_duration, self.slo_target,
         ):
             for labels in list(metric._metrics):  # prometheus_client keeps children keyed by label tuples
                 if labels[:2] == (namespace, deployment):
