@@ -169,7 +169,8 @@ class Autoscaler:
                 rolling_out=rs.get("replicas", 0) > desired)
 
         observation = Observation(decode=role_obs("decode"),
-                                  prefill=role_obs("prefill") if resolved.roles["prefill"].enabled else None)
+                                  prefill=role_obs("prefill") if resolved.roles["prefill"].enabled else None,
+                                  router=router_figs)
         bounds = Bounds(
             decode=RoleBounds(spec.decode.min_replicas, spec.decode.max_replicas,
                               spec.decode.replicas_managed_by == "operator"),
