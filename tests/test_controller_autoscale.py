@@ -1,0 +1,156 @@
+"""The planner's edge in the controller: real scrapes of loopback /metrics servers, windows cut from the
+history, the pure planner called at its cadence, and its outcome turned into status fields and Events.
+The apiserver is replaced by a fake that only lists pods (the e2e suite covers the real one)."""
+from __future__ import annotations
+
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from datetime import datetime, timezone
+from types import SimpleNamespace
+
+import pytest
+
+from v41flash.api import v1alpha1 as api
+from v41flash.controller.autoscale import Autoscaler, observed_slo_status
+from v41flash.controller.reconcile import desired_replicas
+from v41flash.metrics.parse import parse_metrics
+from v41flash.metrics.window import PodSnapshot, SnapshotHistory
+from vllm_exposition import E2E_LE, TTFT_LE, page
+
+IPS = {"prefill": "127.77.0.1", "decode": "127.77.0.2"}
+
+
+def busy_page(requests: float, ttft_s: float) -> str:
+    """One engine that finished `requests` requests, all with the given TTFT and a 20 s e2e."""
+    ttft = [requests if ttft_s <= le else 0.0 for le in TTFT_LE] + [requests]
+    e2e = [requests if 20.0 <= le else 0.0 for le in E2E_LE] + [requests]
+    return page({"0": {"ttft": (ttft, ttft_s * requests), "e2e": (e2e, 20.0 * requests), "running": 4,
+                       "prompt_tokens": 8000 * requests, "gen_tokens": 500 * requests,
+                       "queries": 8000 * requests, "hits": 6000 * requests,
+                       "prompt_len": ([0, 0, requests, requests, requests], 8000 * requests),
+                       "gen_len": ([0, requests, requests, requests, requests], 500 * requests)}})
+
+
+class Pages:
+    def __init__(self):
+        self.text = {ip: busy_page(0, 0.05) for ip in IPS.values()}
+
+
+@pytest.fixture
+def servers():
+    pages = Pages()
+    started = []
+    for ip in IPS.values():
+        class Handler(BaseHTTPRequestHandler):
+            my_ip = ip
+
+            def do_GET(self):  # noqa: N802
+                body = pages.text[self.my_ip].encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+        try:
+            srv = ThreadingHTTPServer((ip, 8000), Handler)
+        except OSError as exc:
+            pytest.skip(f"cannot bind {ip}:8000 on loopback: {exc}")
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        started.append(srv)
+    yield pages
+    for srv in started:
+        srv.shutdown()
+        srv.server_close()
+
+
+def pod(name: str, role: str, ready: bool = True) -> SimpleNamespace:
+    return SimpleNamespace(
+        metadata=SimpleNamespace(name=name, labels={"v41flash.io/role": role}, deletion_timestamp=None,
+                                 annotations={}, creation_timestamp=datetime.now(timezone.utc)),
+        status=SimpleNamespace(pod_ip=IPS[role], conditions=[SimpleNamespace(type="Ready", status=str(ready))]))
+
+
+class FakeKube:
+    def __init__(self):
+        self.pods = [pod("p-0", "prefill"), pod("d-0", "decode")]
+        self.annotated: list[tuple[str, dict]] = []
+
+    def list_pods(self, namespace, selector):
+        assert "v41flash.io/deployment=x" in selector and "v41flash.io/serving=true" in selector
+        return self.pods
+
+    def patch_pod_annotations(self, namespace, name, annotations):
+        self.annotated.append((name, annotations))
+
+
+SPEC = api.V41FlashDeploymentSpec.model_validate({
+    "gpu": {"product": "H200"}, "prefill": {"minReplicas": 1, "maxReplicas": 4},
+    "decode": {"minReplicas": 1, "maxReplicas": 4},
+    "slo": {"ttft": {"targetSeconds": 0.5, "percentile": 90}, "e2eP95Seconds": 60, "windowSeconds": 60},
+    "autoscaling": {"intervalSeconds": 30}})
+BODY = {"metadata": {"name": "x", "namespace": "ns", "uid": "u1"},
+        "status": {"prefill": {"desiredReplicas": 1, "readyReplicas": 1, "replicas": 1},
+                   "decode": {"desiredReplicas": 1, "readyReplicas": 1, "replicas": 1}}}
+
+
+def seed_history(scaler: Autoscaler, text_by_role: dict[str, str], t: float) -> None:
+    hist = scaler.histories.setdefault("u1", SnapshotHistory())
+    names = {"prefill": "p-0", "decode": "d-0"}
+    hist.add([PodSnapshot(names[r], r, t, parse_metrics(text)) for r, text in text_by_role.items()])
+
+
+def test_first_pass_without_a_window_holds_and_says_why(servers):
+    scaler = Autoscaler(FakeKube())
+    out = scaler.step(BODY, SPEC)
+    assert out is not None and out.desired == {"prefill": 1, "decode": 1}
+    last = out.status["lastDecision"]
+    assert last["action"] == "hold" and "partial" in last["reason"]  # one snapshot: no full window yet
+    assert out.events == []  # holding is not news
+    assert out.status["plannerState"]
+
+
+def test_ttft_breach_scales_prefill_and_reports_observed_figures(servers):
+    scaler = Autoscaler(FakeKube())
+    now = time.time()
+    seed_history(scaler, {"prefill": busy_page(100, 0.05), "decode": busy_page(100, 0.05)}, now - 60)
+    # the next minute: 900 requests at a 4.5 s TTFT (p90 far above the 0.5 s target)
+    servers.text[IPS["prefill"]] = busy_page(1000, 4.5)
+    servers.text[IPS["decode"]] = busy_page(1000, 0.05)
+    out = scaler.step(BODY, SPEC)
+    assert out.status["slo"]["ttftSeconds"] > 0.5 and out.status["slo"]["ttft"].endswith("s")
+    assert out.status["slo"]["prefixCacheHitRate"] == pytest.approx(0.75)
+    assert out.desired["prefill"] > 1, out.status["lastDecision"]["reason"]
+    assert out.status["lastDecision"]["action"] == "scale_up"
+    assert [e[1] for e in out.events] == ["Scaled"]
+    # the controller writes exactly that, within the bounds
+    assert desired_replicas(SPEC, BODY["status"], out.desired)["prefill"] == out.desired["prefill"]
+
+
+def test_planner_runs_at_its_interval_not_every_pass(servers):
+    scaler = Autoscaler(FakeKube())
+    body = {**BODY, "status": {**BODY["status"], "lastDecision": {
+        "time": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}}}
+    assert scaler.step(body, SPEC) is None  # scraped (history grows) but no decision yet
+    assert scaler.histories["u1"].pods() == ["d-0", "p-0"]
+
+
+def test_missing_profile_holds_with_a_warning(servers):
+    scaler = Autoscaler(FakeKube())
+    spec = SPEC.model_copy(update={"gpu": api.GPUSpec(product="MI355X")})
+    out = scaler.step(BODY, spec)
+    assert out.desired == {}
+    assert "no capacity profile" in out.status["lastDecision"]["reason"]
+    assert out.events and out.events[0][1] == "NoCapacityProfile"
+
+
+def test_observed_slo_status_prefers_router_latency():
+    w = SimpleNamespace(requests=10, ttft_s=0.4, e2e_p95_s=9.0, request_rate=2.0, prefix_cache_hit_rate=0.9,
+                        load_spread=1.1)
+    router = SimpleNamespace(e2e_p95_s=12.0, request_rate=2.5, requests=20)
+    st = observed_slo_status({"prefill": w, "decode": w, "overall": w}, router, 0.0)
+    assert st == {"ttft": "0.40s", "windowEnd": "1970-01-01T00:00:00Z", "ttftSeconds": 0.4, "e2eP95Seconds": 12.0,
+                  "requestRate": 2.5, "prefixCacheHitRate": 0.9, "loadImbalance": 1.1}
