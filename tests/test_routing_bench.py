@@ -96,6 +96,15 @@ def test_sim_argv_sizes_the_cache_and_switches_events():
     assert "--zmq-endpoint=" in argv and "--enable-kvcache" in argv
     assert "--zmq-endpoint=tcp://127.0.0.1:7" in b.sim_argv(Path("/sim"), 9, sc, b.EngineLatency(), "tcp://127.0.0.1:7", 1)
     assert b.SIM_ENV["V41F_SIM_BIND_HOST"] == "127.0.0.1"
+    assert argv[argv.index("--max-model-len") + 1] == "8192"
+    assert argv[argv.index("--max-waiting-queue-length") + 1] == str(max(64, 2 * sc.sessions))
+
+
+def test_model_len_covers_the_longest_request_and_stays_small():
+    trace = build_trace(Scenario())
+    longest = max(sum(len(c.split()) for _, c in t.messages) + t.max_tokens for _, t in trace.requests())
+    n = b.model_len_for(trace)
+    assert n >= 2 * longest and n & (n - 1) == 0 and n <= 4 * longest + 4096
 
 
 def test_request_body_per_session_key_mode():

@@ -303,14 +303,27 @@ class StartupFailed(RuntimeError):
 RSS_LIMIT = 2 << 30  # no engine, router or forwarder of this benchmark needs more than 2 GiB
 
 
+def model_len_for(trace: Trace) -> int:
+    """--max-model-len for the simulator: a power of two above the longest request (words + separators
+    bound its tokens). Not larger: the simulator allocates (max-num-seqs + max-waiting-queue-length) x
+    max-model-len floats up front, and 1,000,000 once made an engine grow past 7 GiB while starting."""
+    longest = max((sum(len(c.split()) + 8 for _, c in t.messages) + t.max_tokens for _, t in trace.requests()),
+                  default=1)
+    n = 1024
+    while n < 2 * longest:
+        n *= 2
+    return n
+
+
 def sim_argv(binary: Path, port: int, sc: Scenario, lat: EngineLatency, zmq_endpoint: str | None,
-             seed: int) -> list[str]:
+             seed: int, max_model_len: int = 8192) -> list[str]:
     return [str(binary), "--port", str(port), "--model", MODEL, "--served-model-name", MODEL,
             "--force-dummy-tokenizer", "--mode", "random", "--seed", str(seed),
             "--enable-kvcache", "--kv-cache-size", str(sc.kv_cache_blocks), "--block-size", str(sc.block_size),
             # vLLM's map event format; empty endpoint = no publisher
             f"--zmq-endpoint={zmq_endpoint or ''}", "--use-vllm-map-event-format",
-            "--max-num-seqs", str(lat.max_num_seqs), "--max-model-len", "1000000",
+            "--max-num-seqs", str(lat.max_num_seqs), "--max-model-len", str(max_model_len),
+            "--max-waiting-queue-length", str(max(64, 2 * sc.sessions)),
             "--prefill-overhead", f"{lat.prefill_overhead_ms}ms",
             "--prefill-time-per-token", f"{lat.prefill_us_per_token}us",
             "--inter-token-latency", f"{lat.inter_token_ms}ms",
@@ -463,7 +476,8 @@ async def run_one(cfg: BenchConfig, trace: Trace, oracle_rates: dict[int, float]
                 procs.start("zmq-forward", [sys.executable, "-m", "v41flash.routing.zmq_forward", *pairs])
             for i, port in enumerate(eports):
                 ep = f"tcp://{LOOPBACK}:{zin[i]}" if variant.kv_events else None
-                procs.start(f"engine{i}", sim_argv(sim, port, sc, cfg.latency, ep, sc.seed + i), SIM_ENV)
+                procs.start(f"engine{i}", sim_argv(sim, port, sc, cfg.latency, ep, sc.seed + i, model_len_for(trace)),
+                            SIM_ENV)
             deadline = time.monotonic() + 60  # engines start in < 1 s on an idle machine
             for url in workers:
                 await _wait_http(client, f"{url}/health", deadline, procs)
@@ -513,7 +527,8 @@ async def render_tokens(cfg: BenchConfig, trace: Trace, sim: Path, log_dir: Path
     port = free_ports(1)[0]
     url = f"http://{LOOPBACK}:{port}"
     try:
-        procs.start("engine", sim_argv(sim, port, cfg.scenario, cfg.latency, None, cfg.scenario.seed), SIM_ENV)
+        procs.start("engine", sim_argv(sim, port, cfg.scenario, cfg.latency, None, cfg.scenario.seed,
+                                      model_len_for(trace)), SIM_ENV)
         async with httpx.AsyncClient(timeout=30.0) as client:
             await _wait_http(client, f"{url}/health", time.monotonic() + 120, procs)
             out = []
