@@ -284,3 +284,16 @@ def test_full_kv_cache_scales_decode_even_when_compute_suffices():
         state = d.state
         assert d.decode.action == "hold"
     assert "KV cache 60% full" in d.decode.reason
+
+
+def test_experimental_queue_growth_and_saturation_learning():
+    # 2 prefill replicas saturated: completions 16 req/s, the queue grows by 120 requests per 30 s
+    cfg = PlannerConfig(arrivals_from_queue_growth=True, saturation_learning=True)
+    state = decide(observe(16, prefill=2, pw={"waiting": 100.0}), config=cfg).state
+    d = decide(observe(16, prefill=2, t=T + 30, pw={"waiting": 220.0}), state, now=T + 30, config=cfg)
+    # arrivals = 16 + 120/30 = 20 req/s (raw, since the SLO is breached) plus the backlog drain 220/60
+    assert d.prefill.demand_rate == pytest.approx(20 + 220 / 60, abs=1e-4)
+    # the backlog bounds the correction from below: k ≥ ranks / (completions × service) = 2 / (16 × 0.1248)
+    assert state.prefill.correction >= 1.0 and d.state.prefill.correction > state.prefill.correction
+    off = decide(observe(16, prefill=2, t=T + 30, pw={"waiting": 220.0}), decide(observe(16, prefill=2, pw={"waiting": 100.0})).state, now=T + 30)
+    assert off.prefill.demand_rate == pytest.approx(16 + 220 / 60, abs=1e-4)

@@ -89,6 +89,8 @@ class PlannerConfig:
     max_forecast_growth: float = 1.5  # a forecast never exceeds this × the smoothed level
     min_requests_for_slo: float = 10.0  # fewer finished requests: latency percentiles are not judged
     kv_cache_target: float = 0.85  # decode KV-cache usage above this asks for replicas (memory-bound)
+    arrivals_from_queue_growth: bool = False  # demand = completions + queue growth (experimental)
+    saturation_learning: bool = False  # learn a lower bound of the correction from a backlog (experimental)
     service_cv2: float = 1.0  # squared coefficient of variation of prefill service times (queueing)
 
 
@@ -104,6 +106,7 @@ class RoleState:
     rate_level: float | None = None  # Holt level of request rate (req/s)
     rate_trend: float = 0.0  # Holt trend (req/s per second)
     rate_time: float | None = None  # time of the last rate update
+    last_waiting: float | None = None  # queued requests at the last update (queue growth → arrivals)
 
 
 @dataclass(frozen=True)

@@ -297,6 +297,10 @@ def plan(
         if fw.request_rate * service * sample / (n_eff * ranks) > 0.9:
             # near saturation a queue of any length fits some k < truth: it may only teach "slower"
             sample = max(sample, prefill_state.correction)
+        if cfg.saturation_learning and fw.waiting > n_eff * ranks and fw.request_rate > 0:
+            # a backlog means the ranks were busy all window: completions = capacity, so ρ ≥ 1 gives
+            # k ≥ ranks / (completions × service) — a lower bound that holds however long the queue
+            sample = max(sample, n_eff * ranks / (fw.request_rate * service))
         prefill_state = replace(
             prefill_state,
             correction=_smooth_correction(prefill_state.correction, sample, cfg),
@@ -319,9 +323,14 @@ def plan(
         usable = r.status in ("ok", "partial")
         cold = (pp if r.role == "prefill" else dp).cold_start_seconds
         horizon = cfg.forecast_horizon_s if cfg.forecast_horizon_s is not None else cold
-        observed_rate = demand.prefill_rate if (r.role == "prefill" or not disagg) else demand.decode_rate
+        completed = demand.prefill_rate if (r.role == "prefill" or not disagg) else demand.decode_rate
         backlog = demand.prefill_backlog if (r.role == "prefill" or not disagg) else demand.decode_backlog
+        # arrivals = completions + queue growth (completions alone understate demand when saturated)
+        observed_rate = completed
+        if cfg.arrivals_from_queue_growth and usable and rs.last_waiting is not None and rs.rate_time is not None and now > rs.rate_time:
+            observed_rate = max(0.0, completed + (backlog - rs.last_waiting) / (now - rs.rate_time))
         rs, forecast = _forecast(rs, observed_rate if usable else None, now, horizon, cfg)
+        rs = replace(rs, last_waiting=backlog if usable else None)
         new_state = new_state.with_role(r.role, rs)
         if not usable:
             continue
