@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from datetime import datetime, timezone
 from types import SimpleNamespace
@@ -151,6 +152,20 @@ def test_observed_slo_status_prefers_router_latency():
     w = SimpleNamespace(requests=10, ttft_s=0.4, e2e_p95_s=9.0, request_rate=2.0, prefix_cache_hit_rate=0.9,
                         load_spread=1.1)
     router = SimpleNamespace(e2e_p95_s=12.0, request_rate=2.5, requests=20)
-    st = observed_slo_status({"prefill": w, "decode": w, "overall": w}, router, 0.0)
-    assert st == {"ttft": "0.40s", "windowEnd": "1970-01-01T00:00:00Z", "ttftSeconds": 0.4, "e2eP95Seconds": 12.0,
+    st = observed_slo_status({"prefill": w, "decode": w, "overall": w}, router)
+    assert st == {"ttft": "0.40s", "ttftSeconds": 0.4, "e2eP95Seconds": 12.0,
                   "requestRate": 2.5, "prefixCacheHitRate": 0.9, "loadImbalance": 1.1}
+
+
+def test_a_repeated_hold_keeps_the_recorded_decision_and_state_is_compact(servers):
+    scaler = Autoscaler(FakeKube())
+    first = scaler.step(BODY, SPEC)
+    body = {**BODY, "status": {**BODY["status"], **first.status}}
+    state = scaler.states["u1"]  # as if the interval had passed
+    scaler.states["u1"] = replace(state, last_decision_time=state.last_decision_time - SPEC.autoscaling.interval_seconds)
+    again = scaler.step(body, SPEC)
+    assert again is not None
+    assert again.status["lastDecision"] is first.status["lastDecision"]  # only numbers moved: no new record
+    assert again.status["plannerState"] == first.status["plannerState"]
+    assert set(first.status["plannerState"]["prefill"]) == {"correction", "corrections_learned", "last_scale_time",
+                                                             "last_action"}

@@ -366,7 +366,6 @@ class ObservedSLO(Model):
     request_rate: float | None = None
     prefix_cache_hit_rate: float | None = None
     load_imbalance: float | None = Field(None, description="max/mean running requests over engines.")
-    window_end: str = ""
 
 
 class PlannerDecision(Model):

@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -84,21 +85,45 @@ def _fmt_s(x: float | None) -> str:
     return "" if x is None or not math.isfinite(x) else f"{x:.2f}s"
 
 
-def observed_slo_status(windows: dict, router_figs: Any, now: float) -> dict[str, Any]:
+def observed_slo_status(windows: dict, router_figs: Any) -> dict[str, Any]:
     """status.slo: user-facing figures (router first: its latency spans prefill, KV transfer and decode)."""
     ttft_w = windows.get("prefill") if windows.get("prefill") and windows["prefill"].requests else windows.get("decode")
     overall = windows.get("overall")
     e2e = router_figs.e2e_p95_s if router_figs is not None and router_figs.e2e_p95_s is not None else (
         windows["decode"].e2e_p95_s if windows.get("decode") else None)
     ttft = ttft_w.ttft_s if ttft_w is not None else None
-    out: dict[str, Any] = {"ttft": _fmt_s(ttft), "windowEnd": _iso(now)}
+    out: dict[str, Any] = {"ttft": _fmt_s(ttft)}
     for key, value in (("ttftSeconds", ttft), ("e2eP95Seconds", e2e),
                        ("requestRate", router_figs.request_rate if router_figs is not None and router_figs.requests
                         else (windows["decode"].request_rate if windows.get("decode") else None)),
                        ("prefixCacheHitRate", overall.prefix_cache_hit_rate if overall else None),
                        ("loadImbalance", overall.load_spread if overall else None)):
         if value is not None and math.isfinite(value):
-            out[key] = round(float(value), 4)
+            out[key] = float(f"{float(value):.3g}")  # 3 significant digits: no status churn from noise
+    return out
+
+
+_DIGITS = re.compile(r"[0-9][0-9.,]*")
+
+
+def same_decision(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Same action, replicas and kind of reason (numbers aside): a hold that holds for the same reason."""
+    keys = ("action", "prefill", "decode")
+    return bool(a) and all(a.get(k) == b.get(k) for k in keys) and \
+        _DIGITS.sub("#", a.get("reason", "")) == _DIGITS.sub("#", b.get("reason", ""))
+
+
+def durable_state(state: PlannerState) -> dict[str, Any]:
+    """What must survive an operator restart: the learned corrections and the last scale action.
+
+    The rest (rate trend, stabilization history) rebuilds from fresh windows, and rebuilding it is
+    the safe direction: no scale-down until a full stabilization window has been seen again.
+    """
+    out: dict[str, Any] = {}
+    for role in ROLES:
+        rs = state.role(role)
+        out[role] = {"correction": round(rs.correction, 3), "corrections_learned": rs.corrections_learned,
+                     "last_scale_time": rs.last_scale_time, "last_action": rs.last_action}
     return out
 
 
@@ -108,11 +133,13 @@ class Autoscaler:
     def __init__(self, kube: Kube, config: PlannerConfig | None = None):
         self.kube = kube
         self.histories: dict[str, SnapshotHistory] = {}
+        self.states: dict[str, PlannerState] = {}  # full planner memory; status keeps the durable part
         self.metrics = planner_metrics()
         self.config = config
 
     def forget(self, uid: str, namespace: str, name: str) -> None:
         self.histories.pop(uid, None)
+        self.states.pop(uid, None)
         self.metrics.forget(namespace, name)
 
     def step(self, body: dict[str, Any], spec: api.V41FlashDeploymentSpec, now: float | None = None
@@ -135,7 +162,9 @@ class Autoscaler:
         history.add(snapshots)
         now = max([now, *(s.time for s in snapshots)])  # the window ends at the newest scrape
 
-        last = _parse_time((status.get("lastDecision") or {}).get("time", ""))
+        known = self.states.get(uid)
+        last = known.last_decision_time if known and known.last_decision_time is not None else \
+            _parse_time((status.get("lastDecision") or {}).get("time", ""))
         if last is not None and now - last < spec.autoscaling.interval_seconds:
             return None
         profile = profile_for(spec, resolved, self.kube, ns)
@@ -146,14 +175,18 @@ class Autoscaler:
         router_snaps = {p: history.snapshots(p) for p in history.pods()
                         if history.snapshots(p) and history.snapshots(p)[-1].role == "router"}
         router_figs = compute_router_window(router_snaps, now, spec.slo.window_seconds) if router_snaps else None
-        slo_status = observed_slo_status(windows, router_figs, now)
+        slo_status = observed_slo_status(windows, router_figs)
         if profile is None:
             reason = (f"no capacity profile for {spec.profile} on {spec.gpu.product}: set "
                       f"spec.autoscaling.capacityProfile; replicas stay where they are")
-            return PlannerOutcome(status={"slo": slo_status, "lastDecision": {
-                "time": _iso(now), "action": "hold", "reason": reason}},
-                events=[("Warning", "NoCapacityProfile", reason)] if "NoCapacityProfile" not in str(
-                    status.get("lastDecision", {}).get("reason", "")) else [])
+            previous = status.get("lastDecision") or {}
+            last = {"time": _iso(now), "action": "hold", "reason": reason}
+            self.states[uid] = replace(known or PlannerState.from_dict(status.get("plannerState")),
+                                       last_decision_time=now)
+            if same_decision(previous, last):
+                return PlannerOutcome(status={"slo": slo_status, "lastDecision": previous})
+            return PlannerOutcome(status={"slo": slo_status, "lastDecision": last},
+                                  events=[("Warning", "NoCapacityProfile", reason)])
 
         def role_obs(role: str) -> RoleObservation:
             rs = status.get(role) or {}
@@ -181,16 +214,20 @@ class Autoscaler:
                   ttft_percentile=spec.slo.ttft.percentile / 100, window_s=float(spec.slo.window_seconds))
         config = self.config or PlannerConfig(
             interval_s=float(spec.autoscaling.interval_seconds),
-            scale_down_stabilization_s=float(spec.autoscaling.scale_down_stabilization_seconds))
+            scale_down_stabilization_s=float(spec.autoscaling.scale_down_stabilization_seconds),
+            # a user's shorter scaleDownStabilizationSeconds also shortens the post-scale-up cooldown
+            scale_down_cooldown_s=min(PlannerConfig.scale_down_cooldown_s,
+                                      float(spec.autoscaling.scale_down_stabilization_seconds)))
         self.metrics.record_slo(ns, name, slo.ttft_s, slo.e2e_p95_s)
-        decision = plan(observation, profile, slo, bounds, PlannerState.from_dict(status.get("plannerState")), now,
-                        config)
+        state = self.states.get(uid) or PlannerState.from_dict(status.get("plannerState"))
+        decision = plan(observation, profile, slo, bounds, state, now, config)
+        self.states[uid] = decision.state
         self.metrics.record_decision(ns, name, decision)
-        return self._outcome(decision, slo_status, now, ns, pods, snapshots)
+        return self._outcome(decision, slo_status, now, ns, pods, snapshots, status.get("lastDecision") or {})
 
     def _outcome(self, decision: Decision, slo_status: dict[str, Any], now: float, ns: str, pods: list,
-                 snapshots: list) -> PlannerOutcome:
-        out = PlannerOutcome(status={"slo": slo_status, "plannerState": decision.state.to_dict()})
+                 snapshots: list, previous: dict[str, Any]) -> PlannerOutcome:
+        out = PlannerOutcome(status={"slo": slo_status, "plannerState": durable_state(decision.state)})
         reasons = []
         for d in decision.roles():
             out.desired[d.role] = d.desired
@@ -200,7 +237,8 @@ class Autoscaler:
         last = {"time": _iso(now), "action": decision.action, "reason": "; ".join(reasons)[:2000]}
         for d in decision.roles():
             last[d.role] = d.desired
-        out.status["lastDecision"] = last
+        # The same decision again (only its figures moved) keeps the recorded one: no status churn.
+        out.status["lastDecision"] = previous if same_decision(previous, last) else last
         if decision.action != "hold":
             out.events.append(("Normal", "Scaled", last["reason"]))
         return out
