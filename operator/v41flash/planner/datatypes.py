@@ -89,6 +89,9 @@ class PlannerConfig:
     max_forecast_growth: float = 1.5  # a forecast never exceeds this × the smoothed level
     min_requests_for_slo: float = 10.0  # fewer finished requests: latency percentiles are not judged
     kv_cache_target: float = 0.85  # decode KV-cache usage above this asks for replicas (memory-bound)
+    # the prefill utilisation bound never assumes a prefill cheaper than this × the profile's (a low
+    # correction usually means the queueing tail is lighter than modelled, not that prefill is faster)
+    min_throughput_correction: float = 1.0
     arrivals_from_queue_growth: bool = False  # demand = completions + queue growth (experimental)
     saturation_learning: bool = False  # learn a lower bound of the correction from a backlog (experimental)
     service_cv2: float = 1.0  # squared coefficient of variation of prefill service times (queueing)

@@ -312,7 +312,8 @@ def plan(
     # --- forecast and size ----------------------------------------------------------------------------
     def size_prefill(rate: float, ranks: int) -> capacity.Need:
         return capacity.prefill_replicas_needed(
-            pp, rate, demand.new_tokens, demand.cached_tokens, prefill_budget, p, kp, cfg.target_utilization, ranks, cfg.service_cv2
+            pp, rate, demand.new_tokens, demand.cached_tokens, prefill_budget, p, kp, cfg.target_utilization, ranks,
+            cfg.service_cv2, max(kp, cfg.min_throughput_correction),
         )
 
     def size_decode(rate: float) -> capacity.Need:
