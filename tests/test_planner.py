@@ -297,3 +297,11 @@ def test_experimental_queue_growth_and_saturation_learning():
     assert state.prefill.correction >= 1.0 and d.state.prefill.correction > state.prefill.correction
     off = decide(observe(16, prefill=2, t=T + 30, pw={"waiting": 220.0}), decide(observe(16, prefill=2, pw={"waiting": 100.0})).state, now=T + 30)
     assert off.prefill.demand_rate == pytest.approx(16 + 220 / 60, abs=1e-4)
+
+
+def test_a_demand_jump_scales_up_even_during_a_rollout():
+    obs = observe(11, prefill=2, rolling=True, pw={"waiting": 900.0})
+    assert truth(11, 2, 1)["ttft"] < SLO.ttft_s  # the SLO still holds
+    d = decide(obs)
+    assert d.prefill.needed > 2 * PlannerConfig().rollout_override_ratio
+    assert d.prefill.action == "scale_up"

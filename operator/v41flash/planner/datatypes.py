@@ -84,6 +84,7 @@ class PlannerConfig:
     trend_alpha: float = 0.5  # Holt level smoothing of the request rate
     trend_beta: float = 0.1  # Holt trend smoothing (low: one noisy window must not look like a trend)
     forecast_horizon_s: float | None = None  # None: the role's cold start (what a new replica misses)
+    rollout_override_ratio: float = 1.25  # need above this × current scales up even during a rollout
     backlog_drain_s: float = 60.0  # waiting requests should be absorbed within this many seconds
     trend_damping: float = 0.8  # damped-trend factor per interval (caps extrapolation at ~4 intervals)
     max_forecast_growth: float = 1.5  # a forecast never exceeds this × the smoothed level

@@ -392,7 +392,9 @@ def plan(
             need_txt += " — target unattainable with this profile even unloaded"
 
         if up_target > cur:
-            if (starting > 0 or r.obs.rolling_out) and not r.breached:
+            # a change in flight: wait for it, unless users suffer or demand clearly outgrew it
+            jump = r.need.replicas > cur * cfg.rollout_override_ratio
+            if (starting > 0 or r.obs.rolling_out) and not r.breached and not jump:
                 r.why = f"{head}; {need_txt}; waiting for {_progress(r)} before adding more (SLO holds)"
             else:
                 r.desired, r.action = up_target, "scale_up"
