@@ -198,8 +198,8 @@ def test_cache_aware_thresholds_only_for_cache_aware():
     objs = render(cr({"routing": {"policy": "cache_aware", "cacheThreshold": 0.5}}))
     args = router_container(objs)["args"]
     assert (flag(args, "--cache-threshold"), flag(args, "--balance-abs-threshold"),
-            flag(args, "--balance-rel-threshold")) == ("0.5", "64", "1.5")
-    assert "--cache-threshold" not in router_container(render(cr()))["args"]
+            flag(args, "--balance-rel-threshold")) == ("0.5", "4", "1.25")  # the measured defaults
+    assert "--cache-threshold" not in router_container(render(cr({"routing": {"policy": "round_robin"}})))["args"]
 
 
 @pytest.mark.parametrize("stem", ["tp4-h200-low-latency", "dep2-b200-high-throughput", "gb300-pd-dep4-dep16",

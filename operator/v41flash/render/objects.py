@@ -95,8 +95,8 @@ def config_map(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, r
             "intraNodeDataParallelSize": intra_node_dp_size(res),
             "kvEventSources": KV_EVENT_SOURCES if spec.routing.kv_events else "none (kvEvents off)",
             # vllm-router 0.1.17 has no flag for it: session-keyed policies read its built-in headers
-            "sessionHeader": f"{spec.routing.session_header} (clients must send it; vllm-router 0.1.17 keys on "
-                             "its built-in session headers, x-session-id among them, and takes no header flag)",
+            "sessionKey": "x-session-id header (built into vllm-router 0.1.17; consistent_hash and "
+                          "sticky_least_loaded need clients to send it)",
         },
         "podTiming": {"preStopSleepSeconds": timing.pre_stop_sleep_seconds,
                       "terminationGracePeriodSeconds": timing.termination_grace_period_seconds},
