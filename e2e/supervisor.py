@@ -41,13 +41,15 @@ SIM_KV_BLOCKS_PER_ENGINE = 65536  # x 16 tokens: ~1M cached tokens per engine (D
 # Simulated engine behaviour. Every engine can run a whole request (an aggregated deployment uses role
 # decode), so all get prefill costs; prefill engines are tuned for prompt throughput, decode engines for
 # inter-token latency. Latency grows linearly with running requests up to x2 at max-num-seqs. Extra args
-# per role can be appended with V41F_SIM_ARGS_PREFILL / V41F_SIM_ARGS_DECODE (benchmarks).
+# per role can be appended with V41F_SIM_ARGS_PREFILL / V41F_SIM_ARGS_DECODE (benchmarks), and per pod with
+# the engine container's env V41F_SIM_ARGS (a deployment's spec.<role>.extraEnv; real vLLM ignores it).
 SIM_COMMON = ["--force-dummy-tokenizer", "--mode", "random", "--enable-kvcache", "--block-size", "16",
               "--zmq-endpoint=", "--time-factor-under-load", "2.0", "--kv-cache-transfer-latency", "10ms"]
 SIM_ROLE = {
     "prefill": ["--prefill-overhead", "15ms", "--prefill-time-per-token", "20us", "--inter-token-latency", "20ms"],
     "decode": ["--prefill-overhead", "25ms", "--prefill-time-per-token", "40us", "--inter-token-latency", "10ms"],
 }
+POD_SIM_ARGS_ENV = "V41F_SIM_ARGS"
 SHELLS = {"sh", "bash", "/bin/sh", "/bin/bash", "/usr/bin/bash", "/usr/bin/env"}
 
 
@@ -315,7 +317,8 @@ class Supervisor:
         v = parse_vllm(toks, http_port(c))
         if v.headless:
             return None  # a headless multi-node worker has no API server
-        argv, senv = sim_command(str(self.tools.sim), role, ip, v, self.extra[role])
+        argv, senv = sim_command(str(self.tools.sim), role, ip, v,
+                                 [*self.extra[role], *shlex.split(env.get(POD_SIM_ARGS_ENV, ""))])
         penv = {"PATH": os.environ.get("PATH", ""), "POD_NAME": meta["name"], "POD_NAMESPACE": meta["namespace"],
                 **senv}
         return Child(meta["uid"], meta["namespace"], meta["name"], role, "sim", ip, v.port, argv, penv,

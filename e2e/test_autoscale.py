@@ -1,0 +1,290 @@
+"""SLO autoscaling on the real control plane: closed-loop load through the router against the simulated
+engines breaches the TTFT target, the planner adds replicas, the new pods become Ready and the observed
+TTFT recovers; when the load stops the replicas return toward min, and no request fails on the way.
+
+The capacity profile comes from e2e/autoscale/sim-profile.yaml (fitted by `v41flash profile build` from
+e2e/autoscale/calibrate.py's measurement of the simulators) through spec.autoscaling.capacityProfile.
+A timeline (every few seconds: load, status.slo, replicas ready/desired per role, the last decision) is
+printed and written to <artifacts>/autoscale-timeline-<time>.{txt,json}.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import re
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from kit import wait_for
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "autoscale"))
+from calibrate import DECODE_MAX_NUM_SEQS, DECODE_SIM_ARGS, PREFILL_MAX_NUM_SEQS, PREFILL_SIM_ARGS  # noqa: E402
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[1]
+PROFILE = REPO / "e2e" / "autoscale" / "sim-profile.yaml"
+NAME = "slo-autoscale"
+MODEL = "deepseek-v4.1-flash"
+
+# SLO and planner cadence: short enough for a ~6-minute test, long enough for complete windows.
+TTFT_TARGET_S = 0.5  # a TTFT bucket boundary of the simulator's histogram: p90 above it is a clear breach
+E2E_P95_S = 6.0
+WINDOW_S = 30
+INTERVAL_S = 10
+SCALE_DOWN_STABILIZATION_S = 60
+MAX_REPLICAS = 3
+
+# Load: CLIENTS closed-loop tasks for LOAD_S seconds, each sending one request after another. A prefill
+# alone takes ~0.28 s (0.37/0.47/0.56 s with 2/3/4 running, the simulator's max-num-seqs): TTFT p90 is
+# over 0.5 s when more than a tenth of the prefills run 4 at a time. With a third of each client's time in
+# prefill that is common on one prefill replica and rare on three.
+CLIENTS = 8
+LOAD_S = 120
+PROMPT_WORDS = 1000
+OUTPUT_TOKENS = 64
+IDLE_TIMEOUT_S = 270  # after the load: time allowed for the walk back toward min
+SAMPLE_S = 3.0
+PASS_SLACK_S = 25  # the operator's 15 s periodic pass plus a slow scrape on a busy machine
+WORDS = [f"w{i}" for i in range(5000)]
+
+
+def _sim_env(args: str) -> list[dict]:
+    return [{"name": "V41F_SIM_ARGS", "value": args}] if args else []
+
+
+def deployment() -> dict:
+    return {
+        "apiVersion": "v41flash.io/v1alpha1", "kind": "V41FlashDeployment", "metadata": {"name": NAME},
+        "spec": {
+            "profile": "low-latency",
+            "model": {"servedModelName": MODEL},
+            "gpu": {"product": "H200"},
+            # the simulators' flags as calibrate.py measured them (V41F_SIM_ARGS is read by the e2e supervisor)
+            "prefill": {"minReplicas": 1, "maxReplicas": MAX_REPLICAS, "maxNumSeqs": PREFILL_MAX_NUM_SEQS,
+                        "extraEnv": _sim_env(PREFILL_SIM_ARGS)},
+            "decode": {"minReplicas": 1, "maxReplicas": MAX_REPLICAS, "maxNumSeqs": DECODE_MAX_NUM_SEQS,
+                       "extraEnv": _sim_env(DECODE_SIM_ARGS)},
+            # even spread: every client is its own session, so hashing 12 sessions onto 3 engines is lumpy
+            "routing": {"policy": "round_robin", "decodePolicy": "round_robin"},
+            "slo": {"ttft": {"targetSeconds": TTFT_TARGET_S, "percentile": 90}, "e2eP95Seconds": E2E_P95_S,
+                    "windowSeconds": WINDOW_S},
+            "autoscaling": {"intervalSeconds": INTERVAL_S, "scaleDownStabilizationSeconds": SCALE_DOWN_STABILIZATION_S,
+                            "capacityProfile": "sim-capacity-profile"},
+        },
+    }
+
+
+@pytest.fixture
+def ns(cluster):
+    name = f"as-{uuid.uuid4().hex[:8]}"
+    cluster.kubectl("create", "namespace", name)
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false")
+
+
+def _parse_iso(s: str | None) -> float | None:
+    try:
+        return datetime.strptime(s, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclass
+class Load:
+    """Closed-loop clients through the router; counts every answer and every failure."""
+    url: str
+    clients: int = 0  # tasks running now
+    ok: int = 0
+    failed: list = field(default_factory=list)  # (time, status or exception text)
+    latencies: list = field(default_factory=list)  # (finish time, seconds)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def rate(self, since: float) -> float:
+        with self.lock:
+            return sum(1 for t, _ in self.latencies if t >= since) / max(1e-9, time.time() - since)
+
+    async def client(self, i: int, until: float, http: httpx.AsyncClient) -> None:
+        rng = random.Random(i)
+        with self.lock:
+            self.clients += 1
+        try:
+            while time.time() < until:
+                # unique words per request: the simulator's prefix cache must not shorten prefill
+                body = {"model": MODEL, "max_tokens": OUTPUT_TOKENS, "ignore_eos": True,
+                        "messages": [{"role": "user", "content": " ".join(rng.choices(WORDS, k=PROMPT_WORDS))}]}
+                t0 = time.time()
+                try:
+                    r = await http.post(f"{self.url}/v1/chat/completions", json=body,
+                                        headers={"x-session-id": f"client-{i}"})
+                    status = r.status_code
+                except httpx.HTTPError as e:  # a timeout or a reset connection is a failed request too
+                    status = f"{e.__class__.__name__}: {e}"
+                with self.lock:
+                    if status == 200:
+                        self.ok += 1
+                        self.latencies.append((time.time(), time.time() - t0))
+                    else:
+                        self.failed.append((time.time(), str(status)))
+        finally:
+            with self.lock:
+                self.clients -= 1
+
+    def run(self, clients: int, seconds: float) -> None:
+        async def main():
+            until = time.time() + seconds
+            async with httpx.AsyncClient(timeout=httpx.Timeout(60.0),
+                                         limits=httpx.Limits(max_connections=clients + 4)) as http:
+                await asyncio.gather(*[self.client(i, until, http) for i in range(clients)])
+        asyncio.run(main())
+
+
+class Timeline:
+    """Samples the CR every SAMPLE_S seconds in a thread; rows are plain dicts."""
+
+    def __init__(self, cluster, ns: str, load: Load, t0: float):
+        self.cluster, self.ns, self.load, self.t0 = cluster, ns, load, t0
+        self.rows: list[dict] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.sample()
+            except Exception as e:  # noqa: BLE001 - an apiserver hiccup costs one row, not the test
+                print(f"[timeline] sample failed: {e}", flush=True)
+            self.stop.wait(SAMPLE_S)
+
+    def sample(self) -> dict:
+        cr = self.cluster.custom.get_namespaced_custom_object("v41flash.io", "v1alpha1", self.ns,
+                                                              "v41flashdeployments", NAME)
+        st = cr.get("status") or {}
+        slo, last = st.get("slo") or {}, st.get("lastDecision") or {}
+        now = time.time()
+        row = {"t": round(now - self.t0, 1), "time": now, "clients": self.load.clients,
+               "rps": round(self.load.rate(now - 10), 2),
+               "ttft": slo.get("ttftSeconds"), "e2e_p95": slo.get("e2eP95Seconds"),
+               "action": last.get("action"), "decision_time": _parse_iso(last.get("time")),
+               "reason": last.get("reason", "")}
+        for role in ("prefill", "decode"):
+            rs = st.get(role) or {}
+            row[f"{role}_ready"] = rs.get("readyReplicas")
+            row[f"{role}_desired"] = rs.get("desiredReplicas")
+        self.rows.append(row)
+        print(self.format(row), flush=True)
+        return row
+
+    @staticmethod
+    def header() -> str:
+        return (f"{'t(s)':>6} {'clients':>7} {'req/s':>6} {'TTFTp90':>8} {'e2e p95':>8} "
+                f"{'prefill r/d':>11} {'decode r/d':>10}  last decision")
+
+    @staticmethod
+    def format(r: dict) -> str:
+        def s(x):
+            return f"{x:.3f}" if isinstance(x, (int, float)) else "-"
+        return (f"{r['t']:>6.0f} {r['clients']:>7} {r['rps']:>6.2f} {s(r['ttft']):>8} {s(r['e2e_p95']):>8} "
+                f"{r['prefill_ready']}/{r['prefill_desired']:<9} {r['decode_ready']}/{r['decode_desired']:<8}  "
+                f"{r['action'] or '-'}")
+
+    def table(self) -> str:
+        return "\n".join([self.header(), *(self.format(r) for r in self.rows)])
+
+
+def test_ttft_breach_scales_up_recovers_and_idle_returns_toward_min(cluster, operator_process, ns):
+    cluster.kubectl("create", "configmap", "sim-capacity-profile", "-n", ns, f"--from-file=profile.yaml={PROFILE}")
+    doc = deployment()
+    cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(doc))
+
+    def ready():
+        cr = cluster.kubectl_json("get", "v41f", NAME, "-n", ns)
+        c = next((c for c in (cr.get("status") or {}).get("conditions", []) if c["type"] == "Ready"), None)
+        return cr if c and c["status"] == "True" else None
+    wait_for(ready, 240, f"{ns}/{NAME} Ready")
+    router_pod = wait_for(lambda: cluster.kubectl_json("get", "pods", "-n", ns, "-l",
+                                                       f"v41flash.io/deployment={NAME},v41flash.io/role=router")["items"],
+                          60, "the router pod")[0]["metadata"]["name"]
+    router = cluster.sim_for(router_pod, ns)
+    load = Load(f"http://{router['ip']}:{router['port']}")
+    # one request end to end before the clock starts (the router discovers engines asynchronously)
+    wait_for(lambda: httpx.post(f"{load.url}/v1/chat/completions", timeout=30, json={
+        "model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": "hello"}]}).status_code == 200,
+        90, "a 200 from the router")
+
+    t0 = time.time()
+    timeline = Timeline(cluster, ns, load, t0)
+    print("\n" + timeline.header(), flush=True)
+    timeline.thread.start()
+    try:
+        load_thread = threading.Thread(target=load.run, args=(CLIENTS, LOAD_S))
+        load_thread.start()
+        load_thread.join(LOAD_S + 90)
+        assert not load_thread.is_alive(), "load clients did not finish"
+        load_end = time.time()
+
+        def back_toward_min():
+            r = timeline.rows[-1] if timeline.rows else None
+            return r and all(r[f"{role}_desired"] == 1 and r[f"{role}_ready"] == 1 for role in ("prefill", "decode"))
+        try:
+            wait_for(back_toward_min, IDLE_TIMEOUT_S, "every role back at min replicas", interval=SAMPLE_S)
+        except AssertionError as e:  # judged below: a step toward min is required, reaching it reported
+            print(f"[e2e] {e}", flush=True)
+    finally:
+        timeline.stop.set()
+        timeline.thread.join(15)
+        events = sorted(cluster.kubectl_json("get", "events", "-n", ns, "--field-selector", "reason=Scaled")["items"],
+                        key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+        report = (timeline.table() + "\n\nScaled events:\n" + "\n".join(
+            f"  {e.get('lastTimestamp') or e.get('eventTime')}: {e['message']}" for e in events)
+            + f"\n\nrequests: {load.ok} answered 200, {len(load.failed)} failed")
+        out = cluster.cluster.artifacts
+        out.mkdir(parents=True, exist_ok=True)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        (out / f"autoscale-timeline-{stamp}.txt").write_text(report + "\n")
+        (out / f"autoscale-timeline-{stamp}.json").write_text(json.dumps(
+            {"t0": t0, "spec": doc["spec"], "clients": CLIENTS, "load_s": LOAD_S, "rows": timeline.rows,
+             "events": [e["message"] for e in events], "ok": load.ok, "failed": load.failed}, indent=1))
+        print(f"\n{report}\n[e2e] timeline written to {out}/autoscale-timeline-{stamp}.txt", flush=True)
+
+    rows = timeline.rows
+    assert load.ok > 0 and not load.failed, f"failed requests: {load.failed[:5]} ({len(load.failed)} in all)"
+
+    # 1. the load breached the TTFT target while only the starting replicas served it
+    breach = next((r for r in rows if r["ttft"] is not None and r["ttft"] > TTFT_TARGET_S
+                   and r["time"] <= load_end), None)
+    assert breach, "the load never pushed the observed TTFT p90 over the target"
+    # 2. the planner scaled up: some role's desired replicas rose above min, with a scale_up decision
+    up = next((r for r in rows if (r["prefill_desired"] or 0) > 1 or (r["decode_desired"] or 0) > 1), None)
+    assert up and any(r["action"] == "scale_up" for r in rows), "no scale-up was observed"
+    scaled = [role for role in ("prefill", "decode") if max(r[f"{role}_desired"] or 0 for r in rows) > 1]
+    peak = {role: max(r[f"{role}_desired"] for r in rows) for role in scaled}
+    # 3. the new pods became Ready while the load ran
+    all_ready = next((r for r in rows if r["time"] >= up["time"] and r["time"] <= load_end and all(
+        r[f"{role}_ready"] == r[f"{role}_desired"] > 1 for role in scaled)), None)
+    assert all_ready, f"the added {scaled} replicas never all became Ready under load"
+    # 4. the observed TTFT recovered below target on a window that began after they were Ready (status.slo
+    # is rewritten every planner pass, so a sample WINDOW_S + PASS_SLACK_S later comes from such a window)
+    recovered = next((r for r in rows if all_ready["time"] + WINDOW_S + PASS_SLACK_S <= r["time"] <= load_end
+                      and r["ttft"] is not None and r["ttft"] <= TTFT_TARGET_S), None)
+    assert recovered, "TTFT p90 never recovered below the target after the scale-up"
+    # 5. after the load: every scaled role stepped down toward min, and none went below min
+    after = [r for r in rows if r["time"] > load_end]
+    for role in scaled:
+        low = min(r[f"{role}_desired"] for r in after)
+        assert low < peak[role], f"{role} stayed at {peak[role]} replicas after the load stopped"
+    assert all((r["prefill_desired"] or 1) >= 1 and (r["decode_desired"] or 1) >= 1 for r in rows)
+    # 6. both directions were explained as Events: "<role> 1->3: <reason>" ... "<role> 3->2: <reason>"
+    for role in scaled:
+        moves = [(int(a), int(b)) for e in events for a, b in re.findall(rf"\b{role} (\d+)->(\d+):", e["message"])]
+        assert any(b > a for a, b in moves) and any(b < a for a, b in moves), f"{role} Scaled events: {moves}"
