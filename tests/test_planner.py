@@ -56,7 +56,7 @@ def test_e2e_breach_through_itl_scales_decode_up():
     f = truth(40, 8, 1)
     assert f["e2e95"] > SLO.e2e_p95_s and f["ttft"] < SLO.ttft_s
     d = decide(observe(40, prefill=8, decode=1))
-    assert d.decode.action == "scale_up" and d.decode.desired == ideal(40, 1, 1)[1] == 3
+    assert d.decode.action == "scale_up" and d.decode.desired == ideal(40, 1, 1)[1] == 2
     assert "e2e p95" in d.decode.reason and "> 20.00s target" in d.decode.reason
     assert d.prefill.desired <= 8 and d.prefill.action != "scale_up"
     assert d.decode.predicted_e2e_p95_s < SLO.e2e_p95_s
@@ -158,9 +158,9 @@ def test_autoscale_off_leaves_role_alone():
 
 
 def test_gpu_budget_splits_by_pressure_and_reports():
-    # unclamped: prefill 2→7, decode 1→3 = 40 GPUs at 4 GPUs/replica; budget 28 GPUs = 7 replicas
+    # unclamped: prefill 2→7, decode 1→2 = 36 GPUs at 4 GPUs/replica; budget 28 GPUs = 7 replicas
     free = decide(observe(40, prefill=2, decode=1))
-    assert (free.prefill.desired, free.decode.desired) == (7, 3)
+    assert (free.prefill.desired, free.decode.desired) == (7, 2)
     d = decide(observe(40, prefill=2, decode=1), bounds=replace(WIDE, gpu_budget=28))
     total = (d.prefill.desired + d.decode.desired) * 4
     assert total == 28

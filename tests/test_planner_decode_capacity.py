@@ -1,7 +1,6 @@
-"""Known planner bug, found by the e2e autoscaling run (e2e/test_autoscale.py): when max-num-seqs caps
-the decode batch below what the ITL budget would allow, capacity.decode_replicas_needed still divides by
-the budget instead of the (faster) ITL of that capped batch, so decode is sized several times too large.
-Remove the xfail when capacity.py's `itl = itl_budget_s` becomes `min(itl_budget_s, ITL of the batch)`."""
+"""Regression, found by the e2e autoscaling run (e2e/test_autoscale.py): when max-num-seqs caps the
+decode batch below what the ITL budget would allow, capacity.decode_replicas_needed divided by the
+budget instead of the (faster) ITL of that capped batch and sized decode several times too large."""
 from __future__ import annotations
 
 import math
@@ -18,11 +17,9 @@ SIM_DECODE = DecodeProfile.model_validate({
     "tokensPerStep": 1.0, "maxNumSeqs": 16, "kvCacheTokens": 1048576})
 
 
-@pytest.mark.xfail(strict=True, reason="capacity.decode_replicas_needed: ITL budget used as the ITL of a "
-                                       "batch capped by max-num-seqs")
 def test_decode_need_agrees_with_the_models_own_itl_when_max_num_seqs_caps_the_batch():
     rate, osl, context, itl_budget = 8.0, 64, 1032, 0.086  # the e2e run: 8 req/s, 64 tokens, e2e 6 s
     # the model's own prediction: one replica at 8 req/s runs ~9 sequences at ~14 ms ITL, far inside the budget
     assert capacity.decode_itl(SIM_DECODE, rate, 1, osl, context) < itl_budget / 5
     need = capacity.decode_replicas_needed(SIM_DECODE, rate, osl, context, itl_budget)
-    assert math.ceil(need.replicas) == 1, need  # today: 3.06 replicas
+    assert math.ceil(need.replicas) == 1, need  # was 3.06 replicas before the fix

@@ -88,7 +88,8 @@ def capacity_row(p: CapacityProfile, isl: float, hit: float, osl: float, ttft: f
     prefill_rps = 1.0 / pre.replicas if pre.feasible and pre.replicas > 0 else 0.0
     ctx = isl + osl / 2
     batch = p.decode.batch_at_itl(itl, ctx)
-    decode_tps = p.decode.data_parallel_size * batch / itl if batch > 0 else 0.0
+    # a batch capped by max-num-seqs / KV runs faster than the target ITL
+    decode_tps = p.decode.data_parallel_size * batch / min(itl, p.decode.itl_seconds(batch, ctx)) if batch > 0 else 0.0
     return {
         "profile": p.metadata.name,
         "layout": f"{p.prefill.parallelism}/{p.decode.parallelism}",

@@ -152,7 +152,8 @@ def decode_replicas_needed(
         batch = max(1.0, decode.batch_at_itl(decode.itl_seconds(1, context) * correction * 2, context, correction))
         itl = decode.itl_seconds(batch, context) * correction
     else:
-        itl = itl_budget_s
+        # a batch capped by max-num-seqs or the KV cache runs faster than the budget: use its own ITL
+        itl = min(itl_budget_s, decode.itl_seconds(batch, context) * correction)
     tokens_per_s_per_replica = decode.data_parallel_size * batch / itl
     return Need(rate * output_tokens / tokens_per_s_per_replica / target_utilization, feasible)
 
