@@ -50,7 +50,7 @@ MAX_REPLICAS = 3
 # over 0.5 s when more than a tenth of the prefills run 4 at a time. With a third of each client's time in
 # prefill that is common on one prefill replica and rare on three.
 CLIENTS = 8
-LOAD_S = 120
+LOAD_S = 135
 PROMPT_WORDS = 1000
 OUTPUT_TOKENS = 64
 IDLE_TIMEOUT_S = 270  # after the load: time allowed for the walk back toward min
@@ -114,6 +114,12 @@ class Load:
         with self.lock:
             return sum(1 for t, _ in self.latencies if t >= since) / max(1e-9, time.time() - since)
 
+    def p95(self, since: float) -> float | None:
+        """Client-side p95 request latency of the requests that finished since then (None: none did)."""
+        with self.lock:
+            lat = sorted(x for t, x in self.latencies if t >= since)
+        return lat[min(len(lat) - 1, int(0.95 * len(lat)))] if lat else None
+
     async def client(self, i: int, until: float, http: httpx.AsyncClient) -> None:
         rng = random.Random(i)
         with self.lock:
@@ -173,7 +179,7 @@ class Timeline:
         slo, last = st.get("slo") or {}, st.get("lastDecision") or {}
         now = time.time()
         row = {"t": round(now - self.t0, 1), "time": now, "clients": self.load.clients,
-               "rps": round(self.load.rate(now - 10), 2),
+               "rps": round(self.load.rate(now - 10), 2), "client_p95": self.load.p95(now - 10),
                "ttft": slo.get("ttftSeconds"), "e2e_p95": slo.get("e2eP95Seconds"),
                "action": last.get("action"), "decision_time": _parse_iso(last.get("time")),
                "reason": last.get("reason", "")}
@@ -187,14 +193,15 @@ class Timeline:
 
     @staticmethod
     def header() -> str:
-        return (f"{'t(s)':>6} {'clients':>7} {'req/s':>6} {'TTFTp90':>8} {'e2e p95':>8} "
+        return (f"{'t(s)':>6} {'clients':>7} {'req/s':>6} {'client p95':>10} {'TTFTp90':>8} {'e2e p95':>8} "
                 f"{'prefill r/d':>11} {'decode r/d':>10}  last decision")
 
     @staticmethod
     def format(r: dict) -> str:
         def s(x):
             return f"{x:.3f}" if isinstance(x, (int, float)) else "-"
-        return (f"{r['t']:>6.0f} {r['clients']:>7} {r['rps']:>6.2f} {s(r['ttft']):>8} {s(r['e2e_p95']):>8} "
+        return (f"{r['t']:>6.0f} {r['clients']:>7} {r['rps']:>6.2f} {s(r['client_p95']):>10} {s(r['ttft']):>8} "
+                f"{s(r['e2e_p95']):>8} "
                 f"{r['prefill_ready']}/{r['prefill_desired']:<9} {r['decode_ready']}/{r['decode_desired']:<8}  "
                 f"{r['action'] or '-'}")
 
