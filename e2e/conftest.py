@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -132,3 +133,12 @@ def operator_process(cluster):
     op.assert_alive()
     yield op
     op.stop()
+
+
+@pytest.fixture
+def ns(request, cluster):
+    """A fresh namespace per test (named after the test module), deleted afterwards without waiting."""
+    name = f"{request.module.__name__.removeprefix('test_')[:8]}-{uuid.uuid4().hex[:8]}"
+    cluster.kubectl("create", "namespace", name)
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false")

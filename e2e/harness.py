@@ -199,6 +199,25 @@ def stop_procs(procs: Iterable[Proc], timeout: float = 10.0) -> None:
         _reap(p.pid)
 
 
+def sweep_writers(log_dir: Path) -> list[int]:
+    """SIGKILL processes whose stdout is a file in log_dir: ours by construction, even when no record of them
+    survived (e.g. a supervisor killed between starting a router and saving its PID)."""
+    root, killed = str(log_dir.resolve()) + "/", []
+    for fd in Path("/proc").glob("[0-9]*/fd/1"):
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        pid = int(fd.parts[2])
+        if target.startswith(root) and pid != os.getpid():
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except ProcessLookupError:
+                pass
+    return killed
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -692,6 +711,9 @@ class Cluster:
         still = [p.name for p in procs + leftovers if p.alive()]
         if still:
             raise RuntimeError(f"still running after SIGKILL: {still}")
+        strays = sweep_writers(self.logs)
+        if strays:
+            log(f"stopped {len(strays)} unrecorded process(es) still writing to {self.logs}: {strays}")
         release_pod_network(self.state)
         if self.state.exists():
             for child in self.state.iterdir():

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import uuid
 from collections import Counter
 
 import httpx
@@ -19,14 +18,6 @@ pytestmark = pytest.mark.e2e
 
 MODEL = "deepseek-v4.1-flash"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-
-
-@pytest.fixture
-def ns(cluster):
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    cluster.kubectl("create", "namespace", name)
-    yield name
-    cluster.kubectl("delete", "namespace", name, "--wait=false")
 
 
 def apply(cluster, *docs: dict, ns: str) -> None:

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import httpx
@@ -27,14 +26,6 @@ EXAMPLES = sorted((REPO / "manifests" / "examples").glob("*.yaml"))
 WORKLOAD_KINDS = ("Deployment", "LeaderWorkerSet")
 CHILD_KINDS = "deployments,leaderworkersets,services,serviceaccounts,roles,rolebindings,poddisruptionbudgets,configmaps"
 READY_TIMEOUT = 240
-
-
-@pytest.fixture
-def ns(cluster):
-    name = f"op-{uuid.uuid4().hex[:8]}"
-    cluster.kubectl("create", "namespace", name)
-    yield name
-    cluster.kubectl("delete", "namespace", name, "--wait=false")
 
 
 def load(path: Path) -> dict:

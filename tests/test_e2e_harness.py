@@ -231,3 +231,20 @@ def test_loopback_listener_nets(tmp_path):
         "   2: 0101097F:1F40 0100007F:A000 01\n"     # 127.9.1.1 ESTABLISHED: not a listener
         "   3: 0200000A:0050 00000000:0000 0A\n")    # 10.0.0.2 LISTEN: not loopback
     assert loopback_listener_nets([str(table)]) == {0, 1}
+
+
+def test_sweep_writers_kills_only_processes_writing_into_the_log_dir(tmp_path):
+    import subprocess
+    from harness import proc_start_ticks, sweep_writers
+    logs, other = tmp_path / "logs", tmp_path / "elsewhere"
+    logs.mkdir()
+    other.mkdir()
+    ours = subprocess.Popen(["sleep", "60"], stdout=open(logs / "x.log", "wb"), start_new_session=True)
+    theirs = subprocess.Popen(["sleep", "60"], stdout=open(other / "y.log", "wb"), start_new_session=True)
+    try:
+        assert sweep_writers(logs) == [ours.pid]
+        ours.wait(timeout=5)
+        assert proc_start_ticks(theirs.pid) is not None
+    finally:
+        theirs.kill()
+        theirs.wait()
