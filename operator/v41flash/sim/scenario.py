@@ -90,6 +90,9 @@ class Scenario(_M):
     policies: tuple[str, ...] = POLICIES
     oracle_interval_s: float = Field(default=60.0, gt=0)
     oracle_rounds: int = Field(default=1, ge=0, description="Fix-up simulations after the scale search.")
+    oracle_grid_attainment: float = Field(
+        default=0.95, gt=0, le=1, description="The scale search keeps the smallest factor reaching this share."
+    )
     oracle_factors: tuple[float, ...] = Field(
         default=(1.3, 1.6, 2.0), min_length=1, description="Prefill scale factors tried (in parallel)."
     )
