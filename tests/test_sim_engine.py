@@ -174,3 +174,26 @@ def test_trace_replays_run_through_the_engine():
     tel = sim.run()
     assert sorted(tel.arr_t) == [0.0, 0.5, 1.5]  # open loop: trace timestamps
     assert sorted(tel.out) == [4, 8, 16]
+
+
+def test_simulated_window_figures_match_the_telemetry():
+    import numpy as np
+
+    from v41flash.sim.observe import observation
+
+    sim = Simulator(_small_workload(seed=3), PROFILE, None, 200.0, {"prefill": 2, "decode": 1})
+    tel = sim.run()
+    sim.now = 150.0
+    obs = observation(sim, 60.0, 0.9)
+    pw, dw, rt = obs.prefill.window, obs.decode.window, obs.router
+    pm = [(t, lat, p, c) for t, lat, p, c in zip(tel.pf_t, tel.pf_latency, tel.pf_prompt, tel.pf_cached)
+          if 90.0 < t <= 150.0]
+    assert pw.requests == len(pm) > 0 and pw.request_rate == pytest.approx(len(pm) / 60.0)
+    assert pw.ttft_s == pytest.approx(float(np.percentile([x[1] for x in pm], 90)))
+    assert pw.prefix_cache_hit_rate == pytest.approx(sum(x[3] for x in pm) / sum(x[2] for x in pm))
+    dm = [(o, e) for t, o, e in zip(tel.done_t, tel.out, tel.decode_e2e) if 90.0 < t <= 150.0]
+    assert dw.requests == len(dm) and dw.mean_output_tokens == pytest.approx(np.mean([x[0] for x in dm]))
+    assert dw.e2e_p95_s == pytest.approx(float(np.percentile([x[1] for x in dm], 95)))
+    ue = [e for t, e in zip(tel.done_t, tel.e2e) if 90.0 < t <= 150.0]
+    assert rt.requests == len(ue) and rt.e2e_p95_s == pytest.approx(float(np.percentile(ue, 95)))
+    assert obs.prefill.replicas.ready == 2 and obs.decode.replicas.desired == 1
