@@ -38,6 +38,9 @@ from v41flash.planner.datatypes import (
 )
 
 
+ASSUMED_OUTPUT_TOKENS = 1000.0  # AgentX mean output (shared/reference/workload-and-performance.md)
+
+
 @dataclass(frozen=True)
 class _Demand:
     """Workload figures the model needs, merged from the roles' windows."""
@@ -117,7 +120,9 @@ def _demand(observed: Observation) -> _Demand:
         return default
 
     isl = first(front.mean_input_tokens if front else None, dw.mean_input_tokens if dw else None)
-    osl = first(dw.mean_output_tokens if dw else None)
+    # A window where nothing finished says nothing about output lengths: budgets assume a typical answer
+    # instead of 0 tokens (which would hand the whole e2e headroom to one decode step).
+    osl = first(dw.mean_output_tokens if dw else None, default=ASSUMED_OUTPUT_TOKENS)
     return _Demand(
         prefill_rate=_scaled_rate(front) if front else 0.0,
         decode_rate=_scaled_rate(dw) if dw else 0.0,
