@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import multiprocessing
+import subprocess
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from collections.abc import Callable
@@ -330,6 +331,7 @@ def run_benchmark(sc: Scenario, out_dir: Path, policies: tuple[str, ...] | None 
         "relative": _relative(results),
         "oracle": oracle_info,
         "simulator_speed": speed,
+        "code_version": _code_version(),
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "report.json").write_text(json.dumps(report, indent=1, default=_json_default))
@@ -351,6 +353,19 @@ def _schedule_gpu_hours(schedule: dict[str, list[int]], truth: CapacityProfile, 
             if b > a:
                 total += n * gpus * (b - a)
     return total / 3600.0
+
+
+def _code_version() -> dict:
+    """The checkout the run used (the planner evolves; a table is only comparable at one commit)."""
+    root = Path(__file__).resolve().parents[3]
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "operator/v41flash"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "uncommitted_changes": None}
+    return {"commit": commit, "uncommitted_changes": bool(dirty)}
 
 
 def _itl_target(sc: Scenario) -> float:
