@@ -16,7 +16,6 @@ import re
 import sys
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -83,14 +82,6 @@ def deployment() -> dict:
                             "capacityProfile": "sim-capacity-profile"},
         },
     }
-
-
-@pytest.fixture
-def ns(cluster):
-    name = f"as-{uuid.uuid4().hex[:8]}"
-    cluster.kubectl("create", "namespace", name)
-    yield name
-    cluster.kubectl("delete", "namespace", name, "--wait=false")
 
 
 def _parse_iso(s: str | None) -> float | None:
