@@ -16,3 +16,11 @@ def test_an_idle_window_is_not_reported_as_an_unattainable_target():
     d = decide(observe(0.0, pw=IDLE, dw=IDLE), state=PlannerState(prefill=rs, decode=rs))
     assert d.prefill.desired <= 2  # the decision itself is fine
     assert "unattainable" not in d.prefill.reason, d.prefill.reason
+
+
+def test_an_idle_window_never_asks_for_decode_capacity():
+    """The assumed output length only splits the SLO; it must not size decode on an empty window."""
+    rs = RoleState(rate_level=60.0, rate_time=T - 30)  # load just stopped; the smoothed rate still reads 60/s
+    d = decide(observe(0.0, pw=IDLE, dw=IDLE), state=PlannerState(prefill=rs, decode=rs))
+    assert d.decode.action != "scale_up", d.decode.reason
+    assert d.prefill.action != "scale_up", d.prefill.reason

@@ -120,9 +120,7 @@ def _demand(observed: Observation) -> _Demand:
         return default
 
     isl = first(front.mean_input_tokens if front else None, dw.mean_input_tokens if dw else None)
-    # A window where nothing finished says nothing about output lengths: budgets assume a typical answer
-    # instead of 0 tokens (which would hand the whole e2e headroom to one decode step).
-    osl = first(dw.mean_output_tokens if dw else None, default=ASSUMED_OUTPUT_TOKENS)
+    osl = first(dw.mean_output_tokens if dw else None)
     return _Demand(
         prefill_rate=_scaled_rate(front) if front else 0.0,
         decode_rate=_scaled_rate(dw) if dw else 0.0,
@@ -207,7 +205,11 @@ def plan(
     # --- budgets: split the SLO between the phases ------------------------------------------------
     dw = observed.decode.window
     pw = observed.prefill.window if disagg else None
-    itl_budget = slo.itl_s or max(1e-4, (slo.e2e_p95_s - slo.ttft_s) / max(1.0, demand.osl_p95))
+    # A window where nothing finished says nothing about output lengths: split the SLO as for a typical
+    # answer, not for 0 tokens (that would hand the whole e2e headroom to one decode step). Sizing still
+    # uses the observed demand, so an empty window never asks for capacity.
+    osl_for_budget = demand.osl_p95 if demand.osl_p95 > 0 else 2.0 * ASSUMED_OUTPUT_TOKENS
+    itl_budget = slo.itl_s or max(1e-4, (slo.e2e_p95_s - slo.ttft_s) / max(1.0, osl_for_budget))
     # KV hand-over plus decode's first step (at its budget: decode is sized separately to meet it)
     handover = (profile.kv_transfer.seconds(demand.isl) + itl_budget) if disagg else 0.0
     prefill_budget = max(1e-3, slo.ttft_s - handover)
