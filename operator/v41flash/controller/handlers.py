@@ -7,8 +7,8 @@ garbage-collected through their ownerReferences.
 
 Hardened as production kopf operators are: our own annotation prefix and finalizer name, bounded watch
 timeouts, no progress annotations copied anywhere (children are built by the renderer from the spec only),
-handler return values never dumped into status, and per-object serialization so a timer pass and an
-update pass never interleave.
+handler return values never dumped into status, and per-object serialization so a periodic pass and
+an update pass never interleave.
 """
 from __future__ import annotations
 
