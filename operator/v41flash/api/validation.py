@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -78,9 +79,14 @@ def _walk_rules(schema: dict[str, Any], value: Any, path: str) -> list[Problem]:
     return problems
 
 
+@functools.cache
+def _schema_root() -> dict[str, Any]:
+    """Generated once per process: the controller validates on every pass (read-only use)."""
+    return crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
 def cel_problems(stored: dict[str, Any]) -> list[Problem]:
-    root = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-    return _walk_rules(root, stored, "")
+    return _walk_rules(_schema_root(), stored, "")
 
 
 ExtraCheck = Callable[[api.V41FlashDeployment], list[Problem]]
