@@ -89,11 +89,9 @@ def reconcile(kube: Kube, body: dict[str, Any], emit: Emit, *, now: str | None =
     stall: Stall | None = None
     applied: list[str] = []
     pruned: list[str] = []
-    problems = validate({"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": meta,
-                         "spec": body.get("spec") or {}}, extra_checks=operator_checks())
-    obj = api.V41FlashDeployment.model_validate(
-        {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": meta, "spec": body.get("spec") or {}}
-    ) if not problems else None
+    doc = {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": meta, "spec": body.get("spec") or {}}
+    problems = validate(doc, extra_checks=operator_checks())
+    obj = api.V41FlashDeployment.model_validate(doc) if not problems else None
 
     if problems:
         stall = _stall_for_problems(problems)
