@@ -29,6 +29,7 @@ from typing import Protocol
 
 from v41flash.planner.profile import CapacityProfile
 from v41flash.sim.cache import PrefixCache, PrefixIndex
+from v41flash.sim.observe import role_gauges
 from v41flash.sim.workload import SessionPlan, Workload
 
 # event kinds (ints: cheaper to compare than enums in the heap)
@@ -652,30 +653,13 @@ class Simulator:
                     gpus += r.gpus
             for k, v in counts.items():
                 s[f"{role}_{k}"].append(v)
-        pw = pr = 0
-        for r in self.replicas["prefill"]:
-            if r.state in ("ready", "draining"):
-                for k in r.ranks:
-                    while k.starts and k.starts[0][1] <= now:
-                        k.starts.popleft()
-                    busy = sum(1 for st, _ in k.starts if st <= now)
-                    pr += busy
-                    pw += len(k.starts) - busy
-        s["prefill_waiting"].append(pw + len(self.waiting_for_prefill))
-        s["prefill_running"].append(pr)
-        dr = dw = 0
-        kv = []
-        cap = self.truth.decode.kv_cache_tokens
-        for r in self.replicas["decode"]:
-            if r.state in ("ready", "draining"):
-                for k in r.ranks:
-                    self._advance(k)
-                    dr += k.n
-                    dw += len(k.waiting)
-                    kv.append(k.context() / cap)
-        s["decode_running"].append(dr)
-        s["decode_waiting"].append(dw + len(self.waiting_for_decode))
-        s["kv_usage"].append(sum(kv) / len(kv) if kv else 0.0)
+        # the same gauges the simulated scraper reports (observe.role_gauges): one computation for both
+        pg, dg = role_gauges(self, "prefill"), role_gauges(self, "decode")
+        s["prefill_waiting"].append(int(pg["waiting"]))
+        s["prefill_running"].append(int(pg["running"]))
+        s["decode_running"].append(int(dg["running"]))
+        s["decode_waiting"].append(int(dg["waiting"]))
+        s["kv_usage"].append(dg["kv_usage"] if dg["kv_usage"] is not None else 0.0)
         s["gpus"].append(gpus)
 
     # ------------------------------------------------------------------ accounting
