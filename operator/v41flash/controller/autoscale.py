@@ -40,15 +40,18 @@ class PlannerOutcome:
     events: list[tuple[str, str, str]] = field(default_factory=list)
 
 
+STATUS_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # RFC 3339 in UTC, as Kubernetes writes times
+
+
 def _parse_time(value: str) -> float | None:
     try:
-        return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+        return datetime.strptime(value, STATUS_TIME_FORMAT).replace(tzinfo=timezone.utc).timestamp()
     except (TypeError, ValueError):
         return None
 
 
-def _iso(t: float) -> str:
-    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+def iso_time(t: float) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).strftime(STATUS_TIME_FORMAT)
 
 
 def _parallelism(r) -> str:
@@ -172,15 +175,15 @@ class Autoscaler:
         windows = role_windows(history, now, spec.slo.window_seconds,
                                {r: [p.metadata.name for p in ready[r]] for r in enabled},
                                spec.slo.ttft.percentile / 100)
-        router_snaps = {p: history.snapshots(p) for p in history.pods()
-                        if history.snapshots(p) and history.snapshots(p)[-1].role == "router"}
+        by_pod = {p: history.snapshots(p) for p in history.pods()}
+        router_snaps = {p: ss for p, ss in by_pod.items() if ss and ss[-1].role == "router"}
         router_figs = compute_router_window(router_snaps, now, spec.slo.window_seconds) if router_snaps else None
         slo_status = observed_slo_status(windows, router_figs)
         if profile is None:
             reason = (f"no capacity profile for {spec.profile} on {spec.gpu.product}: set "
                       f"spec.autoscaling.capacityProfile; replicas stay where they are")
             previous = status.get("lastDecision") or {}
-            last = {"time": _iso(now), "action": "hold", "reason": reason}
+            last = {"time": iso_time(now), "action": "hold", "reason": reason}
             self.states[uid] = replace(known or PlannerState.from_dict(status.get("plannerState")),
                                        last_decision_time=now)
             if same_decision(previous, last):
@@ -234,7 +237,7 @@ class Autoscaler:
             reasons.append(f"{d.role} {d.current}->{d.desired}: {d.reason}")
             if d.desired < d.current:
                 self._mark_for_removal(ns, d.role, d.current - d.desired, pods, snapshots)
-        last = {"time": _iso(now), "action": decision.action, "reason": "; ".join(reasons)[:2000]}
+        last = {"time": iso_time(now), "action": decision.action, "reason": "; ".join(reasons)[:2000]}
         for d in decision.roles():
             last[d.role] = d.desired
         # The same decision again (only its figures moved) keeps the recorded one: no status churn.

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -20,7 +20,7 @@ from ..api.validation import validate
 from ..render import render
 from ..render.checks import operator_checks
 from ..render.resolve import resolve
-from .autoscale import PlannerOutcome
+from .autoscale import PlannerOutcome, iso_time
 from .kube import ChildRef, Kube, KindNotInstalled, is_conflict
 from .status import ROLES, Stall, WorkloadState, compute_status, workload_state
 
@@ -30,7 +30,7 @@ Emit = Callable[[str, str, str], None]  # (type Normal|Warning, reason, message)
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return iso_time(time.time())
 
 
 def desired_replicas(spec: api.V41FlashDeploymentSpec, previous_status: dict[str, Any],
