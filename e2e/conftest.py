@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import E2E, VENV_BIN, Cluster, Proc, free_port, proc_start_ticks, stop_procs  # noqa: E402
+from harness import VENV_BIN, Cluster, Proc, free_port, proc_start_ticks, stop_procs  # noqa: E402
 from kit import ClusterHandle, kubectl, wait_for  # noqa: E402,F401  (re-exported for tests)
 
 
@@ -37,9 +37,6 @@ def cluster(request):
         signal.signal(signal.SIGTERM, _sigterm_as_interrupt)  # e.g. a CI timeout
         if not os.environ.get("V41F_E2E_KEEP"):
             atexit.register(lambda: c.procs() and c.down())  # last resort if teardown never ran
-    else:  # reusing a running cluster: install this checkout's CRD, not the one the cluster started with
-        c.kubectl("apply", "--server-side", "--force-conflicts",
-                  *[f"-f={p}" for p in sorted((E2E.parent / "crds").glob("*.yaml"))])
     handle = ClusterHandle(c, started)
     yield handle
     failed = request.session.testsfailed or getattr(request.session, "shouldfail", False)

@@ -83,8 +83,7 @@ def main() -> int:
     t0 = time.monotonic()
     c = Cluster()
     log("1/5 local control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok GPU nodes, LWS)")
-    if not c.up():  # already running: make sure it serves this checkout's CRD
-        kubectl(c, "apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
+    c.up()  # idempotent: an already running cluster gets this checkout's CRD re-applied
     log("2/5 operator")
     start_operator(c)
     import yaml

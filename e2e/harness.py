@@ -199,6 +199,11 @@ def stop_procs(procs: Iterable[Proc], timeout: float = 10.0) -> None:
         _reap(p.pid)
 
 
+def project_crds() -> list[Path]:
+    crd_dir = Path(os.environ.get("V41F_CRD_DIR") or REPO / "crds")  # override: try other CRD versions
+    return sorted(crd_dir.glob("*.yaml"))
+
+
 def sweep_writers(log_dir: Path) -> list[int]:
     """SIGKILL processes whose stdout is a file in log_dir: ours by construction, even when no record of them
     survived (e.g. a supervisor killed between starting a router and saving its PID)."""
@@ -535,7 +540,9 @@ class Cluster:
     def up(self) -> bool:
         """Start everything; False when it was already up."""
         if self.is_up():
-            log(f"already up (kubeconfig {self.kubeconfig}); `down` first to restart")
+            # a running cluster may carry an older CRD: serve this checkout's
+            self.kubectl("apply", "--server-side", "--force-conflicts", *[f"-f={c}" for c in project_crds()])
+            log(f"already up (kubeconfig {self.kubeconfig}); CRDs re-applied; `down` first to restart")
             return False
         if self.procs():
             log("stale state from an earlier run: cleaning it up first")
@@ -638,8 +645,7 @@ class Cluster:
         sup = start("supervisor", [sys.executable, E2E / "supervisor.py", "--state", self.state], env=env)
         step("controller-manager, scheduler, kwok, supervisor started")
 
-        crd_dir = Path(os.environ.get("V41F_CRD_DIR") or REPO / "crds")  # override: try other CRD versions
-        crds = sorted(crd_dir.glob("*.yaml")) + [
+        crds = project_crds() + [
             tools.lws_assets / "leaderworkerset.x-k8s.io_leaderworkersets.yaml"]
         self.kubectl("apply", "--server-side", "--force-conflicts", *[f"-f={c}" for c in crds])
 
