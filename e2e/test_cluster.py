@@ -190,11 +190,11 @@ def test_down_leaves_nothing_running(tmp_path):
         assert c.up()
         net = int(c.info()["pod_network"].split(".")[1])
         c.kubectl("apply", "-f", "-", input=yaml.safe_dump(vllm_deployment("d", "decode", 8)), capture=True)
-        wait_for(lambda: [s for s in c.supervised() if proc_start_ticks(s["pid"]) == s["start"]], 60,
-                 "a simulator in the throwaway cluster")
+        # A supervised simulator is recorded as soon as it is spawned; it listens a moment later.
+        wait_for(lambda: [s for s in c.supervised() if proc_start_ticks(s["pid"]) == s["start"]]
+                 and net in loopback_listener_nets(), 60, "a simulator listening in the throwaway cluster")
         procs = [(p.name, p.pid, p.start) for p in c.procs()] + [(s["name"], s["pid"], s["start"])
                                                                  for s in c.supervised()]
-        assert net in loopback_listener_nets()
     finally:
         c.down()
     assert not [name for name, pid, start in procs if proc_start_ticks(pid) == start]
