@@ -121,3 +121,36 @@ def test_routing_defaults_are_the_measured_ones():
     for key, chosen in ROUTING_DEFAULTS.items():
         for field, value in chosen.spec_fields().items():
             assert spec_defaults[field] == value, (key, field)
+
+
+def _routing_problems(routing):
+    doc = {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": {"name": "x"}, "spec": {"routing": routing}}
+    return [str(p) for p in validate(doc)]
+
+
+def test_routing_default_is_sticky_behind_the_session_proxy():
+    r = api.RoutingSpec()
+    assert (r.policy, r.session_key, r.session_header) == ("sticky_least_loaded", "derive", "")
+    assert r.session_proxy_image == api.DEFAULT_OPERATOR_IMAGE
+
+
+@pytest.mark.parametrize("routing, field", [
+    ({"sessionKey": "client"}, "spec.routing.policy"),  # the default policy keys on x-session-id
+    ({"sessionKey": "client", "policy": "consistent_hash"}, "spec.routing.policy"),
+    ({"sessionKey": "client", "policy": "cache_aware", "sessionHeader": "x-conv"}, "spec.routing.sessionHeader"),
+    ({"sessionHeader": "x conv"}, "spec.routing.sessionHeader"),
+    ({"sessionKey": "sometimes"}, "spec.routing.sessionKey"),
+])
+def test_session_key_rules_refuse(routing, field):
+    problems = _routing_problems(routing)
+    assert problems and any(field in p for p in problems), problems
+
+
+@pytest.mark.parametrize("routing", [
+    {"sessionKey": "client", "policy": "cache_aware"},
+    {"sessionKey": "client", "policy": "round_robin", "decodePolicy": "sticky_least_loaded"},
+    {"policy": "consistent_hash", "sessionHeader": "X-Conversation-Id"},
+    {"sessionKey": "derive", "policy": "cache_aware"},
+])
+def test_session_key_rules_allow(routing):
+    assert _routing_problems(routing) == []

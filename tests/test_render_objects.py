@@ -55,9 +55,13 @@ def flag(args, name):
     return args[args.index(name) + 1]
 
 
-def router_container(objs, name="t"):
+def router_containers(objs, name="t"):
     dep = by_kind_name(objs)[("Deployment", f"{name}-router")]
-    return dep["spec"]["template"]["spec"]["containers"][0]
+    return {c["name"]: c for c in dep["spec"]["template"]["spec"]["containers"]}
+
+
+def router_container(objs, name="t"):
+    return router_containers(objs, name)["router"]
 
 
 def env_of(container):
@@ -211,7 +215,8 @@ def test_router_args_parse_with_the_real_router_parser(stem):
     assert c["command"] == ["vllm-router"]
     ra = parse_router_args(c["args"])
     ra._validate_router_args()
-    assert (ra.host, ra.port, ra.prometheus_host, ra.prometheus_port) == ("0.0.0.0", 30000, "0.0.0.0", 29000)
+    # behind the session proxy (sessionKey: derive, the default): loopback only; metrics stay scrapeable
+    assert (ra.host, ra.port, ra.prometheus_host, ra.prometheus_port) == ("127.0.0.1", 30001, "0.0.0.0", 29000)
     assert ra.service_discovery and ra.service_discovery_port == 8000
     assert ra.service_discovery_namespace == "ns"
     assert ra.request_timeout_secs == 14400 and ra.disable_retries
@@ -245,9 +250,39 @@ def test_router_rbac_and_service():
     assert dep["spec"]["template"]["spec"]["serviceAccountName"] == "t-router"
     svc = objs[("Service", "t-router")]
     assert {(p["port"], p["targetPort"]) for p in svc["spec"]["ports"]} == {(8000, "http"), (29000, "metrics")}
-    c = router_container(render(cr()))
+    # sessionKey: client: vllm-router alone on the Service's port
+    c = router_container(render(cr({"routing": {"sessionKey": "client", "policy": "cache_aware"}})))
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"http": 30000, "metrics": 29000}
     assert c["readinessProbe"]["httpGet"] == {"path": "/readiness", "port": "http"}
+    ra = parse_router_args(c["args"])
+    assert (ra.host, ra.port) == ("0.0.0.0", 30000)
+
+
+def test_session_proxy_fronts_the_router_on_the_service_port():
+    objs = render(cr())
+    cs = router_containers(objs)
+    assert list(cs) == ["session-proxy", "router"]
+    proxy, router = cs["session-proxy"], cs["router"]
+    # the Service's "http" target is the proxy; the router is reachable only through it
+    assert [p["name"] for p in proxy["ports"]] == ["http"] and proxy["ports"][0]["containerPort"] == 30000
+    assert [p["name"] for p in router["ports"]] == ["metrics"]
+    assert proxy["image"] == "v41flash/operator:0.1.0" and proxy["command"] == ["v41flash"]
+    assert proxy["args"] == ["session-proxy", "--listen", "0.0.0.0:30000", "--upstream", "http://127.0.0.1:30001"]
+    ra = parse_router_args(router["args"])
+    assert f"http://{ra.host}:{ra.port}" == flag(proxy["args"], "--upstream")
+    assert proxy["readinessProbe"]["httpGet"] == {"path": "/readiness", "port": "http"}  # forwarded: whole chain
+    assert proxy["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}  # the proxy's own
+    assert router["livenessProbe"]["httpGet"] == {"path": "/metrics", "port": "metrics"}  # kubelet can't reach loopback
+    assert "readinessProbe" not in router
+    assert proxy["securityContext"]["readOnlyRootFilesystem"] and proxy["resources"]["limits"]["memory"]
+    assert flag(router["args"], "--policy" if "--policy" in router["args"] else "--prefill-policy") == \
+        "sticky_least_loaded"
+    conf = yaml.safe_load(objs[0]["data"]["resolved.yaml"])
+    assert conf["router"]["sessionProxy"]["command"] == [*proxy["command"], *proxy["args"]]
+    # a configured client header is passed on; the image is the spec's
+    custom = router_containers(render(cr({"routing": {"sessionHeader": "X-Conversation-Id",
+                                                      "sessionProxyImage": "reg/op:1"}})))["session-proxy"]
+    assert flag(custom["args"], "--session-header") == "X-Conversation-Id" and custom["image"] == "reg/op:1"
 
 
 # --- selectors, pods, GPUs ----------------------------------------------------------------------------

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from v41flash.routing import bench as b
-from v41flash.routing.workload import Scenario, build_trace, derived_session_key
+from v41flash.routing.session_proxy import derived_session_key
+from v41flash.routing.workload import Scenario, build_trace
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -50,6 +51,20 @@ def test_config_overrides_and_rejections(tmp_path):
         b.load_config(dup)
     with pytest.raises(ValueError, match="session_key"):
         b.Variant("x", "random", session_key="cookie")
+
+
+def test_proxy_variant_runs_the_real_session_proxy():
+    cfg = b.load_config(b.DEFAULT_SCENARIO)
+    ours = [v for v in cfg.variants if v.ours]
+    assert ours and all(v.session_key == "proxy" for v in ours)  # the real process, not a client-set header
+    assert any(v.name == "cache_aware-0.8" and not v.ours for v in cfg.variants)  # the old default, for comparison
+    argv = b.proxy_argv(4000, 4001)
+    assert argv[1:] == ["-m", "v41flash.cli.main", "session-proxy", "--listen", "127.0.0.1:4000",
+                        "--upstream", "http://127.0.0.1:4001"]
+    # the command parses with the CLI the router pod runs
+    from v41flash.cli.main import build_parser
+    args = build_parser().parse_args(argv[3:])
+    assert args.listen == ("127.0.0.1", 4000) and args.upstream == "http://127.0.0.1:4001"
 
 
 def test_router_argv_stays_on_loopback_and_wires_kv_events():
@@ -143,14 +158,14 @@ def test_meets_target():
 
 def test_table_formatting():
     text = b.format_table([_result(), _result(mode="none", variant="ours", ours=True, hit_rate=None,
-                                               running_spread=None, router_cpu_s=None, errors=3)])
+                                               running_spread=None, router_cpu_s=None, errors=3, proxy_cpu_s=0.05)])
     lines = text.splitlines()
     assert lines[0].split()[:3] == ["mode", "variant", "policy"]
     assert set(lines[1]) == {"-", " "}
     assert lines[2].split() == ["header", "sticky", "sticky_least_loaded", "0.855", "0.900", "0.95", "1.20",
-                                "1.10", "-", "-", "120", "300", "0", "0.12", "yes"]
+                                "1.10", "-", "-", "120", "300", "0", "0.12", "-", "yes"]
     assert lines[3].split() == ["none", "*", "ours", "sticky_least_loaded", "-", "0.900", "-", "-", "1.10",
-                                "-", "-", "120", "300", "3", "-", "no"]
+                                "-", "-", "120", "300", "3", "-", "0.05", "no"]
     assert len({len(line.rstrip()) for line in lines[:2]}) == 1
 
 
@@ -158,7 +173,7 @@ def test_markdown_table():
     md = b.format_markdown([_result()]).splitlines()
     assert md[0].startswith("| mode | variant | policy | hit |") and md[1].startswith("|---|---|---|---:|")
     assert md[2] == ("| header | sticky | sticky_least_loaded | 0.855 | 0.900 | 0.95 | 1.20 | 1.10 | - | - | 120 "
-                     "| 300 | 0 | 0.12 | yes |")
+                     "| 300 | 0 | 0.12 | - | yes |")
 
 
 def test_report_round_trips_through_json(tmp_path):

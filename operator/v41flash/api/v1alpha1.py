@@ -40,6 +40,9 @@ ROUTER_POLICIES = (
 )
 DEFAULT_IMAGE = "vllm/vllm-openai:v0.33.0"
 DEFAULT_ROUTER_IMAGE = "v41flash/vllm-router:0.1.17"
+DEFAULT_OPERATOR_IMAGE = "v41flash/operator:0.1.0"  # also runs the router pod's session proxy
+SESSION_KEYS = ("derive", "client")
+HEADER_KEYED_POLICIES = ("consistent_hash", "sticky_least_loaded")
 DEFAULT_CHECKPOINT = "deepseek-ai/DeepSeek-V4.1-Flash-1017"
 
 
@@ -254,15 +257,37 @@ class RoutingSpec(Model):
         cel("!(self.policy == 'kv_aware' || self.decodePolicy == 'kv_aware') || self.kvEvents",
             "kv_aware routing without KV events silently degrades to load balancing: set kvEvents: true "
             "or pick another policy", field_path=".kvEvents"),
+        cel("self.sessionKey == 'derive' || !(self.policy in ['consistent_hash', 'sticky_least_loaded'])",
+            "consistent_hash and sticky_least_loaded key only on x-session-id: with sessionKey: client every "
+            "request a client sends without it lands on ONE engine. Keep sessionKey: derive (the session "
+            "proxy sets the header) or pick a header-free policy such as cache_aware", field_path=".policy"),
+        cel("self.sessionKey == 'derive' || self.sessionHeader == ''",
+            "sessionHeader is read by the session proxy, which runs only with sessionKey: derive",
+            field_path=".sessionHeader"),
     ))
+    session_key: Literal[SESSION_KEYS] = Field(  # type: ignore[valid-type]
+        "derive",
+        description="Where the x-session-id the router keys on comes from. derive: a session proxy in the router "
+                    "pod (v41flash session-proxy, on the Service port, in front of vllm-router on loopback) keeps "
+                    "the client's x-session-id, else copies sessionHeader, else derives one from the "
+                    "conversation's first non-system message (/v1/chat/completions) or the prompt's first 2048 "
+                    "characters (/v1/completions). client: no proxy; the router sees only what clients send "
+                    "(then policy must not be consistent_hash or sticky_least_loaded).")
+    session_header: str = Field(
+        "", max_length=128, pattern=r"^[A-Za-z0-9!#$%&'*+.^_`|~-]*$",
+        description="Client header whose value the session proxy copies into x-session-id when the client sent "
+                    "no x-session-id (e.g. x-conversation-id); '' = none. Needs sessionKey: derive.")
     policy: Literal[ROUTER_POLICIES] = Field(  # type: ignore[valid-type]
-        "cache_aware",
+        "sticky_least_loaded",
         description="vllm-router policy for prefill (or the only role when aggregated). Default chosen by measurement "
-                    "(docs/2026-11-30-routing.md): cache_aware keeps 0.94-0.96x the oracle prefix-hit rate with and "
-                    "without client session headers. consistent_hash and sticky_least_loaded key only on the "
-                    "x-session-id header: without it every request lands on ONE engine.")
+                    "(docs/2026-11-30-routing.md): sticky_least_loaded behind the session proxy (sessionKey: "
+                    "derive) keeps each session on one engine and sends new sessions to the least-loaded one. "
+                    "consistent_hash and sticky_least_loaded key only on x-session-id: without it every request "
+                    "lands on ONE engine, so they need sessionKey: derive. cache_aware (with the thresholds "
+                    "below) is the measured choice when no proxy runs (0.94-0.96x the oracle hit rate).")
     decode_policy: Literal[ROUTER_POLICIES] = Field(  # type: ignore[valid-type]
-        "round_robin", description="vllm-router policy for decode in P/D mode.")
+        "round_robin", description="vllm-router policy for decode in P/D mode (a header-keyed policy here also "
+                                   "needs sessionKey: derive to see session keys).")
     session_affinity_ttl_seconds: int = Field(600, ge=0, description="kv_aware session affinity TTL.")
     kv_events: bool = Field(False, description="Publish engines' KV-cache events for kv_aware routing.")
     cache_threshold: float = Field(0.8, ge=0, le=1, description="cache_aware --cache-threshold (0.3 upstream "
@@ -274,6 +299,10 @@ class RoutingSpec(Model):
                                              "would recompute a long prefill elsewhere).")
     replicas: int = Field(1, ge=1, le=16, description="Router replicas.")
     image: str = Field(DEFAULT_ROUTER_IMAGE, description="vllm-router image (PyPI vllm-router 0.1.17).")
+    session_proxy_image: str = Field(DEFAULT_OPERATOR_IMAGE, min_length=1,
+                                     description="Image of the session proxy container (sessionKey: derive): the "
+                                                 "operator image, which runs `v41flash session-proxy`. Keep it at "
+                                                 "the operator's own tag.")
 
 
 class TTFTTarget(Model):

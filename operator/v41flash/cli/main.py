@@ -14,6 +14,7 @@ COMMAND_MODULES = (
     "v41flash.cli.operator",  # operator (run the controller)
     "v41flash.cli.profile",  # profile build/show (capacity profiles)
     "v41flash.cli.bench",  # bench autoscale / bench routing
+    "v41flash.cli.session_proxy",  # session-proxy (the router pod's front step)
 )
 
 

@@ -8,7 +8,7 @@ from ..vllm import args as vargs
 from . import labels as L
 from .engine import ENGINE_PORT, PodTiming, model_path
 from .resolve import Resolved, RoleResolved
-from .router import KV_EVENT_SOURCES, intra_node_dp_size
+from .router import KV_EVENT_SOURCES, intra_node_dp_size, session_proxy_command, uses_session_proxy
 from .yamlout import to_yaml_doc
 
 
@@ -94,9 +94,14 @@ def config_map(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, r
             "command": ["vllm-router", *router_args],
             "intraNodeDataParallelSize": intra_node_dp_size(res),
             "kvEventSources": KV_EVENT_SOURCES if spec.routing.kv_events else "none (kvEvents off)",
-            # vllm-router 0.1.17 has no flag for it: session-keyed policies read its built-in headers
-            "sessionKey": "x-session-id header (built into vllm-router 0.1.17; consistent_hash and "
-                          "sticky_least_loaded need clients to send it)",
+            # vllm-router 0.1.17 reads only its built-in headers; the session proxy makes sure x-session-id is set
+            "sessionKey": ("derive: the session proxy sets x-session-id when a client sent none"
+                           + (f" (from header {spec.routing.session_header}, else derived)"
+                              if spec.routing.session_header else " (derived from the conversation)")
+                           if uses_session_proxy(spec) else
+                           "client: the router sees only the x-session-id clients send"),
+            "sessionProxy": ({"image": spec.routing.session_proxy_image, "command": session_proxy_command(spec)}
+                             if uses_session_proxy(spec) else "off"),
         },
         "podTiming": {"preStopSleepSeconds": timing.pre_stop_sleep_seconds,
                       "terminationGracePeriodSeconds": timing.termination_grace_period_seconds},

@@ -1,5 +1,10 @@
 """The vllm-router (PyPI vllm-router 0.1.17) in front of the engines: arguments and objects.
 
+With spec.routing.sessionKey: derive (the default) the router pod runs two containers: the session proxy
+(`v41flash session-proxy`, operator image) on the Service's port, which sets x-session-id when a client
+sent none, and vllm-router behind it on 127.0.0.1:ROUTER_INTERNAL_PORT (reachable only through the proxy).
+With sessionKey: client vllm-router alone serves the Service's port.
+
 Every flag below exists in `vllm-router --help` of 0.1.17 (tests/test_render_router.py parses the
 rendered args with the router's own argparse). The e2e harness runs this exact args list as a local
 process (replacing only --host), so it must be complete and runnable as is.
@@ -12,7 +17,8 @@ from ..api import v1alpha1 as api
 from . import labels as L
 from .resolve import Resolved
 
-ROUTER_PORT = 30000
+ROUTER_PORT = 30000  # the pod's "http" port (the Service's target): the proxy, or the router without one
+ROUTER_INTERNAL_PORT = 30001  # vllm-router behind the proxy, loopback only
 METRICS_PORT = 29000
 ENGINE_PORT = 8000
 POLICIES_WITH_CACHE_THRESHOLDS = ("cache_aware",)
@@ -62,9 +68,45 @@ def router_args(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, 
     args += ["--request-timeout-secs", str(routing.request_timeout_seconds)]
     if not routing.retries:
         args.append("--disable-retries")
-    args += ["--host", "0.0.0.0", "--port", str(ROUTER_PORT),
+    host, port = ("127.0.0.1", ROUTER_INTERNAL_PORT) if uses_session_proxy(spec) else ("0.0.0.0", ROUTER_PORT)
+    args += ["--host", host, "--port", str(port),
              "--prometheus-host", "0.0.0.0", "--prometheus-port", str(METRICS_PORT)]
     return args
+
+
+def uses_session_proxy(spec: api.V41FlashDeploymentSpec) -> bool:
+    return spec.routing.session_key == "derive"
+
+
+def session_proxy_command(spec: api.V41FlashDeploymentSpec) -> list[str]:
+    """The proxy's command line (the operator image's `v41flash` entry point)."""
+    cmd = ["v41flash", "session-proxy", "--listen", f"0.0.0.0:{ROUTER_PORT}",
+           "--upstream", f"http://127.0.0.1:{ROUTER_INTERNAL_PORT}"]
+    if spec.routing.session_header:
+        cmd += ["--session-header", spec.routing.session_header]
+    return cmd
+
+
+def session_proxy_container(spec: api.V41FlashDeploymentSpec) -> dict[str, Any]:
+    cmd = session_proxy_command(spec)
+    return {
+        "name": "session-proxy",
+        "image": spec.routing.session_proxy_image,
+        "imagePullPolicy": spec.image_pull_policy,
+        "command": cmd[:1],
+        "args": cmd[1:],
+        "ports": [{"name": "http", "containerPort": ROUTER_PORT, "protocol": "TCP"}],
+        # /readiness is forwarded to vllm-router: Ready only when the whole chain (proxy -> router ->
+        # a healthy worker) answers. /healthz is the proxy's own, so a router restart does not restart it.
+        "readinessProbe": {"httpGet": {"path": "/readiness", "port": "http"},
+                           "periodSeconds": 5, "timeoutSeconds": 3, "failureThreshold": 3},
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"},
+                          "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 6},
+        # bodies are read whole (capped at 64 MiB each); responses stream through
+        "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"memory": "2Gi"}},
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                            "runAsNonRoot": True, "readOnlyRootFilesystem": True},
+    }
 
 
 def _num(value: float) -> str:
@@ -80,6 +122,7 @@ def router_objects(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpe
 
     pod_labels = L.common_labels(cr_name, L.ROUTER)
     selector = L.selector_labels(cr_name, L.ROUTER)
+    proxied = uses_session_proxy(spec)
     container = {
         "name": "router",
         "image": spec.routing.image,
@@ -87,17 +130,24 @@ def router_objects(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpe
         "command": ["vllm-router"],
         "args": router_args(cr_name, namespace, spec, res),
         "ports": [
-            {"name": "http", "containerPort": ROUTER_PORT, "protocol": "TCP"},
+            *([] if proxied else [{"name": "http", "containerPort": ROUTER_PORT, "protocol": "TCP"}]),
             {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
         ],
-        # /readiness answers 503 until the router has healthy workers: no traffic to an empty pool.
-        "readinessProbe": {"httpGet": {"path": "/readiness", "port": "http"},
-                           "periodSeconds": 5, "timeoutSeconds": 3, "failureThreshold": 3},
-        "livenessProbe": {"httpGet": {"path": "/liveness", "port": "http"},
-                          "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 6},
         "resources": {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "8Gi"}},
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
     }
+    if proxied:
+        # kubelet probes the pod IP, and the router listens on loopback only: its metrics listener (same
+        # process) stands in for liveness; readiness is the proxy's (forwarded to /readiness).
+        container["livenessProbe"] = {"httpGet": {"path": "/metrics", "port": "metrics"},
+                                      "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 6}
+    else:
+        # /readiness answers 503 until the router has healthy workers: no traffic to an empty pool.
+        container["readinessProbe"] = {"httpGet": {"path": "/readiness", "port": "http"},
+                                       "periodSeconds": 5, "timeoutSeconds": 3, "failureThreshold": 3}
+        container["livenessProbe"] = {"httpGet": {"path": "/liveness", "port": "http"},
+                                      "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 6}
+    containers = [session_proxy_container(spec), container] if proxied else [container]
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -116,7 +166,7 @@ def router_objects(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpe
                     "enableServiceLinks": False,
                     # A long request in flight finishes (up to the request timeout) before the pod goes.
                     "terminationGracePeriodSeconds": min(spec.routing.request_timeout_seconds, 600),
-                    "containers": [container],
+                    "containers": containers,
                 },
             },
         },

@@ -9,8 +9,9 @@ engine's /v1/chat/completions/render).
 
 Session-key modes: ``header`` (clients send x-session-id), ``none`` (clients send nothing that
 identifies a session), ``user`` (clients set only the OpenAI ``user`` body field to the session id).
-A variant with ``session_key: derived`` models a front proxy that sets x-session-id from the
-conversation's first non-system message when the client sent none.
+A variant with ``session_key: proxy`` runs the real front proxy (`v41flash session-proxy`, what the
+operator renders into the router pod) between the clients and vllm-router; ``session_key: derived``
+simulates it by setting the same header in the client.
 """
 from __future__ import annotations
 
@@ -32,13 +33,15 @@ import yaml
 
 from v41flash.metrics.parse import parse_metrics
 from v41flash.routing import observe as obs
-from v41flash.routing.workload import Scenario, Session, Trace, Turn, build_trace, derived_session_key, oracle
+from v41flash.routing.session_proxy import derived_session_key
+from v41flash.routing.workload import Scenario, Session, Trace, Turn, build_trace, oracle
 
 ROUTER_VERSION = "0.1.17"
 SIM_VERSION = "v0.10.2"
 MODEL = "deepseek-v4.1-flash"
 SESSION_HEADER = "x-session-id"
 MODES = ("header", "none", "user")
+SESSION_KEYS = ("client", "proxy", "derived")
 LOOPBACK = "127.0.0.1"
 REPO = Path(__file__).resolve().parents[3]
 DEFAULT_SCENARIO = REPO / "bench" / "routing" / "agentx-small.yaml"
@@ -52,14 +55,15 @@ class Variant:
     policy: str
     args: tuple[str, ...] = ()  # extra vllm-router flags (thresholds, TTL)
     kv_events: bool = False  # engines publish KV events, router subscribes (via the forwarder)
-    session_key: str = "client"  # client: only what the client sends; derived: front proxy injects one
+    session_key: str = "client"  # client: only what the client sends; proxy: the real session proxy in
+    #                              front of the router; derived: the client sets the key that proxy would
     ours: bool = False  # the operator's default for this profile
     pd: bool = False  # P/D: first half of the engines prefill, second half decode (NIXL-style handoff)
     decode_policy: str = ""  # P/D only; '' = same as policy
 
     def __post_init__(self) -> None:
-        if self.session_key not in ("client", "derived"):
-            raise ValueError(f"{self.name}: session_key must be client or derived")
+        if self.session_key not in SESSION_KEYS:
+            raise ValueError(f"{self.name}: session_key must be one of {', '.join(SESSION_KEYS)}")
         if self.pd and self.kv_events:
             raise ValueError(f"{self.name}: KV events are wired for aggregated engines only")
         if self.decode_policy and not self.pd:
@@ -137,6 +141,7 @@ class RunResult:
     notes: tuple[str, ...] = ()
     decode_hit_rate: float | None = None  # P/D: the decode engines' own prefix hits (saved KV transfer)
     decode_running_spread: float | None = None
+    proxy_cpu_s: float | None = None  # the session proxy's CPU over the replay (session_key: proxy)
 
     @property
     def hit_vs_oracle(self) -> float | None:
@@ -164,7 +169,7 @@ def _fmt(v: float | None, spec: str) -> str:
 
 
 TABLE_COLUMNS = ("mode", "variant", "policy", "hit", "oracle", "hit/orc", "run max/mean", "uncached max/mean",
-                 "dec hit", "dec run", "p50 ms", "p95 ms", "err", "router cpu s", "target")
+                 "dec hit", "dec run", "p50 ms", "p95 ms", "err", "router cpu s", "proxy cpu s", "target")
 
 
 def table_rows(results: Sequence[RunResult]) -> list[tuple[str, ...]]:
@@ -176,7 +181,7 @@ def table_rows(results: Sequence[RunResult]) -> list[tuple[str, ...]]:
             _fmt(r.running_spread, ".2f"), _fmt(r.uncached_spread, ".2f"),
             _fmt(r.decode_hit_rate, ".3f"), _fmt(r.decode_running_spread, ".2f"),
             _fmt(r.p50_ms, ".0f"), _fmt(r.p95_ms, ".0f"), str(r.errors), _fmt(r.router_cpu_s, ".2f"),
-            "yes" if r.meets_target() else "no",
+            _fmt(r.proxy_cpu_s, ".2f"), "yes" if r.meets_target() else "no",
         ))
     return rows
 
@@ -365,6 +370,12 @@ def router_argv(binary: Path, variant: Variant, port: int, metrics_port: int, wo
     return argv
 
 
+def proxy_argv(port: int, router_port: int) -> list[str]:
+    """The session proxy as the router pod runs it (v41flash session-proxy), on loopback."""
+    return [sys.executable, "-m", "v41flash.cli.main", "session-proxy", "--listen", f"{LOOPBACK}:{port}",
+            "--upstream", f"http://{LOOPBACK}:{router_port}"]
+
+
 def variant_flags(variant: Variant, block_size: int) -> tuple[str, ...]:
     """The flags that make this variant what it is (for the report; addresses left out)."""
     flags = (("--prefill-policy", variant.policy, "--decode-policy", variant.decode_policy or variant.policy)
@@ -464,8 +475,9 @@ async def run_one(cfg: BenchConfig, trace: Trace, oracle_rates: dict[int, float]
     sc = cfg.scenario
     procs = Processes(log_dir / f"{mode}-{variant.name}")
     n = sc.engines
-    ports = free_ports(2 + n * 3)
-    rport, mport, eports, zin, zout = ports[0], ports[1], ports[2:2 + n], ports[2 + n:2 + 2 * n], ports[2 + 2 * n:]
+    ports = free_ports(3 + n * 3)
+    rport, mport, pport = ports[0], ports[1], ports[-1]
+    eports, zin, zout = ports[2:2 + n], ports[2 + n:2 + 2 * n], ports[2 + 2 * n:2 + 3 * n]
     workers = [f"http://{LOOPBACK}:{p}" for p in eports]
     notes: list[str] = []
     limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
@@ -485,12 +497,19 @@ async def run_one(cfg: BenchConfig, trace: Trace, oracle_rates: dict[int, float]
                                                   [f"tcp://{LOOPBACK}:{p}" for p in zout], sc.block_size))
             base = f"http://{LOOPBACK}:{rport}"
             await _wait_http(client, f"{base}/readiness", time.monotonic() + 60, procs)
+            pp = None
+            if variant.session_key == "proxy":  # clients talk to the proxy, the proxy to the router
+                pp = procs.start("session-proxy", proxy_argv(pport, rport))
+                base = f"http://{LOOPBACK}:{pport}"
+                await _wait_http(client, f"{base}/readiness", time.monotonic() + 30, procs)
             if variant.kv_events:
                 await asyncio.sleep(1.0)  # let SUB connections settle: ZMQ drops what comes before
             before = {u: await _scrape(client, u) for u in workers}
+            pcpu0 = cpu_seconds(pp.pid) if pp else None
             cpu0, t0 = cpu_seconds(rp.pid), time.monotonic()
             latencies, errors, total = await _replay(client, base, trace, mode, variant, cfg.run_timeout_s)
             wall, cpu1 = time.monotonic() - t0, cpu_seconds(rp.pid)
+            pcpu1 = cpu_seconds(pp.pid) if pp else None
             after = {u: await _scrape(client, u) for u in workers}
             dead = procs.dead()
             if dead:
@@ -514,6 +533,7 @@ async def run_one(cfg: BenchConfig, trace: Trace, oracle_rates: dict[int, float]
                        "requests": u.requests, "mean_running": u.mean_running} for i, u in enumerate(usage)),
         notes=tuple(notes),
         decode_hit_rate=d.hit_rate if d else None, decode_running_spread=d.running_spread if d else None,
+        proxy_cpu_s=(pcpu1 - pcpu0) if pcpu0 is not None and pcpu1 is not None else None,
     )
 
 

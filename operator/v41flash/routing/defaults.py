@@ -1,11 +1,11 @@
 """Routing defaults per profile, chosen by measurement (`v41flash bench routing`; docs/2026-11-30-routing.md).
 
 Data, not logic: the values a V41FlashDeployment gets when spec.routing leaves them out. The measured
-rule behind them: with vllm-router 0.1.17 only a policy that ignores session headers keeps working when
-clients send none (consistent_hash / sticky_least_loaded put every header-less request on ONE engine,
-the `user` body field is not read), and cache_aware only balances when its load thresholds are low
-enough to bind and its cache threshold sits between the shared-prefix share of a new session's first
-request and the reuse share of a continuing turn.
+rule behind them: vllm-router 0.1.17's sticky_least_loaded keeps a session on one engine and sends new
+sessions to the least-loaded one, but keys only on the x-session-id header (without it every request
+lands on ONE engine); the session proxy in the router pod (sessionKey: derive) gives every request that
+header. cache_aware needs no header but sits at the edge of the target on 4 engines and loses balance
+on 8; its thresholds stay here for users who run without the proxy (sessionKey: client).
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ PROFILES = ("low-latency", "high-throughput")  # TP4, DEP2 (spec.profile)
 @dataclass(frozen=True)
 class RoutingDefaults:
     policy: str  # prefill policy (or the only one, aggregated)
+    session_key: str  # derive: the session proxy sets x-session-id; client: only what clients send
     decode_policy: str  # P/D decode policy
     cache_threshold: float
     balance_abs_threshold: int
@@ -38,34 +39,34 @@ def _camel(name: str) -> str:
     return head + "".join(p.title() for p in rest)
 
 
-# bench/routing/agentx-small.yaml + cache-aware-sweep.yaml (48 sessions, 4 engines, 636 requests, oracle
-# hit 0.871): 0.8/4/1.25 gave 0.94-0.96x oracle at running max/mean 1.11-1.24 in six runs, with and
-# without session headers (target met in 3 of 6, the rest at 0.942-0.949x); threshold 0.5 -> 0.97-1.00x
-# at 1.37-1.39, 0.7 -> 0.97-0.98x at 1.25-1.49, 0.9 -> 0.87x at 1.21; defaults (0.3/64/1.5) -> one engine.
-_CACHE_AWARE = dict(policy="cache_aware", cache_threshold=0.8, balance_abs_threshold=4, balance_rel_threshold=1.25,
-                    kv_events=False, session_affinity_ttl_seconds=600)
+# bench/routing/agentx-small.yaml (48 sessions, 4 engines, 636 requests, oracle hit 0.871), real session proxy
+# (`v41flash session-proxy`) in front of vllm-router 0.1.17: see EVIDENCE_* below and docs/2026-11-30-routing.md.
+# The cache_aware thresholds stay the measured best for cache_aware (the choice when sessionKey: client):
+# 0.8/4/1.25 gave 0.94-0.96x oracle at running max/mean 1.11-1.24 in six runs with and without session
+# headers; threshold 0.5 -> 0.97-1.00x at 1.37-1.39, 0.7 -> 0.97-0.98x at 1.25-1.49, 0.9 -> 0.87x at 1.21;
+# upstream defaults (0.3/64/1.5) -> one engine.
+_STICKY_BEHIND_PROXY = dict(policy="sticky_least_loaded", session_key="derive", cache_threshold=0.8,
+                            balance_abs_threshold=4, balance_rel_threshold=1.25, kv_events=False,
+                            session_affinity_ttl_seconds=600)
 
-AGGREGATED = RoutingDefaults(
-    decode_policy="round_robin", **_CACHE_AWARE,
-    evidence="cache_aware 0.8/4/1.25: 0.94-0.96x oracle hit at running max/mean 1.11-1.24, the same with and "
-             "without x-session-id; consistent_hash/sticky_least_loaded: 0.97-0.99x with it, one engine "
-             "(max/mean 4.00) without",
-)
+EVIDENCE_AGGREGATED = (
+    "sticky_least_loaded behind the real session proxy, 2026-11-30: 0.98x oracle hit at running max/mean 1.06 with "
+    "client x-session-id, 1.00x at 1.12 without (4 engines); cache_aware 0.8/4/1.25 in the same run 0.95x at "
+    "1.13-1.22 (0.94-0.96x at 1.11-1.24 over six earlier runs); without a key sticky_least_loaded puts every "
+    "request on one engine (4.00)")
+EVIDENCE_DISAGGREGATED = (
+    "P/D sticky_least_loaded/round_robin behind the real session proxy, 2026-11-30: prefill 1.00x oracle hit at "
+    "max/mean 1.06 with client x-session-id, 1.00x at 1.00 without; cache_aware/round_robin 0.97x at 1.14-1.19")
 
-# bench/routing/pd.yaml and agentx-small.yaml (2 prefill + 2 decode engines): cache_aware prefill +
-# round_robin decode gave prefill 0.97-0.98x oracle at max/mean 1.07-1.26 in both modes (four runs);
-# cache_aware decode kept more decode-side hits (0.84 vs 0.78) but pushed the prefill spread to
-# 1.16-1.28; sticky/sticky: 1.00x at 1.01 with a header, 0.89x without (like round_robin).
-DISAGGREGATED = RoutingDefaults(
-    decode_policy="round_robin", **_CACHE_AWARE,
-    evidence="P/D cache_aware/round_robin 0.8/4/1.25: prefill 0.97-0.98x oracle hit at max/mean 1.07-1.26 with "
-             "and without x-session-id (cache_aware decode: 1.16-1.28)",
-)
+AGGREGATED = RoutingDefaults(decode_policy="round_robin", **_STICKY_BEHIND_PROXY, evidence=EVIDENCE_AGGREGATED)
 
-# DEP2 engines are routed per DP rank (--intra-node-data-parallel-size), i.e. like twice the engines.
-# At 8 engines (64 sessions) cache_aware 0.8/4/1.25 kept 0.94-0.95x oracle but spread 1.94-2.16, and
-# lower balance thresholds lost hits without fixing it; the header-keyed policies put header-less
-# traffic on one engine (8.00). No measured setting is better for DEP2, so it shares TP4's values.
+# P/D (2 prefill + 2 decode engines): the proxy keys prefill placement; decode stays round_robin (cache_aware
+# decode kept more decode-side hits, 0.84 vs 0.78, but unbalanced prefill in earlier runs).
+DISAGGREGATED = RoutingDefaults(decode_policy="round_robin", **_STICKY_BEHIND_PROXY, evidence=EVIDENCE_DISAGGREGATED)
+
+# DEP2 engines are routed per DP rank (--intra-node-data-parallel-size), i.e. like twice the engines: the
+# 8-engine run (64 sessions) is the DEP2 evidence; sticky_least_loaded with a session key holds there while
+# cache_aware's spread grows to ~2. Same values as TP4.
 ROUTING_DEFAULTS: dict[tuple[str, bool], RoutingDefaults] = {
     ("low-latency", False): AGGREGATED,
     ("high-throughput", False): AGGREGATED,

@@ -11,7 +11,6 @@ Everything here is pure and seeded: the same Scenario gives the same trace on ev
 """
 from __future__ import annotations
 
-import hashlib
 import math
 import random
 from collections.abc import Iterable, Sequence
@@ -145,18 +144,6 @@ def build_trace(sc: Scenario) -> Trace:
             sub = Session(sub_id, sid, tuple(sub_turns))
         sessions.append(Session(sid, sid, tuple(turns), sub, spawn))
     return Trace(sc, tuple(sessions))
-
-
-def derived_session_key(messages: Sequence[tuple[str, str]]) -> str:
-    """What a header-injecting front proxy would send as x-session-id when the client sends none.
-
-    The first non-system message identifies the conversation: it is the same in every turn of a
-    session and in its sub-agents (which resend the parent's context), and unique across sessions.
-    """
-    for role, content in messages:
-        if role != "system":
-            return "p-" + hashlib.sha256(content.encode()).hexdigest()[:16]
-    return "p-" + hashlib.sha256(messages[0][1].encode()).hexdigest()[:16] if messages else "p-empty"
 
 
 def block_chain(tokens: Sequence[int], block_size: int) -> list[int]:

@@ -1,0 +1,244 @@
+"""Session-key front step for vllm-router: a small streaming reverse proxy on the router pod.
+
+vllm-router 0.1.17's `sticky_least_loaded` / `consistent_hash` key only on the `x-session-id` header
+(a fixed list of headers, no flag); without one every request lands on ONE engine. This proxy listens on
+the router Service's port and forwards everything to vllm-router on loopback, unchanged, except that a
+POST /v1/chat/completions or /v1/completions without `x-session-id` gets one:
+
+  1. the value of the deployment's configured client header (spec.routing.sessionHeader), if present;
+  2. otherwise a key derived from the request: a hash of the conversation's first non-system message
+     (chat; the same in every turn of a session and in sub-agents that resend the parent's context),
+     or of the prompt's first ``prompt_key_chars`` characters (completions).
+
+Measured with the real router (docs/2026-11-30-routing.md): this keeps each session on one engine while
+new sessions go to the least-loaded one. Bodies are forwarded byte for byte; responses (SSE included)
+stream through as they arrive; hop-by-hop headers are dropped; an unreachable upstream gives 502 with a
+JSON error. `v41flash session-proxy --listen HOST:PORT --upstream URL [--session-header NAME]`.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import logging
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+# 64 MiB bounds memory (a 1M-token prompt as JSON is a few MiB); the same defaults as the CLI
+from v41flash.cli.session_proxy import DEFAULT_MAX_BODY_BYTES, DEFAULT_PROMPT_KEY_CHARS
+
+SESSION_HEADER = "x-session-id"
+KEYED_PATHS = ("/v1/chat/completions", "/v1/completions")
+HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+                        "trailers", "transfer-encoding", "upgrade", "proxy-connection"})
+log = logging.getLogger("v41flash.session_proxy")
+
+
+# --- the session key (pure) ----------------------------------------------------------------------
+
+def _key(text: str) -> str:
+    return "p-" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def derived_session_key(messages: Sequence[tuple[str, str]]) -> str:
+    """The session key for a conversation given as (role, content) pairs: a hash of the first non-system
+    message. It is the same in every turn of a session and in its sub-agents (which resend the parent's
+    context), and differs across sessions whose first user message differs."""
+    for role, content in messages:
+        if role != "system":
+            return _key(content)
+    return _key(messages[0][1]) if messages else "p-empty"
+
+
+def _content_text(content: Any) -> str:
+    """OpenAI message content as one string: a string as is; a list of parts -> their text parts joined
+    (other parts, e.g. images, by their JSON)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") if isinstance(p, dict) and p.get("type") == "text"
+                       else json.dumps(p, sort_keys=True, separators=(",", ":")) for p in content)
+    return "" if content is None else json.dumps(content, sort_keys=True, separators=(",", ":"))
+
+
+def body_session_key(path: str, body: Any, prompt_key_chars: int = DEFAULT_PROMPT_KEY_CHARS) -> str | None:
+    """The derived key for a parsed request body, or None when the body has nothing to key on."""
+    if not isinstance(body, dict):
+        return None
+    if path == "/v1/chat/completions":
+        msgs = body.get("messages")
+        if not isinstance(msgs, list) or not msgs:
+            return None
+        pairs = [(str(m.get("role", "")), _content_text(m.get("content"))) for m in msgs if isinstance(m, dict)]
+        return derived_session_key(pairs) if pairs else None
+    prompt = body.get("prompt")
+    if isinstance(prompt, list):  # a batch of prompts or token ids: key on the first
+        prompt = prompt[0] if prompt else None
+        if isinstance(prompt, int):
+            prompt = body["prompt"]
+    if isinstance(prompt, list):  # token ids
+        return _key(json.dumps(prompt[:prompt_key_chars]))
+    if isinstance(prompt, str) and prompt:
+        return _key(prompt[:prompt_key_chars])
+    return None
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    upstream: str  # vllm-router, e.g. http://127.0.0.1:30001
+    session_header: str = ""  # client header whose value becomes x-session-id ('' = none)
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    prompt_key_chars: int = DEFAULT_PROMPT_KEY_CHARS
+    connect_timeout_s: float = 10.0
+
+
+def session_key_for(cfg: ProxyConfig, path: str, headers: Any, body: bytes) -> tuple[str | None, str]:
+    """(x-session-id to set or None, how: client|header|derived|none|unparsable) for one request."""
+    if headers.get(SESSION_HEADER):
+        return None, "client"
+    if cfg.session_header and headers.get(cfg.session_header):
+        return headers[cfg.session_header], "header"
+    try:
+        parsed = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None, "unparsable"
+    key = body_session_key(path, parsed, cfg.prompt_key_chars)
+    return (key, "derived") if key else (None, "none")
+
+
+# --- the proxy -----------------------------------------------------------------------------------
+
+class SessionProxy:
+    def __init__(self, cfg: ProxyConfig) -> None:
+        self.cfg = cfg
+        self.upstream = cfg.upstream.rstrip("/")
+        self.registry = CollectorRegistry()
+        self.requests = Counter("v41flash_session_proxy_requests", "Requests forwarded, by outcome",
+                                ["code_class"], registry=self.registry)
+        self.keys = Counter("v41flash_session_proxy_session_keys",
+                            "Inference requests by where x-session-id came from (client: sent by the client; "
+                            "header: copied from the configured header; derived: computed; none/unparsable: "
+                            "not set)", ["source"], registry=self.registry)
+        self.upstream_errors = Counter("v41flash_session_proxy_upstream_errors",
+                                       "Requests the upstream router could not be reached for (502)",
+                                       registry=self.registry)
+        self.session: aiohttp.ClientSession | None = None
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.cfg.max_body_bytes)
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/proxy/metrics", self.metrics)
+        app.router.add_route("*", "/{tail:.*}", self.forward)
+        app.on_startup.append(self._open)
+        app.on_cleanup.append(self._close)
+        return app
+
+    async def _open(self, _app: web.Application) -> None:
+        # auto_decompress off: bodies go through byte for byte with their Content-Encoding
+        self.session = aiohttp.ClientSession(
+            auto_decompress=False, timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.cfg.connect_timeout_s),
+            connector=aiohttp.TCPConnector(limit=0))
+
+    async def _close(self, _app: web.Application) -> None:
+        if self.session:
+            await self.session.close()
+
+    async def healthz(self, _request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def metrics(self, _request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def forward(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            self.requests.labels("4xx").inc()
+            return _error(413, f"request body over {self.cfg.max_body_bytes} bytes")
+        headers = forward_headers(request.headers)
+        headers["X-Forwarded-For"] = ", ".join(filter(None, [request.headers.get("X-Forwarded-For"), request.remote]))
+        if request.method == "POST" and request.path in KEYED_PATHS:
+            key, source = session_key_for(self.cfg, request.path, request.headers, body)
+            self.keys.labels(source).inc()
+            if key is not None:
+                headers[SESSION_HEADER] = key
+        assert self.session is not None
+        url = self.upstream + str(request.rel_url)  # path and query as the client sent them
+        try:
+            upstream = await self.session.request(request.method, url, headers=headers, data=body or None,
+                                                  allow_redirects=False)
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            self.upstream_errors.inc()
+            self.requests.labels("5xx").inc()
+            return _error(502, f"upstream router {self.upstream} unreachable: {exc.__class__.__name__}: {exc}")
+        async with upstream:
+            resp = web.StreamResponse(status=upstream.status, reason=upstream.reason,
+                                      headers=forward_headers(upstream.headers))
+            if upstream.headers.get("Content-Length") and "Content-Encoding" not in upstream.headers:
+                resp.content_length = int(upstream.headers["Content-Length"])
+            await resp.prepare(request)
+            try:
+                async for chunk in upstream.content.iter_any():  # as it arrives: SSE events are not held back
+                    await resp.write(chunk)
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                # headers are already sent: all we can do is cut the response so the client sees it end early
+                log.warning("upstream broke off %s %s: %s", request.method, request.path, exc)
+                self.upstream_errors.inc()
+                if request.transport is not None:
+                    request.transport.close()
+                return resp
+            await resp.write_eof()
+        self.requests.labels(f"{upstream.status // 100}xx").inc()
+        return resp
+
+
+def forward_headers(headers: Any) -> dict[str, str]:
+    """Headers minus hop-by-hop ones (and those the Connection header names), Host and Content-Length
+    (set again for the forwarded body)."""
+    named = {t.strip().lower() for v in headers.getall("Connection", []) for t in v.split(",")}
+    drop = HOP_BY_HOP | named | {"host", "content-length"}
+    out: dict[str, str] = {}
+    for k, v in headers.items():
+        if k.lower() not in drop:
+            out[k] = f"{out[k]}, {v}" if k in out and k.lower() != "set-cookie" else v
+    return out
+
+
+def _error(status: int, message: str) -> web.Response:
+    kind = {413: "request_too_large", 502: "bad_gateway"}.get(status, "error")
+    return web.json_response({"error": {"message": message, "type": kind, "code": status}}, status=status)
+
+
+# --- command line --------------------------------------------------------------------------------
+
+def run_cli(args: argparse.Namespace) -> int:
+    """`v41flash session-proxy` (parser in v41flash.cli.session_proxy)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    host, port = args.listen
+    cfg = ProxyConfig(upstream=args.upstream, session_header=args.session_header.lower(),
+                      max_body_bytes=args.max_body_bytes, prompt_key_chars=args.prompt_key_chars)
+    asyncio.run(serve(cfg, host, port))
+    return 0
+
+
+async def serve(cfg: ProxyConfig, host: str, port: int) -> None:
+    """Serve until SIGTERM/SIGINT; requests in flight get the pod's grace period (the runner's shutdown)."""
+    runner = web.AppRunner(SessionProxy(cfg).app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, backlog=1024)
+    await site.start()
+    log.info("session proxy on %s:%d -> %s (session header %r)", host, port, cfg.upstream, cfg.session_header)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await runner.cleanup()

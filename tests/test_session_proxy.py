@@ -1,0 +1,185 @@
+"""The router pod's session-key proxy: which x-session-id it sets, and that it forwards faithfully
+(bodies unchanged, SSE streamed as it arrives, hop-by-hop headers dropped, 502/413 as JSON)."""
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+
+import aiohttp
+import pytest
+from aiohttp import web
+from multidict import CIMultiDict
+
+from v41flash.cli.main import build_parser
+from v41flash.routing import session_proxy as sp
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+CHAT = {"model": "m", "messages": [{"role": "system", "content": "shared system prompt"},
+                                   {"role": "user", "content": "fix the flaky test in repo X"},
+                                   {"role": "assistant", "content": "looking"},
+                                   {"role": "user", "content": "tool output 2"}]}
+
+
+# --- the key (pure) ------------------------------------------------------------------------------
+
+def test_chat_key_is_the_first_non_system_message():
+    k = sp.body_session_key("/v1/chat/completions", CHAT)
+    assert k == sp.derived_session_key([("system", "shared system prompt"), ("user", "fix the flaky test in repo X")])
+    later = {**CHAT, "messages": CHAT["messages"] + [{"role": "assistant", "content": "done"}]}
+    assert sp.body_session_key("/v1/chat/completions", later) == k  # next turn: same key
+    other = {**CHAT, "messages": [CHAT["messages"][0], {"role": "user", "content": "another task"}]}
+    assert sp.body_session_key("/v1/chat/completions", other) != k  # same system prompt, other session
+    parts = {**CHAT, "messages": [CHAT["messages"][0],
+                                  {"role": "user", "content": [{"type": "text", "text": "fix the flaky test "},
+                                                               {"type": "text", "text": "in repo X"}]}]}
+    assert sp.body_session_key("/v1/chat/completions", parts) == k  # content parts: their text
+
+
+def test_completion_key_covers_the_prompt_start_only():
+    a = sp.body_session_key("/v1/completions", {"prompt": "x" * 10 + "A" * 50}, prompt_key_chars=10)
+    assert a == sp.body_session_key("/v1/completions", {"prompt": "x" * 10 + "B"}, prompt_key_chars=10)
+    assert a != sp.body_session_key("/v1/completions", {"prompt": "y" * 10}, prompt_key_chars=10)
+    assert sp.body_session_key("/v1/completions", {"prompt": [1, 2, 3]}) == \
+        sp.body_session_key("/v1/completions", {"prompt": [[1, 2, 3]]})  # token ids, batch of one
+    assert sp.body_session_key("/v1/completions", {"prompt": ""}) is None
+    assert sp.body_session_key("/v1/chat/completions", {"messages": []}) is None
+    assert sp.body_session_key("/v1/chat/completions", ["not", "an", "object"]) is None
+
+
+def test_key_source_order():
+    cfg = sp.ProxyConfig(upstream="http://u", session_header="x-conversation")
+    body = json.dumps(CHAT).encode()
+    assert sp.session_key_for(cfg, "/v1/chat/completions", {"x-session-id": "c1", "x-conversation": "h"}, body) \
+        == (None, "client")
+    assert sp.session_key_for(cfg, "/v1/chat/completions", {"x-conversation": "h"}, body) == ("h", "header")
+    assert sp.session_key_for(cfg, "/v1/chat/completions", {}, body)[1] == "derived"
+    assert sp.session_key_for(cfg, "/v1/chat/completions", {}, b"{not json") == (None, "unparsable")
+    no_header = sp.ProxyConfig(upstream="http://u")
+    assert sp.session_key_for(no_header, "/v1/chat/completions", {"x-conversation": "h"}, body)[1] == "derived"
+
+
+def test_hop_by_hop_headers_dropped():
+    h = CIMultiDict([("Connection", "keep-alive, X-Private"), ("X-Private", "1"), ("Keep-Alive", "5"),
+                             ("Transfer-Encoding", "chunked"), ("Host", "a"), ("Content-Length", "3"),
+                             ("Authorization", "Bearer t"), ("Accept", "text/event-stream")])
+    assert sp.forward_headers(h) == {"Authorization": "Bearer t", "Accept": "text/event-stream"}
+
+
+def test_cli_is_wired_through_the_dispatcher():
+    args = build_parser().parse_args(["session-proxy", "--listen", "10.0.0.1:30000",
+                                      "--upstream", "http://127.0.0.1:30001", "--session-header", "X-Conv"])
+    assert args.listen == ("10.0.0.1", 30000) and args.upstream == "http://127.0.0.1:30001"
+    assert args.session_header == "X-Conv" and callable(args.func)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["session-proxy", "--listen", "nope", "--upstream", "http://u"])
+
+
+# --- against a tiny local upstream ---------------------------------------------------------------
+
+class Upstream:
+    """Records what reaches it; /stream sends one SSE event, then waits until the test releases it."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, dict[str, str], bytes]] = []
+        self.release = asyncio.Event()
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        self.seen.append((request.method, str(request.rel_url), dict(request.headers), body))
+        if request.path == "/stream":
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            await resp.write(b"data: first\n\n")
+            await asyncio.wait_for(self.release.wait(), 5)
+            await resp.write(b"data: [DONE]\n\n")
+            return resp
+        return web.json_response({"ok": True, "len": len(body)}, status=201 if request.path == "/created" else 200)
+
+
+async def _with_proxy(test, session_header: str = "", max_body: int = 1 << 20, upstream_up: bool = True):
+    up = Upstream()
+    up_port, px_port = _free_port(), _free_port()
+    runners = []
+    if upstream_up:
+        app = web.Application(client_max_size=1 << 22)
+        app.router.add_route("*", "/{tail:.*}", up.handle)
+        r = web.AppRunner(app)
+        await r.setup()
+        await web.TCPSite(r, "127.0.0.1", up_port).start()
+        runners.append(r)
+    proxy = sp.SessionProxy(sp.ProxyConfig(upstream=f"http://127.0.0.1:{up_port}", session_header=session_header,
+                                           max_body_bytes=max_body))
+    r = web.AppRunner(proxy.app())
+    await r.setup()
+    await web.TCPSite(r, "127.0.0.1", px_port).start()
+    runners.append(r)
+    try:
+        async with aiohttp.ClientSession() as client:
+            await test(client, f"http://127.0.0.1:{px_port}", up, proxy)
+    finally:
+        for r in reversed(runners):
+            await r.cleanup()
+
+
+def _count(proxy: sp.SessionProxy, source: str) -> float:
+    return proxy.registry.get_sample_value("v41flash_session_proxy_session_keys_total", {"source": source}) or 0.0
+
+
+def test_derives_passes_through_and_copies_the_configured_header():
+    async def t(client, base, up, proxy):
+        raw = json.dumps(CHAT, indent=1).encode()  # odd formatting: must arrive byte for byte
+        r = await client.post(f"{base}/v1/chat/completions?x=1", data=raw, headers={"Content-Type": "application/json"})
+        assert r.status == 200 and (await r.json())["len"] == len(raw)
+        method, url, headers, body = up.seen[-1]
+        assert (method, url, body) == ("POST", "/v1/chat/completions?x=1", raw)
+        assert headers["x-session-id"] == sp.body_session_key("/v1/chat/completions", CHAT)
+        await client.post(f"{base}/v1/chat/completions", data=raw, headers={"x-session-id": "mine"})
+        assert up.seen[-1][2]["x-session-id"] == "mine"
+        await client.post(f"{base}/v1/chat/completions", data=raw, headers={"X-Conversation": "conv-7"})
+        assert up.seen[-1][2]["x-session-id"] == "conv-7" and up.seen[-1][2]["X-Conversation"] == "conv-7"
+        await client.post(f"{base}/v1/embeddings", data=raw)  # not an inference path we key
+        assert "x-session-id" not in {k.lower() for k in up.seen[-1][2]}
+        r = await client.post(f"{base}/created", data=b"")
+        assert r.status == 201
+        assert (_count(proxy, "derived"), _count(proxy, "client"), _count(proxy, "header")) == (1, 1, 1)
+        r = await client.get(f"{base}/healthz")
+        assert r.status == 200 and len(up.seen) == 5  # answered by the proxy itself
+        text = await (await client.get(f"{base}/proxy/metrics")).text()
+        assert 'v41flash_session_proxy_session_keys_total{source="derived"} 1.0' in text
+    asyncio.run(_with_proxy(t, session_header="x-conversation"))
+
+
+def test_sse_streams_through_without_buffering():
+    async def t(client, base, up, proxy):
+        async with client.post(f"{base}/stream", json={"stream": True}) as r:
+            assert r.headers["Content-Type"] == "text/event-stream"
+            # the upstream holds the rest until we release it: a buffering proxy never shows this line
+            first = await asyncio.wait_for(r.content.readuntil(b"\n\n"), 3)
+            assert first == b"data: first\n\n"
+            up.release.set()
+            assert await asyncio.wait_for(r.content.read(), 3) == b"data: [DONE]\n\n"
+    asyncio.run(_with_proxy(t))
+
+
+def test_body_limit_and_upstream_down_are_json_errors():
+    async def big(client, base, up, proxy):
+        r = await client.post(f"{base}/v1/chat/completions", data=b"x" * 2048)
+        assert r.status == 413 and (await r.json())["error"]["code"] == 413
+        assert up.seen == []
+        r = await client.post(f"{base}/v1/chat/completions", data=b"x" * 1000)
+        assert r.status == 200
+    asyncio.run(_with_proxy(big, max_body=1024))
+
+    async def down(client, base, up, proxy):
+        r = await client.post(f"{base}/v1/chat/completions", json=CHAT)
+        assert r.status == 502
+        err = (await r.json())["error"]
+        assert err["type"] == "bad_gateway" and "unreachable" in err["message"]
+    asyncio.run(_with_proxy(down, upstream_up=False))
