@@ -5,7 +5,10 @@ with an IP (inside 127.0.0.0/8), runs
   * prefill/decode pods: one llm-d-inference-sim bound to <podIP>:<port> with the pod's vLLM settings
     (served model name, max-num-seqs, data-parallel size, max-model-len) and role-dependent latencies;
   * router pods: the real vllm-router with exactly the container's rendered arguments, except that it
-    binds to the pod IP and discovers pods through the local apiserver (KUBECONFIG).
+    binds to the pod IP and discovers pods through the local apiserver (KUBECONFIG); and, when the pod
+    has one, the session proxy (`v41flash session-proxy`) from its container's command, bound to the pod
+    IP and forwarding to the router there (pods share 127.0.0.1 here, so "loopback" becomes the pod IP).
+    The pod is Ready when every one of its processes is.
 
 The process stops when the pod is deleted or stops running; a crashed process is restarted with backoff
 (like a container restart). State: <state>/sims.json; logs: <state>/logs/{sim,router}-<ns>-<pod>.log.
@@ -202,6 +205,32 @@ def router_command(tokens: list[str], pod_ip: str, log_dir: str) -> list[str]:
             "--log-dir", log_dir]
 
 
+def is_session_proxy(container: dict) -> bool:
+    return "session-proxy" in [str(t) for t in (container.get("command") or []) + (container.get("args") or [])]
+
+
+def proxy_container(pod: dict) -> dict | None:
+    return next((c for c in pod["spec"]["containers"] if is_session_proxy(c)), None)
+
+
+def proxy_command(tokens: list[str], pod_ip: str) -> tuple[list[str], int]:
+    """`v41flash session-proxy` argv from the rendered container, listening on the pod IP and forwarding to
+    the router on the pod IP (the rendered 127.0.0.1 is shared by every pod on this machine); and its port."""
+    i = tokens.index("session-proxy")
+    flags = list(tokens[i + 1:])
+    port = None
+    for j, t in enumerate(flags):
+        if t == "--listen" and j + 1 < len(flags):
+            port = int(flags[j + 1].rpartition(":")[2])
+            flags[j + 1] = f"{pod_ip}:{port}"
+        elif t == "--upstream" and j + 1 < len(flags):
+            flags[j + 1] = re.sub(r"^(https?://)(127\.0\.0\.1|localhost|\[::1\])(?=[:/]|$)", rf"\g<1>{pod_ip}",
+                                  flags[j + 1])
+    if port is None:
+        raise ValueError("session-proxy container without --listen HOST:PORT")
+    return [str(VENV_BIN / "v41flash"), "session-proxy", *flags], port
+
+
 def pick_container(pod: dict, role: str) -> dict:
     cs = pod["spec"]["containers"]
     if role == "router":
@@ -288,12 +317,15 @@ class Supervisor:
         self.kubeconfig = state / "kubeconfig"
         self.sims_file = state / "sims.json"
         self.tools = Tools.load()
-        self.children: dict[str, Child] = {}
+        self.children: dict[str, Child] = {}  # "<pod uid>/<kind>" -> process
+        self.pod_ready: dict[str, bool] = {}  # pod uid -> the Ready we last wrote
         self.pods: dict[str, dict] = {}
         self.api = None  # CoreV1Api, set in run()
         self.extra = {r: shlex.split(os.environ.get(f"V41F_SIM_ARGS_{r.upper()}", "")) for r in SIM_ROLE}
 
-    def desired(self, pod: dict) -> Child | None:
+    def desired(self, pod: dict) -> list[Child]:
+        """The processes a pod needs: [] for a headless worker; the session proxy first (the pod's front
+        door, what sim_for() finds), then the router; or one simulator."""
         meta = pod["metadata"]
         role = meta.get("labels", {}).get(ROLE_LABEL)
         ip = pod["status"]["podIP"]
@@ -312,18 +344,25 @@ class Supervisor:
             penv.update(env)
             penv["KUBECONFIG"] = str(self.service_account_kubeconfig(pod))
             port = int((flag_values(argv, "--port") or ["30000"])[0])
-            return Child(meta["uid"], meta["namespace"], meta["name"], role, "router", ip, port, argv, penv,
-                         str(self.logs / f"router-{tag}.log"), readiness_url(pod, c))
+            out = [Child(meta["uid"], meta["namespace"], meta["name"], role, "router", ip, port, argv, penv,
+                         str(self.logs / f"router-{tag}.log"), readiness_url(pod, c))]
+            pc = proxy_container(pod)
+            if pc is not None:
+                pargv, pport = proxy_command(command_tokens(pc, container_env(pod, pc)), ip)
+                qenv = {"PATH": os.environ.get("PATH", ""), "PYTHONUNBUFFERED": "1"}
+                out.insert(0, Child(meta["uid"], meta["namespace"], meta["name"], role, "proxy", ip, pport, pargv,
+                                    qenv, str(self.logs / f"proxy-{tag}.log"), readiness_url(pod, pc)))
+            return out
         v = parse_vllm(toks, http_port(c))
         if v.headless:
-            return None  # a headless multi-node worker has no API server
+            return []  # a headless multi-node worker has no API server
         argv, senv = sim_command(str(self.tools.sim), role, ip, v,
                                  [*self.extra[role], *shlex.split(env.get(POD_SIM_ARGS_ENV, ""))])
         penv = {"PATH": os.environ.get("PATH", ""), "POD_NAME": meta["name"], "POD_NAMESPACE": meta["namespace"],
                 **senv}
-        return Child(meta["uid"], meta["namespace"], meta["name"], role, "sim", ip, v.port, argv, penv,
-                     str(self.logs / f"sim-{tag}.log"), readiness_url(pod, c),
-                     extra={"dp_ranks": v.dp_ranks})
+        return [Child(meta["uid"], meta["namespace"], meta["name"], role, "sim", ip, v.port, argv, penv,
+                      str(self.logs / f"sim-{tag}.log"), readiness_url(pod, c),
+                      extra={"dp_ranks": v.dp_ranks})]
 
     def service_account_kubeconfig(self, pod: dict) -> Path:
         """A kubeconfig with a token of the pod's ServiceAccount (bound to the pod, like the projected token
@@ -350,27 +389,33 @@ class Supervisor:
     def reconcile(self) -> None:
         want: dict[str, dict] = {uid: p for uid, p in self.pods.items() if wants_process(p)}
         changed = False
-        for uid in [u for u in self.children if u not in want]:
-            ch = self.children.pop(uid)
+        for key in [k for k, c in self.children.items() if c.uid not in want]:
+            ch = self.children.pop(key)
+            self.pod_ready.pop(ch.uid, None)
             changed = True
             if ch.proc:
                 log(f"stopping {ch.kind} for {ch.namespace}/{ch.pod} (pid {ch.proc.pid})")
                 stop_procs([ch.proc], timeout=5)
+        have = {c.uid for c in self.children.values()}
         for uid, pod in want.items():
-            ch = self.children.get(uid)
-            if ch is None:
-                try:
-                    ch = self.desired(pod)
-                except (ValueError, KeyError, IndexError) as e:
-                    log(f"cannot simulate {pod['metadata']['namespace']}/{pod['metadata']['name']}: {e}")
-                    ch = Child(uid, pod["metadata"]["namespace"], pod["metadata"]["name"], "?", "none", "", 0, [],
-                               {}, "", problem=str(e), next_start=float("inf"))
-                if ch is None:  # a headless worker runs no API server: Ready as a kubelet without probe would
-                    ch = Child(uid, pod["metadata"]["namespace"], pod["metadata"]["name"], "worker", "none", "", 0,
-                               [], {}, "", problem="headless", next_start=float("inf"))
-                    self.set_ready(ch, pod, True)
-                self.children[uid] = ch
-                changed = True
+            if uid in have:
+                continue
+            try:
+                new = self.desired(pod)
+                if not new:  # a headless worker runs no API server: Ready as a kubelet without probe would
+                    new = [Child(uid, pod["metadata"]["namespace"], pod["metadata"]["name"], "worker", "none", "",
+                                 0, [], {}, "", problem="headless", next_start=float("inf"), ready=True)]
+            except (ValueError, KeyError, IndexError) as e:
+                log(f"cannot simulate {pod['metadata']['namespace']}/{pod['metadata']['name']}: {e}")
+                new = [Child(uid, pod["metadata"]["namespace"], pod["metadata"]["name"], "?", "none", "", 0, [],
+                             {}, "", problem=str(e), next_start=float("inf"))]
+            for ch in new:
+                self.children[f"{uid}/{ch.kind}"] = ch
+            if new[0].problem == "headless":
+                self.set_ready(new[0], pod, True)
+            changed = True
+        for ch in list(self.children.values()):
+            pod = want[ch.uid]
             if ch.kind == "none":
                 continue
             if ch.proc is not None and ch.proc.alive():
@@ -424,16 +469,19 @@ class Supervisor:
         ch.next_probe = time.monotonic() + (5.0 if ok else 0.5)
 
     def set_ready(self, ch: Child, pod: dict, ready: bool) -> None:
-        if ch.ready == ready:
+        """Record one process's probe result; the pod is Ready when all of its processes are."""
+        ch.ready = ready
+        pod_ready = all(c.ready for c in self.children.values() if c.uid == ch.uid)
+        if self.pod_ready.get(ch.uid) == pod_ready:
             return
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         try:
-            self.api.patch_namespaced_pod_status(ch.pod, ch.namespace, ready_status(pod, ready, now))
+            self.api.patch_namespaced_pod_status(ch.pod, ch.namespace, ready_status(pod, pod_ready, now))
         except Exception as e:  # noqa: BLE001 - pod gone meanwhile, apiserver restarting: retried next probe
-            log(f"cannot set Ready={ready} on {ch.namespace}/{ch.pod}: {str(e)[:200]}")
+            log(f"cannot set Ready={pod_ready} on {ch.namespace}/{ch.pod}: {str(e)[:200]}")
             return
-        ch.ready = ready
-        log(f"{ch.namespace}/{ch.pod} Ready={ready}")
+        self.pod_ready[ch.uid] = pod_ready
+        log(f"{ch.namespace}/{ch.pod} Ready={pod_ready}")
 
     def save(self) -> None:
         write_json(self.sims_file, {"updated": time.time(), "processes": [

@@ -241,6 +241,22 @@ def test_chat_completion_through_router_hits_prefill_and_decode(cluster, operato
     assert r.json()["choices"][0]["message"]["content"]
     wait_for(lambda: all(served(role) > base[role] for role in sims), 20,
              "both the prefill and the decode simulator counting the request")
+    # The router pod's front door is the session proxy (sessionKey: derive, the default), vllm-router behind it:
+    # a request without x-session-id gets a derived one on its way through.
+    kinds = {s["kind"]: s for s in cluster.supervised(ns) if s["pod"] == by_role["router"]["metadata"]["name"]}
+    assert set(kinds) == {"proxy", "router"} and router["kind"] == "proxy" and router["port"] == 30000
+    bare = httpx.post(f"http://{router['ip']}:{router['port']}/v1/chat/completions", timeout=30,
+                      json={"model": model, "messages": [{"role": "user", "content": "Hi again"}], "max_tokens": 8})
+    assert bare.status_code == 200, bare.text
+    counters = httpx.get(f"http://{router['ip']}:{router['port']}/proxy/metrics", timeout=5).text
+    assert _counter_with(counters, "v41flash_session_proxy_session_keys", source="client") >= 1
+    assert _counter_with(counters, "v41flash_session_proxy_session_keys", source="derived") >= 1
+
+
+def _counter_with(text: str, name: str, **labels: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+    return sum(s.value for fam in text_string_to_metric_families(text) for s in fam.samples
+               if s.name in (name, name + "_total") and all(s.labels.get(k) == v for k, v in labels.items()))
 
 
 def test_operator_killed_mid_reconcile_converges_without_duplicates(cluster, operator_process, ns):

@@ -1,8 +1,9 @@
 """Smoke of `v41flash bench routing` with the real components (vllm-router + llm-d-inference-sim), < 30 s.
 
 Needs no control plane: two simulated engines and the router run as local processes on 127.0.0.1. One
-session-keyed policy, a tiny trace, both session-key modes: with a header the session stays on its
-engine (hit rate = oracle); the report and the table come out whole.
+session-keyed policy with and without the real session proxy in front, a tiny trace, both session-key
+modes: with a header, or with the proxy, each session stays on its engine (hit rate = oracle); without
+either, everything lands on one engine; the report and the table come out whole.
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ scenario: {name: tiny, engines: 2, sessions: 3, turns_min: 3, turns_max: 3, syst
 run_timeout_s: 20
 modes: [header, none]
 variants:
-  - {name: sticky, policy: sticky_least_loaded, ours: true}
+  - {name: sticky, policy: sticky_least_loaded}
+  - {name: sticky+proxy, policy: sticky_least_loaded, session_key: proxy, ours: true}
 """
 
 
@@ -51,13 +53,19 @@ def test_bench_routing_smoke(binaries, tmp_path):
     report = json.loads((out / "report.json").read_text())
     assert report["trace"]["requests"] == 9
     assert 0.0 < report["oracle_hit_rate"] < 1.0
-    by_mode = {x["mode"]: x for x in report["results"]}
-    assert set(by_mode) == {"header", "none"}
-    for res in by_mode.values():
+    by_mode = {x["mode"]: x for x in report["results"] if x["variant"] == "sticky"}
+    proxied = {x["mode"]: x for x in report["results"] if x["variant"] == "sticky+proxy"}
+    assert set(by_mode) == set(proxied) == {"header", "none"}
+    for res in [*by_mode.values(), *proxied.values()]:
         assert res["errors"] == 0 and res["requests"] == 9
         assert sum(e["requests"] for e in res["engines"]) == 9  # every request reached an engine
         assert res["p95_ms"] >= res["p50_ms"] > 0
         assert res["router_cpu_s"] is not None
     # With the header each session sticks to one engine: the engines count as many hits as the oracle.
     assert by_mode["header"]["hit_vs_oracle"] == pytest.approx(1.0, abs=0.02)
+    # Without a header the proxy derives one: sessions still stick, and they spread over both engines.
+    assert proxied["none"]["hit_vs_oracle"] == pytest.approx(1.0, abs=0.02)
+    assert all(e["requests"] > 0 for e in proxied["none"]["engines"])
+    assert proxied["none"]["proxy_cpu_s"] is not None and by_mode["none"]["proxy_cpu_s"] is None
+    assert max(e["requests"] for e in by_mode["none"]["engines"]) == 9  # no key, no proxy: one engine
     assert (out / "logs").is_dir()

@@ -17,8 +17,8 @@ from harness import (GPU_RESOURCE, claim_pod_network, fake_nodes, loopback_liste
                      read_versions, release_pod_network)
 from harness import kwok_stages as harness_kwok_stages
 from supervisor import (VllmArgs, command_tokens, container_env, expand_vars, flag_values,
-                        parse_vllm, pick_container, readiness_url, ready_status, router_command, sim_command,
-                        wants_process)
+                        parse_vllm, pick_container, proxy_command, proxy_container, readiness_url, ready_status,
+                        router_command, sim_command, wants_process)
 
 POD = {"metadata": {"name": "p-0", "namespace": "ns1", "uid": "u1", "labels": {"app": "x"}},
        "spec": {"nodeName": "h200-0", "containers": []},
@@ -98,6 +98,28 @@ def test_router_command_keeps_flags_and_rebinds():
                         "--prometheus-host", "127.1.9.1", "--log-dir", "/state/logs/r"]
     # args-only containers (the image's entrypoint is vllm-router)
     assert router_command(["--port", "30000"], "127.1.9.1", "/l")[1:3] == ["--port", "30000"]
+
+
+def test_session_proxy_rebinds_to_the_pod_ip_and_is_found_in_the_rendered_pod():
+    from v41flash.render import render
+    from v41flash.api.v1alpha1 import V41FlashDeployment
+    obj = V41FlashDeployment.model_validate({"apiVersion": "v41flash.io/v1alpha1", "kind": "V41FlashDeployment",
+                                             "metadata": {"name": "t", "namespace": "ns"},
+                                             "spec": {"routing": {"sessionHeader": "x-conv"}}})
+    dep = next(o for o in render(obj) if o["kind"] == "Deployment" and o["metadata"]["name"] == "t-router")
+    pod = {**POD, "spec": dep["spec"]["template"]["spec"]}
+    pc = proxy_container(pod)
+    assert pc is not None and pc["name"] == "session-proxy"
+    assert pick_container(pod, "router")["name"] == "router"  # the router process still comes from its container
+    argv, port = proxy_command(command_tokens(pc, {}), "127.1.9.1")
+    assert argv[0].endswith("/.venv/bin/v41flash") and port == 30000
+    assert argv[1:] == ["session-proxy", "--listen", "127.1.9.1:30000", "--upstream", "http://127.1.9.1:30001",
+                        "--session-header", "x-conv"]
+    # the router behind it: the rendered loopback port, rebound to the pod IP where the proxy sends
+    r = router_command(command_tokens(pick_container(pod, "router"), {}), "127.1.9.1", "/l")
+    assert flag_values(r, "--port") == ["30001"] and flag_values(r, "--host") == ["127.1.9.1"]
+    no_proxy = {**POD, "spec": {"containers": [{"name": "router", "command": ["vllm-router"]}]}}
+    assert proxy_container(no_proxy) is None
 
 
 def test_pick_container_and_wants_process():
