@@ -50,13 +50,14 @@ _STICKY_BEHIND_PROXY = dict(policy="sticky_least_loaded", session_key="derive", 
                             session_affinity_ttl_seconds=600)
 
 EVIDENCE_AGGREGATED = (
-    "sticky_least_loaded behind the real session proxy, 2026-11-30: 0.98x oracle hit at running max/mean 1.06 with "
-    "client x-session-id, 1.00x at 1.12 without (4 engines); cache_aware 0.8/4/1.25 in the same run 0.95x at "
-    "1.13-1.22 (0.94-0.96x at 1.11-1.24 over six earlier runs); without a key sticky_least_loaded puts every "
-    "request on one engine (4.00)")
+    "sticky_least_loaded behind the real session proxy, 2026-11-30, two runs each with and without client "
+    "x-session-id: 0.98-1.00x oracle hit at running max/mean 1.04-1.12 on 4 engines (4 of 4 within target), "
+    "0.98-1.00x at 1.10-1.29 on 8 (3 of 4); cache_aware 0.8/4/1.25 in the same runs 0.93-0.95x at 1.13-1.22 (4 "
+    "engines) and 1.38-1.72 (8); without a key sticky_least_loaded puts every request on one engine (4.00/8.00)")
 EVIDENCE_DISAGGREGATED = (
-    "P/D sticky_least_loaded/round_robin behind the real session proxy, 2026-11-30: prefill 1.00x oracle hit at "
-    "max/mean 1.06 with client x-session-id, 1.00x at 1.00 without; cache_aware/round_robin 0.97x at 1.14-1.19")
+    "P/D sticky_least_loaded/round_robin behind the real session proxy, 2026-11-30, two runs each with and "
+    "without client x-session-id: prefill 0.99-1.00x oracle hit at max/mean 1.00-1.06; cache_aware/round_robin "
+    "0.97x at 1.14-1.19")
 
 AGGREGATED = RoutingDefaults(decode_policy="round_robin", **_STICKY_BEHIND_PROXY, evidence=EVIDENCE_AGGREGATED)
 
