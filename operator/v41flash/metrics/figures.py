@@ -27,6 +27,7 @@ class WindowFigures:
     e2e_mean_s: float | None = None
     queue_p95_s: float | None = None
     itl_mean_s: float | None = None
+    prefill_time_mean_s: float | None = None  # mean time a request spent being prefilled (no queue)
     # token flows
     prompt_tokens_rate: float = 0.0  # prompt tokens/s (cached + computed)
     generation_tokens_rate: float = 0.0

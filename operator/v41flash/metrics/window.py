@@ -197,6 +197,7 @@ def _figures(
     engines: int,
 ) -> WindowFigures:
     e2e, ttft, itl, queue = acc.h(m.E2E), acc.h(m.TTFT), acc.h(m.ITL), acc.h(m.QUEUE)
+    prefill_time = acc.h(m.PREFILL_TIME)
     prompt_len, gen_len = acc.h(m.PROMPT_LEN), acc.h(m.GEN_LEN)
     hits, queries = acc.counters.get(m.PREFIX_HITS), acc.counters.get(m.PREFIX_QUERIES)
     running_total = sum(acc.running)
@@ -218,6 +219,7 @@ def _figures(
         e2e_mean_s=e2e.mean,
         queue_p95_s=queue.quantile(0.95),
         itl_mean_s=itl.mean,
+        prefill_time_mean_s=prefill_time.mean,
         prompt_tokens_rate=acc.counters.get(m.PROMPT_TOKENS, 0.0),
         generation_tokens_rate=acc.counters.get(m.GEN_TOKENS, 0.0),
         mean_input_tokens=prompt_len.mean,

@@ -50,7 +50,7 @@ class EngineConfig:
 class Request:
     __slots__ = (
         "rid", "session", "turn", "arrive", "prompt", "ids", "toks", "out", "cached",
-        "prefill_replica", "prefill_done", "decode_replica", "decode_rank", "admit", "first_token",
+        "prefill_replica", "prefill_start", "prefill_done", "decode_replica", "decode_rank", "admit", "first_token",
         "done", "finish_v",
     )
 
@@ -65,6 +65,7 @@ class Request:
         self.out = out
         self.cached = 0
         self.prefill_replica = None
+        self.prefill_start = math.nan
         self.prefill_done = math.nan
         self.decode_replica = None
         self.decode_rank = None
@@ -155,6 +156,7 @@ class Telemetry:
     pf_latency: list = field(default_factory=list)  # arrival → prefill done (the prefill pod's TTFT)
     pf_prompt: list = field(default_factory=list)
     pf_cached: list = field(default_factory=list)
+    pf_service: list = field(default_factory=list)  # prefill start → done (vLLM's request_prefill_time)
     # arrivals
     arr_t: list = field(default_factory=list)
     # time series sampled every sample_every_s
@@ -358,6 +360,7 @@ class Simulator:
         rank.busy_until = done
         r.free_at = min(k.busy_until for k in r.ranks) if len(r.ranks) > 1 else done
         rank.starts.append((start, done))
+        req.prefill_start = start
         r.inflight += 1
         r.inflight_new_tokens += new
         req.prefill_replica = r
@@ -374,6 +377,7 @@ class Simulator:
         tel.pf_latency.append(self.now - req.arrive)
         tel.pf_prompt.append(req.prompt)
         tel.pf_cached.append(req.cached)
+        tel.pf_service.append(self.now - req.prefill_start)
         if r.state == "draining" and r.inflight == 0:
             self._remove(r)
         ov, per = self._kvx
