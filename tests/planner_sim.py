@@ -38,13 +38,14 @@ PROFILE = profile_from_dict({
 SLO = Slo(ttft_s=1.5, e2e_p95_s=20.0, ttft_percentile=0.9, window_s=60.0)
 ISL, HIT, OSL, OSL95 = 12000.0, 0.5, 400.0, 1200.0
 CAP = 600.0  # an overloaded queue's latency within one window: large, finite
+CV2 = PlannerConfig().service_cv2  # this world's prefill queues have the tail shape the planner assumes
 
 
 def truth(rate: float, prefill_ready: int, decode_ready: int, kp: float = 1.0, kd: float = 1.0) -> dict:
     new, cached = ISL * (1 - HIT), ISL * HIT
     pp, dp = PROFILE.prefill, PROFILE.decode
-    ttft = min(CAP, capacity.prefill_ttft(pp, rate, prefill_ready, new, cached, SLO.ttft_percentile, kp))
-    ttft_mean = min(CAP, capacity.prefill_ttft(pp, rate, prefill_ready, new, cached, 0.5, kp))
+    ttft = min(CAP, capacity.prefill_ttft(pp, rate, prefill_ready, new, cached, SLO.ttft_percentile, kp, cs2=CV2))
+    ttft_mean = min(CAP, capacity.prefill_ttft(pp, rate, prefill_ready, new, cached, 0.5, kp, cs2=CV2))
     itl = min(1.0, capacity.decode_itl(dp, rate, decode_ready, OSL, ISL + OSL / 2, kd))
     return {"ttft": ttft, "ttft_mean": ttft_mean, "itl": itl, "e2e95": itl + OSL95 * itl}
 
@@ -57,6 +58,7 @@ def windows(rate: float, prefill_ready: int, decode_ready: int, t: float, kp=1.0
         start=t - 60, end=t, pods_expected=prefill_ready, pods_observed=prefill_ready,
         requests=r * 60, request_rate=r, ttft_percentile=SLO.ttft_percentile, ttft_s=n(f["ttft"]),
         ttft_mean_s=f["ttft_mean"], mean_input_tokens=ISL, prefix_cache_hit_rate=HIT,
+        prefill_time_mean_s=n(PROFILE.prefill.request_seconds(ISL * (1 - HIT), ISL * HIT) * kp),
     )
     dw = WindowFigures(
         start=t - 60, end=t, pods_expected=decode_ready, pods_observed=decode_ready,
@@ -130,7 +132,8 @@ def ideal(rate: float, kp: float, kd: float, config: PlannerConfig = PlannerConf
     itl_budget = (SLO.e2e_p95_s - SLO.ttft_s) / OSL95
     handover = PROFILE.kv_transfer.seconds(ISL) + itl_budget
     p = capacity.prefill_replicas_needed(
-        PROFILE.prefill, rate, new, cached, SLO.ttft_s - handover, SLO.ttft_percentile, kp, config.target_utilization
+        PROFILE.prefill, rate, new, cached, SLO.ttft_s - handover, SLO.ttft_percentile, kp, config.target_utilization,
+        cs2=config.service_cv2,
     )
     d = capacity.decode_replicas_needed(PROFILE.decode, rate, OSL, ISL + OSL / 2, itl_budget, kd, config.target_utilization)
-    return math.ceil(p.replicas * (1 - config.up_tolerance)), math.ceil(d.replicas * (1 - config.up_tolerance))
+    return math.ceil(p.replicas - 1e-9), math.ceil(d.replicas - 1e-9)

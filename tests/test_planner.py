@@ -45,7 +45,7 @@ def test_ttft_breach_scales_prefill_up_and_leaves_decode():
     assert d.prefill.action == "scale_up" and d.prefill.desired == ideal(14, 1, 1)[0] == 3
     assert d.prefill.slo_breached
     assert d.decode.action == "hold" and d.decode.desired == 1
-    assert d.prefill.reason.startswith("TTFT p90 2.26s > 1.50s target; demand 14.00 req/s × 12.0k ISL (50% cached)")
+    assert d.prefill.reason.startswith("TTFT p90 3.33s > 1.50s target; demand 14.00 req/s × 12.0k ISL (50% cached)")
     assert d.prefill.reason.endswith("2 → 3")
     assert d.action == "scale_up"
     # the prediction at the new size meets the target
@@ -71,7 +71,7 @@ def test_scale_up_counts_replicas_still_starting():
 
 def test_no_action_while_rolling_out_unless_breaching():
     # a backlog makes the model want more, but the SLO still holds: wait for the rollout
-    obs = observe(11, prefill=2, rolling=True, pw={"waiting": 300.0})
+    obs = observe(11, prefill=2, rolling=True, pw={"waiting": 150.0})
     assert truth(11, 2, 1)["ttft"] < SLO.ttft_s
     d = decide(obs)
     assert d.prefill.action == "hold" and "waiting for the rollout in progress" in d.prefill.reason
@@ -175,9 +175,11 @@ def test_gpu_budget_splits_by_pressure_and_reports():
 # ------------------------------------------------------------------ no flapping
 @pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
 def test_noisy_metrics_do_not_flap(seed):
-    # 14 req/s sits right at a boundary of the model (2.2 prefill replicas); ±15 % noise on every figure
+    # 13 req/s sits between two boundaries of the model (2.2 prefill replicas: 3 fit, 2 do not even with
+    # the scale-down margin); ±15 % noise on every figure
+    assert decide(observe(13, prefill=3)).prefill.needed == pytest.approx(2.2, abs=0.1)
     cluster = Cluster(prefill=3, decode=1)
-    decisions, _ = run([14.0] * 200, cluster, noise_seed=seed, noise_cv=0.15)
+    decisions, _ = run([13.0] * 200, cluster, noise_seed=seed, noise_cv=0.15)
     changes = sum(1 for d in decisions for r in d.roles() if r.action != "hold")
     assert changes <= 2, [(i, r.role, r.action, r.reason) for i, d in enumerate(decisions) for r in d.roles() if r.action != "hold"]
 
@@ -190,14 +192,63 @@ def test_wrong_profile_converges(kp, kd, rate):
     assert state.decode.correction == pytest.approx(kd, rel=0.03)
     want_p, want_d = ideal(rate, kp, kd)
     last = decisions[-1]
-    margin = 1 + PlannerConfig().down_margin
-    assert want_p <= last.prefill.desired <= math.ceil(last.prefill.needed * margin)
-    assert want_d <= last.decode.desired <= math.ceil(last.decode.needed * margin)
+    margin, tol = 1 + PlannerConfig().down_margin, 1 + PlannerConfig().up_tolerance
+    # the converged need is the ideal one; the replicas cover it up to the up-tolerance (the SLO holds
+    # there: checked below) and never exceed the scale-down margin
+    assert math.ceil(last.prefill.needed - 1e-9) == want_p and math.ceil(last.decode.needed - 1e-9) == want_d
+    assert last.prefill.needed / tol <= last.prefill.desired <= math.ceil(last.prefill.needed * margin)
+    assert last.decode.needed / tol <= last.decode.desired <= math.ceil(last.decode.needed * margin)
     f = truth(rate, last.prefill.desired, last.decode.desired, kp, kd)
     assert f["ttft"] + PROFILE.kv_transfer.seconds(ISL) + f["itl"] <= SLO.ttft_s
     assert f["e2e95"] + f["ttft_mean"] <= SLO.e2e_p95_s
     # and it settled: the last 10 decisions changed nothing
     assert all(r.action == "hold" for d in decisions[-10:] for r in d.roles())
+
+
+def test_measured_prefill_time_is_the_floor_of_the_prefill_correction():
+    # The TTFT tail says "k = 0.6" (a light queue), but vllm:request_prefill_time says a prefill costs
+    # 1.2x the profile: sizing uses 1.2, and without the measurement it never goes below 1.
+    obs = observe(14, prefill=4)
+    light = PlannerState(prefill=RoleState(correction=0.6, corrections_learned=5))
+    pw = obs.prefill.window
+    no_time = replace(obs, prefill=replace(obs.prefill, window=replace(pw, prefill_time_mean_s=None, ttft_s=pw.ttft_s * 0.5)))
+    slow = replace(no_time, prefill=replace(no_time.prefill, window=replace(
+        no_time.prefill.window, prefill_time_mean_s=pw.prefill_time_mean_s * 1.2)))
+    unmeasured, measured = decide(no_time, light), decide(slow, light)
+    assert unmeasured.state.prefill.service_correction is None
+    assert unmeasured.prefill.correction == 1.0 and unmeasured.state.prefill.correction < 0.7
+    assert measured.state.prefill.service_correction == pytest.approx(1.2, rel=0.01)
+    assert measured.prefill.correction == pytest.approx(1.2, rel=0.01)
+    assert measured.prefill.needed > unmeasured.prefill.needed * 1.15
+    assert "correction 1.20" in measured.prefill.reason
+
+
+def test_prefill_sheds_one_replica_at_a_time_but_decode_faster():
+    # 100 prefill and 40 decode replicas, demand for a few: a removed prefill replica's sessions re-prefill
+    # their whole context elsewhere, so prefill shrinks one replica per step; decode (no prefix cache to
+    # lose) by up to max_scale_down_fraction
+    big = Bounds(prefill=RoleBounds(1, 200), decode=RoleBounds(1, 200))
+    decisions, _ = run([14.0] * 60, Cluster(prefill=100, decode=40), bounds=big)
+    prefill = [d.prefill.desired for d in decisions]
+    decode = [d.decode.desired for d in decisions]
+    p_steps = [a - b for a, b in zip(prefill, prefill[1:]) if a > b]
+    d_steps = [a - b for a, b in zip(decode, decode[1:]) if a > b]
+    assert p_steps and set(p_steps) == {1}, prefill
+    assert max(d_steps) == 10, decode  # 25 % of 40
+
+
+def test_one_miss_storm_window_is_sized_at_the_smoothed_hit_rate():
+    # After steady windows at 50 % prefix hits, one window at 20 % (a scale-down's moved sessions, a wave
+    # of new ones) sizes prefill at the smoothed level: capacity asked now is Ready only after a cold start
+    state = PlannerState()
+    for i in range(6):
+        state = decide(observe(10, prefill=3, t=T + 30 * i), state, now=T + 30 * i).state
+    assert state.prefill.hit_level == pytest.approx(0.5)
+    storm = observe(10, prefill=3, t=T + 180, pw={"prefix_cache_hit_rate": 0.2})
+    remembered, fresh = decide(storm, state, now=T + 180), decide(storm, PlannerState(), now=T + 180)
+    assert remembered.state.prefill.hit_level == pytest.approx(0.44)
+    assert "(44% cached)" in remembered.prefill.reason and "(20% cached)" in fresh.prefill.reason
+    assert remembered.prefill.needed < 0.85 * fresh.prefill.needed
 
 
 def test_correction_is_bounded():

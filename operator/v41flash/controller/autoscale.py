@@ -126,6 +126,7 @@ def durable_state(state: PlannerState) -> dict[str, Any]:
     for role in ROLES:
         rs = state.role(role)
         out[role] = {"correction": round(rs.correction, 3), "corrections_learned": rs.corrections_learned,
+                     "service_correction": None if rs.service_correction is None else round(rs.service_correction, 3),
                      "last_scale_time": rs.last_scale_time, "last_action": rs.last_action}
     return out
 
@@ -215,12 +216,8 @@ class Autoscaler:
             gpu_budget=spec.autoscaling.gpu_budget or None)
         slo = Slo(ttft_s=spec.slo.ttft.target_seconds, e2e_p95_s=spec.slo.e2e_p95_seconds,
                   ttft_percentile=spec.slo.ttft.percentile / 100, window_s=float(spec.slo.window_seconds))
-        config = self.config or PlannerConfig(
-            interval_s=float(spec.autoscaling.interval_seconds),
-            scale_down_stabilization_s=float(spec.autoscaling.scale_down_stabilization_seconds),
-            # a user's shorter scaleDownStabilizationSeconds also shortens the post-scale-up cooldown
-            scale_down_cooldown_s=min(PlannerConfig.scale_down_cooldown_s,
-                                      float(spec.autoscaling.scale_down_stabilization_seconds)))
+        config = self.config or PlannerConfig.for_spec(spec.autoscaling.interval_seconds,
+                                                       spec.autoscaling.scale_down_stabilization_seconds)
         self.metrics.record_slo(ns, name, slo.ttft_s, slo.e2e_p95_s)
         state = self.states.get(uid) or PlannerState.from_dict(status.get("plannerState"))
         decision = plan(observation, profile, slo, bounds, state, now, config)

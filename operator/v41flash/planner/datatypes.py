@@ -71,15 +71,18 @@ class PlannerConfig:
     max_metrics_age_s: float = 120.0  # a window older than this is stale
     scale_down_stabilization_s: float = 300.0  # scale down to the max recommendation of this long
     scale_down_cooldown_s: float = 300.0  # no scale-down this soon after a scale-up of the role
-    scale_down_interval_s: float = 60.0  # at least this long between two scale-downs (drain time)
+    scale_down_interval_s: float = 120.0  # at least this long between two scale-downs (drain, and the moved sessions' re-prefill)
     max_scale_down_step: int = 1  # replicas removed per decision at most (or the fraction below)
-    max_scale_down_fraction: float = 0.25  # ... or this share of the current replicas, if more
+    max_scale_down_fraction: float = 0.25  # ... or this share of the current replicas, if more (decode)
+    prompt_scale_down_fraction: float = 0.0  # the same for replicas that hold prefix caches (prefill, aggregated)
     down_margin: float = 0.15  # scale down only if need × (1 + margin) fits in fewer replicas
-    up_tolerance: float = 0.0  # fractional need within this share above the current count is not a scale-up
+    up_tolerance: float = 0.1  # while the SLO holds, a need within this share above the current count is not a scale-up
     target_utilization: float = 0.9  # plan replicas so the model's capacity is used at most this much
     correction_min: float = 0.5  # bounds of the learned latency correction (observed / predicted)
     correction_max: float = 2.0
     correction_smoothing: float = 0.4  # EWMA weight of a new correction sample (log space)
+    hit_smoothing: float = 0.2  # EWMA weight of a window's prefix-cache hit rate in the sizing level
+    service_smoothing: float = 0.1  # the same for the measured prefill service-time ratio (a hardware property)
     min_requests_for_feedback: float = 20.0  # a window with fewer finished requests teaches nothing
     trend_alpha: float = 0.5  # Holt level smoothing of the request rate
     trend_beta: float = 0.1  # Holt trend smoothing (low: one noisy window must not look like a trend)
@@ -90,12 +93,26 @@ class PlannerConfig:
     max_forecast_growth: float = 1.5  # a forecast never exceeds this × the smoothed level
     min_requests_for_slo: float = 10.0  # fewer finished requests: latency percentiles are not judged
     kv_cache_target: float = 0.85  # decode KV-cache usage above this asks for replicas (memory-bound)
-    # the prefill utilisation bound never assumes a prefill cheaper than this × the profile's (a low
-    # correction usually means the queueing tail is lighter than modelled, not that prefill is faster)
+    # prefill sizing never assumes a prefill cheaper than this × the profile's while its service time is
+    # not measured (a low latency correction usually means the queueing tail is lighter than modelled,
+    # not that prefill is faster); a measured vllm:request_prefill_time ratio replaces it
     min_throughput_correction: float = 1.0
+    forecast_work: bool = True  # the prompt-computing role trends prefill work (rate × service), not requests
     arrivals_from_queue_growth: bool = False  # demand = completions + queue growth (experimental)
     saturation_learning: bool = False  # learn a lower bound of the correction from a backlog (experimental)
-    service_cv2: float = 1.0  # squared coefficient of variation of prefill service times (queueing)
+    # squared coefficient of variation of prefill service times in the queueing tail: 1.2 measured in a
+    # steady agent run; 2.0 also covers the re-prefill storms of moved sessions (docs/2026-11-30-autoscale-bench.md)
+    service_cv2: float = 2.0
+
+    @classmethod
+    def for_spec(cls, interval_s: float, scale_down_stabilization_s: float) -> PlannerConfig:
+        """The knobs a V41FlashDeployment's spec.autoscaling sets (the operator and the benchmark both use it)."""
+        return cls(
+            interval_s=float(interval_s),
+            scale_down_stabilization_s=float(scale_down_stabilization_s),
+            # a user's shorter scaleDownStabilizationSeconds also shortens the post-scale-up cooldown
+            scale_down_cooldown_s=min(cls.scale_down_cooldown_s, float(scale_down_stabilization_s)),
+        )
 
 
 # ---------------------------------------------------------------- state
@@ -103,6 +120,7 @@ class PlannerConfig:
 class RoleState:
     correction: float = 1.0  # learned multiplier on the profile's latency (observed / predicted)
     corrections_learned: int = 0  # windows that updated the correction
+    service_correction: float | None = None  # measured / profile prefill service time (None: not measured)
     last_scale_time: float | None = None
     last_action: Action = "hold"
     recommendations: tuple[tuple[float, int], ...] = ()  # (time, replicas) within stabilization
@@ -111,6 +129,7 @@ class RoleState:
     rate_trend: float = 0.0  # Holt trend (req/s per second)
     rate_time: float | None = None  # time of the last rate update
     last_waiting: float | None = None  # queued requests at the last update (queue growth → arrivals)
+    hit_level: float | None = None  # smoothed prefix-cache hit rate of the role that computes prompts
 
 
 @dataclass(frozen=True)

@@ -313,14 +313,36 @@ def plan(
             correction=_smooth_correction(prefill_state.correction, sample, cfg),
             corrections_learned=prefill_state.corrections_learned + 1,
         )
+        if disagg and fw.prefill_time_mean_s and demand.new_tokens > 0:
+            # the service time itself, measured without the queue: the floor of the correction (below)
+            model_s = pp.request_seconds(demand.new_tokens, demand.cached_tokens)
+            s_sample = min(cfg.correction_max * 2, max(cfg.correction_min / 2, fw.prefill_time_mean_s / model_s))
+            old = prefill_state.service_correction
+            prefill_state = replace(prefill_state, service_correction=s_sample if old is None else _smooth_correction(
+                old, s_sample, replace(cfg, correction_smoothing=cfg.service_smoothing)))
     new_state = replace(new_state, prefill=prefill_state, decode=decode_state)
-    kp, kd = prefill_state.correction, decode_state.correction
+    # The latency correction fits the queueing tail; below the measured service-time ratio (or 1 when
+    # prefill time is not measured) it sized prefill too lean as load rose (agent prefill times are
+    # heavy-tailed and session-affine): sizing never assumes prefill cheaper than that floor.
+    ks = prefill_state.service_correction
+    kp = max(prefill_state.correction, ks if ks is not None else cfg.min_throughput_correction)
+    kd = decode_state.correction
+    # Size for the cache-hit level that will hold when new replicas are Ready, not for one window's miss
+    # storm (a scale-down or a wave of new sessions): the smoothed level, when there is one.
+    front_role: Role = "prefill" if disagg else "decode"
+    frs = new_state.role(front_role)
+    hit_level = frs.hit_level
+    if learn_ok(front_obs, front_status) and fw.prefix_cache_hit_rate is not None:
+        w = cfg.hit_smoothing
+        hit_level = demand.hit_rate if hit_level is None else w * demand.hit_rate + (1 - w) * hit_level
+        new_state = new_state.with_role(front_role, replace(frs, hit_level=hit_level))
+    sized = demand if hit_level is None else replace(demand, hit_rate=min(0.999, max(0.0, hit_level)))
 
     # --- forecast and size ----------------------------------------------------------------------------
     def size_prefill(rate: float, ranks: int) -> capacity.Need:
         return capacity.prefill_replicas_needed(
-            pp, rate, demand.new_tokens, demand.cached_tokens, prefill_budget, p, kp, cfg.target_utilization, ranks,
-            cfg.service_cv2, max(kp, cfg.min_throughput_correction),
+            pp, rate, sized.new_tokens, sized.cached_tokens, prefill_budget, p, kp, cfg.target_utilization, ranks,
+            cfg.service_cv2,
         )
 
     def size_decode(rate: float) -> capacity.Need:
@@ -337,7 +359,18 @@ def plan(
         observed_rate = completed
         if cfg.arrivals_from_queue_growth and usable and rs.last_waiting is not None and rs.rate_time is not None and now > rs.rate_time:
             observed_rate = max(0.0, completed + (backlog - rs.last_waiting) / (now - rs.rate_time))
-        rs, forecast = _forecast(rs, observed_rate if usable else None, now, horizon, cfg)
+        # The role that computes prompts forecasts its work (prefill-seconds per second), not requests:
+        # agent sessions' contexts grow turn after turn, so after a wave of new sessions the work keeps
+        # rising for many minutes at a flat request rate. (Requests per second, in the current mix, below.)
+        unit = 1.0
+        if cfg.forecast_work and (r.role == "prefill" or not disagg):
+            unit = pp.request_seconds(sized.new_tokens, sized.cached_tokens) if sized.isl > 0 else 0.0
+        if unit > 0:
+            rs, forecast = _forecast(rs, observed_rate * unit if usable else None, now, horizon, cfg)
+            forecast /= unit
+        else:  # no prompt lengths observed yet: nothing to learn a trend from
+            rs, forecast = _forecast(rs, None, now, horizon, cfg)
+            forecast = observed_rate
         rs = replace(rs, last_waiting=backlog if usable else None)
         new_state = new_state.with_role(r.role, rs)
         if not usable:
@@ -379,10 +412,14 @@ def plan(
             _apply_bounds(r, cur, lo, hi)
             continue
         k = kp if r.role == "prefill" else kd
-        need_txt = _need_text(r, demand, k, kp if not disagg else None)
+        need_txt = _need_text(r, sized, k, kp if not disagg else None)
+        if r.role == "prefill" and ks is not None:
+            need_txt += f" (tail fit {prefill_state.correction:.2f}, measured prefill time {ks:.2f})"
         if r.kv_note:
             need_txt += f"; {r.kv_note} needs {r.need.replicas:.1f}"
-        up_target = math.ceil(r.need.replicas * (1 - cfg.up_tolerance) - 1e-9)
+        up_target = math.ceil(r.need.replicas - 1e-9)
+        if not r.breached and r.need.replicas <= cur * (1 + cfg.up_tolerance):
+            up_target = min(up_target, cur)  # the SLO holds and the need is within noise of what runs
         stuck_correction = k >= cfg.correction_max * 0.99
         if r.breached and up_target <= cur and starting == 0 and r.status == "ok" and (stuck_correction or not r.need.feasible):
             up_target = cur + 1  # model cannot learn further: step up on the observed breach alone
@@ -417,7 +454,7 @@ def plan(
                 if blocker:
                     r.why = f"{head}; {need_txt}; holding {cur}: {blocker}"
                 else:
-                    step = max(cfg.max_scale_down_step, math.floor(cur * cfg.max_scale_down_fraction))
+                    step = max(cfg.max_scale_down_step, math.floor(cur * _down_fraction(r, disagg, cfg) + 1e-9))
                     target = max(stabilized, cur - step)
                     r.desired, r.action = target, "scale_down"
                     r.why = f"{head}; {need_txt}; {cur} → {target} after {cfg.scale_down_stabilization_s:.0f}s below"
@@ -433,7 +470,7 @@ def plan(
     if disagg:
         pr = work["prefill"]
         pred_ttft = capacity.prefill_ttft(
-            pp, pr.demand_rate or demand.prefill_rate, pr.desired, demand.new_tokens, demand.cached_tokens, p, kp, None, cfg.service_cv2
+            pp, pr.demand_rate or demand.prefill_rate, pr.desired, sized.new_tokens, sized.cached_tokens, p, kp, None, cfg.service_cv2
         ) + handover
     for r in roles:
         rs = new_state.role(r.role)
@@ -447,7 +484,7 @@ def plan(
             if not disagg:
                 dshare = capacity.decode_replicas_needed(dp, rate, demand.osl, demand.context, itl_budget, kd, 1.0).replicas
                 pred_ttft = capacity.prefill_ttft(
-                    pp, rate, max(0.1 * r.desired, r.desired - dshare), demand.new_tokens, demand.cached_tokens, p, kp,
+                    pp, rate, max(0.1 * r.desired, r.desired - dshare), sized.new_tokens, sized.cached_tokens, p, kp,
                     dp.data_parallel_size, cfg.service_cv2,
                 )
             if pred_itl is not None and pred_ttft is not None:
@@ -522,6 +559,19 @@ def _down_blocker(r: _RoleWork, rs: RoleState, now: float, cfg: PlannerConfig) -
         if now - rs.last_scale_time < wait:
             return f"cooldown ({now - rs.last_scale_time:.0f}/{wait:.0f}s since the last {rs.last_action.replace('_', '-')})"
     return None
+
+
+def _down_fraction(r: _RoleWork, disagg: bool, cfg: PlannerConfig) -> float:
+    """Share of the role's replicas one scale-down may remove (at least ``max_scale_down_step``).
+
+    Removing a replica that computes prompts throws its prefix cache away: each of its sessions'
+    next turn re-prefills the whole context elsewhere (a 280k-token agent context is ~14 s on H200 TP4)
+    and blocks the requests queued behind it, so the roles that compute prompts shrink by
+    ``prompt_scale_down_fraction`` (default: one replica per step).
+    """
+    if r.role == "prefill" or not disagg:
+        return cfg.prompt_scale_down_fraction
+    return cfg.max_scale_down_fraction
 
 
 def _apply_bounds(r: _RoleWork, cur: int, lo: int, hi: int) -> None:

@@ -23,6 +23,7 @@ import numpy as np
 
 from v41flash.planner.plan import plan as planner_plan
 from v41flash.planner.profile import CapacityProfile
+from v41flash.api.v1alpha1 import AutoscalingSpec
 from v41flash.planner.datatypes import Bounds, PlannerConfig, PlannerState, RoleBounds, Slo
 from v41flash.sim.observe import observation, role_gauges, window_figures
 
@@ -105,7 +106,10 @@ class PlannerPolicy:
 
     def __init__(self, ctx: PolicyContext, config: PlannerConfig | None = None) -> None:
         self.ctx = ctx
-        self.config = config or PlannerConfig()
+        if config is None:  # what the operator runs for a V41FlashDeployment with default spec.autoscaling
+            a = AutoscalingSpec()
+            config = PlannerConfig.for_spec(a.interval_seconds, a.scale_down_stabilization_seconds)
+        self.config = config
         self.interval_s = self.config.interval_s
         self.state = PlannerState()
         lo_p, hi_p = ctx.bounds["prefill"]
