@@ -110,8 +110,10 @@ class PlannerConfig:
         return cls(
             interval_s=float(interval_s),
             scale_down_stabilization_s=float(scale_down_stabilization_s),
-            # a user's shorter scaleDownStabilizationSeconds also shortens the post-scale-up cooldown
+            # a user's shorter scaleDownStabilizationSeconds also shortens the post-scale-up cooldown and
+            # the spacing of scale-downs
             scale_down_cooldown_s=min(cls.scale_down_cooldown_s, float(scale_down_stabilization_s)),
+            scale_down_interval_s=min(cls.scale_down_interval_s, float(scale_down_stabilization_s)),
         )
 
 
