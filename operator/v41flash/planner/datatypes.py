@@ -97,7 +97,6 @@ class PlannerConfig:
     # not measured (a low latency correction usually means the queueing tail is lighter than modelled,
     # not that prefill is faster); a measured vllm:request_prefill_time ratio replaces it
     min_throughput_correction: float = 1.0
-    forecast_work: bool = True  # the prompt-computing role trends prefill work (rate × service), not requests
     arrivals_from_queue_growth: bool = False  # demand = completions + queue growth (experimental)
     saturation_learning: bool = False  # learn a lower bound of the correction from a backlog (experimental)
     # squared coefficient of variation of prefill service times in the queueing tail: 1.2 measured in a

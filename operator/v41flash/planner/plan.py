@@ -359,18 +359,7 @@ def plan(
         observed_rate = completed
         if cfg.arrivals_from_queue_growth and usable and rs.last_waiting is not None and rs.rate_time is not None and now > rs.rate_time:
             observed_rate = max(0.0, completed + (backlog - rs.last_waiting) / (now - rs.rate_time))
-        # The role that computes prompts forecasts its work (prefill-seconds per second), not requests:
-        # agent sessions' contexts grow turn after turn, so after a wave of new sessions the work keeps
-        # rising for many minutes at a flat request rate. (Requests per second, in the current mix, below.)
-        unit = 1.0
-        if cfg.forecast_work and (r.role == "prefill" or not disagg):
-            unit = pp.request_seconds(sized.new_tokens, sized.cached_tokens) if sized.isl > 0 else 0.0
-        if unit > 0:
-            rs, forecast = _forecast(rs, observed_rate * unit if usable else None, now, horizon, cfg)
-            forecast /= unit
-        else:  # no prompt lengths observed yet: nothing to learn a trend from
-            rs, forecast = _forecast(rs, None, now, horizon, cfg)
-            forecast = observed_rate
+        rs, forecast = _forecast(rs, observed_rate if usable else None, now, horizon, cfg)
         rs = replace(rs, last_waiting=backlog if usable else None)
         new_state = new_state.with_role(r.role, rs)
         if not usable:
