@@ -131,3 +131,21 @@ def test_cli_bench_autoscale_writes_report_and_plots(tiny, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "win-SLO" in text and "simulator speed" in text
     assert main(["bench", "autoscale", "--scenario", str(tiny), "--out", str(out), "--policies", "nope"]) == 2
+
+
+def test_planner_set_changes_only_ours_and_is_recorded(tiny, tmp_path, capsys):
+    base = tmp_path / "base"
+    ablated = tmp_path / "ablated"
+    assert main(["bench", "autoscale", "--scenario", str(tiny), "--out", str(base), "--policies", "ours,hpa",
+                 "--no-plots", "--jobs", "1"]) == 0
+    assert main(["bench", "autoscale", "--scenario", str(tiny), "--out", str(ablated), "--policies", "ours,hpa",
+                 "--no-plots", "--jobs", "1", "--planner-set", "target_utilization=0.3",
+                 "--planner-set", "up_tolerance=0"]) == 0
+    a, b = (json.loads((d / "report.json").read_text()) for d in (base, ablated))
+    assert a["planner_overrides"] == {} and b["planner_overrides"] == {"target_utilization": 0.3, "up_tolerance": 0}
+    assert a["policies"]["hpa"] == b["policies"]["hpa"]  # the baselines do not move
+    assert b["policies"]["ours"]["gpu_hours"] > a["policies"]["ours"]["gpu_hours"]  # 30 % utilisation: more replicas
+    capsys.readouterr()
+    for bad in ("nope=1", "service_cv2=fast", "saturation_learning=3", "interval_s"):
+        assert main(["bench", "autoscale", "--scenario", str(tiny), "--out", str(ablated), "--planner-set", bad]) == 2
+        assert "--planner-set" in capsys.readouterr().err

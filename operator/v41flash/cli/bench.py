@@ -12,6 +12,30 @@ import time
 from pathlib import Path
 
 
+def planner_overrides(items: list[str]) -> dict:
+    """['service_cv2=1.0', ...] → {'service_cv2': 1.0}; unknown fields and bad values are refused."""
+    import dataclasses
+
+    import yaml
+
+    from v41flash.planner.datatypes import PlannerConfig
+
+    fields = {f.name: f for f in dataclasses.fields(PlannerConfig)}
+    out = {}
+    for item in items:
+        name, sep, raw = item.partition("=")
+        if not sep or name not in fields:
+            raise ValueError(f"{item!r}: expected FIELD=VALUE with FIELD one of {', '.join(sorted(fields))}")
+        value = yaml.safe_load(raw)
+        default = getattr(PlannerConfig, name)
+        if isinstance(default, bool) and not isinstance(value, bool) or \
+                isinstance(default, (int, float)) and not isinstance(default, bool) and \
+                (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ValueError(f"{item!r}: {name} takes a {type(default).__name__}")
+        out[name] = value
+    return out
+
+
 def _autoscale(args: argparse.Namespace) -> int:
     from v41flash.sim.bench import format_table, run_benchmark
     from v41flash.sim.scenario import POLICIES, load_scenario
@@ -30,6 +54,11 @@ def _autoscale(args: argparse.Namespace) -> int:
             return 2
     if args.seed is not None:
         sc = sc.model_copy(update={"seed": args.seed})
+    try:
+        overrides = planner_overrides(args.planner_set or [])
+    except ValueError as exc:
+        print(f"error: --planner-set: {exc}", file=sys.stderr)
+        return 2
     out = Path(args.out)
     started = time.perf_counter()
 
@@ -37,7 +66,7 @@ def _autoscale(args: argparse.Namespace) -> int:
         print(f"[{time.perf_counter() - started:6.1f}s] {msg}", file=sys.stderr, flush=True)
 
     report = run_benchmark(sc, out, policies=policies, duration=args.duration, progress=progress,
-                           plots=not args.no_plots, jobs=max(1, args.jobs))
+                           plots=not args.no_plots, jobs=max(1, args.jobs), planner_overrides=overrides)
     print(f"scenario {sc.name}: {report['duration_s']:.0f} s simulated, SLO TTFT p{sc.slo.ttft_percentile * 100:g} "
           f"≤ {sc.slo.ttft_s:g}s and e2e p95 ≤ {sc.slo.e2e_p95_s:g}s; ${sc.cost_per_gpu_hour:g}/GPU-h; "
           f"tokens = cached + uncached prompt + output")
@@ -76,6 +105,8 @@ def register(subparsers) -> None:
     a.add_argument("--duration", type=float, help="Override the scenario's simulated seconds (quick runs).")
     a.add_argument("--seed", type=int, help="Override the scenario's seed.")
     a.add_argument("--no-plots", action="store_true", help="Skip the PNG plots.")
+    a.add_argument("--planner-set", action="append", metavar="FIELD=VALUE",
+                   help="Change one PlannerConfig field for 'ours' (repeatable; an ablation, e.g. service_cv2=1.0).")
     a.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                    help="Simulations run in parallel processes (results do not depend on it; default: %(default)s).")
     a.set_defaults(func=_autoscale)

@@ -19,7 +19,7 @@ import subprocess
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -156,7 +156,10 @@ def score(sim: Simulator, sc: Scenario, duration: float) -> dict:
 
 def make_policy(name: str, ctx: PolicyContext, extra: dict):
     if name == "ours":
-        return PlannerPolicy(ctx)
+        pol = PlannerPolicy(ctx)
+        if _STATE.get("planner_overrides"):  # an ablation: the operator's default config with some knobs changed
+            pol = PlannerPolicy(ctx, replace(pol.config, **_STATE["planner_overrides"]))
+        return pol
     if name == "dynamo":
         return DynamoPolicy(ctx)
     if name == "keda":
@@ -221,8 +224,11 @@ class _Pool:
 
 def run_benchmark(sc: Scenario, out_dir: Path, policies: tuple[str, ...] | None = None,
                   duration: float | None = None, progress: Callable[[str], None] = print,
-                  base_dir: Path | None = None, plots: bool = True, jobs: int = 1) -> dict:
-    """Every selected policy on the same workload; returns (and writes) the report."""
+                  base_dir: Path | None = None, plots: bool = True, jobs: int = 1,
+                  planner_overrides: dict | None = None) -> dict:
+    """Every selected policy on the same workload; returns (and writes) the report.
+
+    ``planner_overrides``: PlannerConfig fields to change for ``ours`` (ablations; recorded in the report)."""
     duration = float(duration or sc.duration_s)
     policies = tuple(policies or sc.policies)
     truth, planner = profiles(sc, base_dir)
@@ -239,7 +245,8 @@ def run_benchmark(sc: Scenario, out_dir: Path, policies: tuple[str, ...] | None 
                               itl_target_s=ctx.itl_target_s)
     lead = {"prefill": truth.prefill.cold_start_seconds, "decode": truth.decode.cold_start_seconds}
     _STATE.clear()
-    _STATE.update(sc=sc, wl=wl, truth=truth, duration=duration, ctx=ctx, truth_ctx=truth_ctx, lead=lead)
+    _STATE.update(sc=sc, wl=wl, truth=truth, duration=duration, ctx=ctx, truth_ctx=truth_ctx, lead=lead,
+                  planner_overrides=dict(planner_overrides or {}))
     pool = _Pool(jobs)
     speed: dict[str, dict] = {}
     results: dict[str, RunResult] = {}
@@ -325,6 +332,7 @@ def run_benchmark(sc: Scenario, out_dir: Path, policies: tuple[str, ...] | None 
         "profiles": {"truth": truth.metadata.name, "planner": planner.metadata.name,
                      "planner_profile_error": sc.deployment.planner_profile_error},
         "workload": stats,
+        "planner_overrides": dict(planner_overrides or {}),
         "policies": {p: {k: v for k, v in results[p].score.items() if k != "minute_windows"} for p in order},
         "minute_windows": {p: results[p].score["minute_windows"] for p in order},
         "scale_actions": {p: results[p].actions for p in order},
