@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import VENV_BIN, Cluster, Proc, free_port, proc_start_ticks, stop_procs  # noqa: E402
+from harness import Cluster, Proc, free_port, operator_argv, proc_start_ticks, stop_procs  # noqa: E402
 from kit import ClusterHandle, kubectl, wait_for  # noqa: E402,F401  (re-exported for tests)
 
 
@@ -69,9 +69,7 @@ class OperatorProcess:
 
     @property
     def argv(self) -> list[str]:
-        return [str(VENV_BIN / "v41flash"), "operator", "--kubeconfig", str(self.handle.kubeconfig),
-                "--bind-address", "127.0.0.1", "--metrics-port", str(self.metrics_port),
-                "--health-port", str(self.health_port), *self.extra_args]
+        return operator_argv(self.handle.kubeconfig, self.metrics_port, self.health_port, *self.extra_args)
 
     def start(self) -> "OperatorProcess":
         assert not self.alive, "operator already running"

@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import REPO, VENV_BIN, Cluster, free_port, log, spawn  # noqa: E402
+from harness import REPO, Cluster, free_port, log, operator_argv, spawn  # noqa: E402
 
 DEFAULT_EXAMPLE = REPO / "manifests" / "examples" / "tp4-h200-low-latency.yaml"
 NAMESPACE = "demo"
@@ -27,8 +27,7 @@ def start_operator(c: Cluster) -> None:
     if any(p.name == "operator" and p.alive() for p in c.procs()):
         log("operator already running")
         return
-    argv = [VENV_BIN / "v41flash", "operator", "--kubeconfig", c.kubeconfig, "--bind-address", "127.0.0.1",
-            "--metrics-port", str(free_port()), "--health-port", str(free_port())]
+    argv = operator_argv(c.kubeconfig, free_port(), free_port())
     proc = spawn("operator", argv, c.logs / "operator.log", env=dict(os.environ, KUBECONFIG=str(c.kubeconfig)))
     c.register(proc)  # `make down` stops it with the rest
     log(f"operator started (pid {proc.pid}); logs: {c.logs / 'operator.log'}")

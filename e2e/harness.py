@@ -148,6 +148,12 @@ class Proc:
 _children: dict[int, subprocess.Popen] = {}  # Popen objects of this process's own children, for reaping
 
 
+def operator_argv(kubeconfig: Path, metrics_port: int, health_port: int, *extra: str) -> list[str]:
+    """`v41flash operator` against a local cluster, on its own loopback ports (the demo and the e2e fixture)."""
+    return [str(VENV_BIN / "v41flash"), "operator", "--kubeconfig", str(kubeconfig), "--bind-address", "127.0.0.1",
+            "--metrics-port", str(metrics_port), "--health-port", str(health_port), *extra]
+
+
 def spawn(name: str, argv: list[str], log_path: Path, env: dict | None = None, port: int | None = None,
           cwd: Path | None = None, extra: dict | None = None) -> Proc:
     log_path.parent.mkdir(parents=True, exist_ok=True)
