@@ -94,7 +94,7 @@ def main() -> int:
     log("4/5 waiting until it is Ready")
     cr = wait_ready(c, name)
     model = cr["spec"]["model"].get("servedModelName") or cr["spec"]["model"]["checkpoint"]
-    log("5/5 a chat completion through the router (client -> vllm-router -> prefill sim -> decode sim)")
+    log("5/5 a chat completion through the router (client -> session proxy -> vllm-router -> prefill sim -> decode sim)")
     answer = chat(c, name, model, "Say hello to the platform team.")
     print()
     print(f"answer from {model}: {answer!r}")
