@@ -149,13 +149,3 @@ def test_shipped_default_layouts_match_the_api_defaults():
             tp = api.DEFAULT_LOW_LATENCY_TP.get(p.gpu_product, api.LOW_LATENCY_TP)
             assert (p.prefill.parallelism, p.prefill.gpus_per_replica) == (f"TP{tp}", tp)
         assert p.decode.parallelism == p.prefill.parallelism
-
-
-def test_utilisation_bound_uses_the_throughput_correction():
-    p = PROFILE.prefill
-    s = p.request_seconds(6000, 6000)
-    # a loose TTFT budget: only the 90 % utilisation bound binds
-    light = capacity.prefill_replicas_needed(p, 10.0, 6000, 6000, 100.0, 0.9, correction=0.6)
-    assert light.replicas == pytest.approx(10.0 * s * 0.6 / 0.9)
-    safe = capacity.prefill_replicas_needed(p, 10.0, 6000, 6000, 100.0, 0.9, correction=0.6, throughput_correction=1.0)
-    assert safe.replicas == pytest.approx(10.0 * s / 0.9)

@@ -72,21 +72,18 @@ def prefill_replicas_needed(
     target_utilization: float = 0.9,
     ranks_per_replica: int | None = None,
     cs2: float = 1.0,
-    throughput_correction: float | None = None,
 ) -> Need:
     """Fewest (fractional) replicas whose predicted prefill TTFT_p stays within ``ttft_budget_s``.
 
-    ``throughput_correction`` (default: ``correction``) scales the service time only for the
-    utilisation bound, so a correction learned from a light queueing tail cannot size the busy time
-    below what the profile says a prefill costs.
+    ``correction`` scales the service time in both the queueing tail and the utilisation bound; the
+    planner never passes one below the measured prefill-time ratio (or 1 while that is unmeasured).
     """
     if rate <= 0:
         return Need(0.0, True)
     dp = ranks_per_replica or prefill.data_parallel_size
     service = prefill.request_seconds(new_tokens, cached_tokens) * correction
     work = rate * service / dp  # replicas' worth of busy time per second
-    tk = correction if throughput_correction is None else throughput_correction
-    lo = max(work, rate * prefill.request_seconds(new_tokens, cached_tokens) * tk / dp) / target_utilization
+    lo = work / target_utilization
 
     def ttft(n: float) -> float:
         return prefill_ttft(prefill, rate, n, new_tokens, cached_tokens, percentile, correction, dp, cs2)

@@ -35,6 +35,7 @@ from v41flash.sim.policies import (
     PolicyContext,
     SchedulePolicy,
     StaticPolicy,
+    operator_default_config,
 )
 from v41flash.sim.scenario import POLICIES, Scenario, profiles
 from v41flash.sim.workload import Workload, build_workload
@@ -156,10 +157,8 @@ def score(sim: Simulator, sc: Scenario, duration: float) -> dict:
 
 def make_policy(name: str, ctx: PolicyContext, extra: dict):
     if name == "ours":
-        pol = PlannerPolicy(ctx)
-        if _STATE.get("planner_overrides"):  # an ablation: the operator's default config with some knobs changed
-            pol = PlannerPolicy(ctx, replace(pol.config, **_STATE["planner_overrides"]))
-        return pol
+        # an ablation changes some knobs of the operator's default config
+        return PlannerPolicy(ctx, replace(operator_default_config(), **_STATE.get("planner_overrides", {})))
     if name == "dynamo":
         return DynamoPolicy(ctx)
     if name == "keda":

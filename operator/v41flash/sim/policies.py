@@ -99,6 +99,12 @@ class SchedulePolicy:
         return self.ctx.clamp(want)
 
 
+def operator_default_config() -> PlannerConfig:
+    """What the operator runs for a V41FlashDeployment with default spec.autoscaling."""
+    a = AutoscalingSpec()
+    return PlannerConfig.for_spec(a.interval_seconds, a.scale_down_stabilization_seconds)
+
+
 class PlannerPolicy:
     """Ours: the operator's planner, called like the controller calls it."""
 
@@ -106,10 +112,7 @@ class PlannerPolicy:
 
     def __init__(self, ctx: PolicyContext, config: PlannerConfig | None = None) -> None:
         self.ctx = ctx
-        if config is None:  # what the operator runs for a V41FlashDeployment with default spec.autoscaling
-            a = AutoscalingSpec()
-            config = PlannerConfig.for_spec(a.interval_seconds, a.scale_down_stabilization_seconds)
-        self.config = config
+        self.config = config or operator_default_config()
         self.interval_s = self.config.interval_s
         self.state = PlannerState()
         lo_p, hi_p = ctx.bounds["prefill"]
