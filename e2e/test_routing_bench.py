@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from v41flash.routing import bench as b
+from v41flash_bench.routing import runner as b
 
 pytestmark = pytest.mark.e2e
 
@@ -45,7 +45,7 @@ def test_bench_routing_smoke(binaries, tmp_path):
     scenario = tmp_path / "tiny.yaml"
     scenario.write_text(TINY)
     out = tmp_path / "out"
-    r = subprocess.run([sys.executable, "-m", "v41flash.cli.bench_routing", "--out", str(out),
+    r = subprocess.run([sys.executable, "-m", "v41flash_bench.cli_routing", "--out", str(out),
                         "--scenario", str(scenario)], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "mode" in r.stdout and "sticky_least_loaded" in r.stdout and "report.json" in r.stdout

@@ -114,15 +114,6 @@ def test_cel_profile_defaults_match_the_gpu_catalog():
         assert api.DEFAULT_HIGH_THROUGHPUT_DP.get(name, api.HIGH_THROUGHPUT_DP) == gpus.smallest_fitting_dp(product), name
 
 
-def test_routing_defaults_are_the_measured_ones():
-    """The CRD's routing defaults are the values `v41flash bench routing` chose (routing/defaults.py)."""
-    from v41flash.routing.defaults import ROUTING_DEFAULTS
-    spec_defaults = api.RoutingSpec().model_dump(by_alias=True)
-    for key, chosen in ROUTING_DEFAULTS.items():
-        for field, value in chosen.spec_fields().items():
-            assert spec_defaults[field] == value, (key, field)
-
-
 def _routing_problems(routing):
     doc = {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": {"name": "x"}, "spec": {"routing": routing}}
     return [str(p) for p in validate(doc)]

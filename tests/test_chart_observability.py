@@ -33,7 +33,7 @@ PROMTOOL_VERSION = next((line.split("=", 1)[1].strip()
 ON = ["--set", "prometheusRule.enabled=true", "--set", "dashboard.enabled=true", "--set", "serviceMonitor.enabled=true",
       "--set", "podMonitor.enabled=true"]
 # Modules whose import registers the operator's Prometheus metrics (missing ones are skipped: not written yet).
-METRIC_MODULES = ("v41flash.controller.handlers", "v41flash.planner.metrics")
+METRIC_MODULES = ("v41flash.controller.handlers", "v41flash.metrics.operator_metrics")
 
 
 def promtool() -> Path:

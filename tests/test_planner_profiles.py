@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from planner_sim import PROFILE
 from v41flash.cli.main import main
 from v41flash.planner import capacity
-from v41flash.planner.fit import build_profile, fit_decode, fit_prefill
+from v41flash_bench.profiles.fit import build_profile, fit_decode, fit_prefill
 from v41flash.planner.profile import find_profile, load_profile, profile_from_dict, shipped_profiles
 
 PRESETS = {

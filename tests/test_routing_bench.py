@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from v41flash.routing import bench as b
-from v41flash.routing.session_proxy import derived_session_key
-from v41flash.routing.workload import Scenario, build_trace
+from v41flash_bench.routing import runner as b
+from v41flash.proxy.session_proxy import derived_session_key
+from v41flash_bench.routing.sessions import Scenario, build_trace
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -221,7 +221,7 @@ def test_processes_stop_their_whole_group(tmp_path):
 
 
 def test_cli_refuses_unknown_variant(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "v41flash.cli.bench_routing", "--out", str(tmp_path),
+    r = subprocess.run([sys.executable, "-m", "v41flash_bench.cli_routing", "--out", str(tmp_path),
                         "--variants", "nope"], capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 2 and "unknown variants ['nope']" in r.stderr
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from v41flash.metrics.parse import EngineMetrics, Histogram, parse_metrics
-from v41flash.routing.observe import EngineUsage, engine_usage, observe, spread
+from v41flash_bench.routing.engine_stats import EngineUsage, engine_usage, observe, spread
 
 
 def _engine(hits: float, queries: float, success: float, e2e_sum: float) -> dict[str, EngineMetrics]:

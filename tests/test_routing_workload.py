@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from v41flash.routing.session_proxy import derived_session_key
-from v41flash.routing.workload import Scenario, block_chain, build_trace, oracle
+from v41flash.proxy.session_proxy import derived_session_key
+from v41flash_bench.routing.sessions import Scenario, block_chain, build_trace, oracle
 
 SMALL = Scenario(sessions=6, turns_min=3, turns_max=5, system_tokens=40, first_turn_tokens=10,
                  new_tokens_median=8, new_tokens_mean=10, new_tokens_max=50, output_tokens_median=3,

@@ -12,7 +12,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from v41flash.cli.main import build_parser
-from v41flash.routing import session_proxy as sp
+from v41flash.proxy import session_proxy as sp
 
 
 def _free_port() -> int:

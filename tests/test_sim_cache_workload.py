@@ -6,8 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from v41flash.sim.cache import PrefixCache, PrefixIndex
-from v41flash.sim.workload import (
+from v41flash_bench.sim.cache import PrefixCache, PrefixIndex
+from v41flash_bench.sim.workload import (
     AgentSessionSpec,
     AgentxTraceSpec,
     ArrivalSpec,

@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 
 from v41flash.planner.profile import find_profile
-from v41flash.sim.engine import EngineConfig, Simulator
-from v41flash.sim.scenario import with_cold_start
-from v41flash.sim.workload import (
+from v41flash_bench.sim.engine import EngineConfig, Simulator
+from v41flash_bench.sim.scenario import with_cold_start
+from v41flash_bench.sim.workload import (
     AgentSessionSpec,
     ArrivalSpec,
     LogNormalSpec,
@@ -155,7 +155,7 @@ def test_routers_serve_everything(router):
 def test_trace_replays_run_through_the_engine():
     from pathlib import Path
 
-    from v41flash.sim.workload import AgentxTraceSpec, MooncakeTraceSpec, load_agentx_trace, load_mooncake_trace
+    from v41flash_bench.sim.workload import AgentxTraceSpec, MooncakeTraceSpec, load_agentx_trace, load_mooncake_trace
 
     fix = Path(__file__).parent / "fixtures" / "sim"
     wl = load_agentx_trace(AgentxTraceSpec(path=str(fix / "agentx_sessions.json"), think_cap_s=10.0))
@@ -179,7 +179,7 @@ def test_trace_replays_run_through_the_engine():
 def test_simulated_window_figures_match_the_telemetry():
     import numpy as np
 
-    from v41flash.sim.observe import observation
+    from v41flash_bench.sim.telemetry import observation
 
     sim = Simulator(_small_workload(seed=3), PROFILE, None, 200.0, {"prefill": 2, "decode": 1})
     tel = sim.run()

@@ -1,7 +1,9 @@
 """`v41flash` command line: one entry point, each subcommand group in its own module.
 
 A module listed in COMMAND_MODULES exposes `register(subparsers)`, which adds its subcommands and sets
-`func` (a callable taking the parsed args and returning an exit code) on each parser.
+`func` (a callable taking the parsed args and returning an exit code) on each parser. `bench` comes from the
+evaluation package v41flash_bench (the `bench` extra, absent from the image); without it the command is still
+listed and says how to install it.
 """
 from __future__ import annotations
 
@@ -13,9 +15,29 @@ COMMAND_MODULES = (
     "v41flash.cli.manifests",  # render, validate, crd
     "v41flash.cli.operator",  # operator (run the controller)
     "v41flash.cli.profile",  # profile build/show (capacity profiles)
-    "v41flash.cli.bench",  # bench autoscale / bench routing
     "v41flash.cli.session_proxy",  # session-proxy (the router pod's front step)
 )
+BENCH_PACKAGE = "v41flash_bench"
+BENCH_MODULE = "v41flash_bench.cli"  # bench autoscale / bench routing
+
+
+def missing_extra(what: str) -> int:
+    print(f"{what} needs the evaluation package v41flash_bench: pip install 'v41flash[bench]' from a checkout "
+          f"(it is not in the operator image)", file=sys.stderr)
+    return 2
+
+
+def _register_bench(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    try:
+        module = importlib.import_module(BENCH_MODULE)
+    except ModuleNotFoundError as exc:
+        if exc.name != BENCH_PACKAGE:  # an import error inside the package must surface
+            raise
+        p = sub.add_parser("bench", help="Benchmarks (needs the bench extra: not installed)", add_help=False)
+        p.add_argument("rest", nargs=argparse.REMAINDER)
+        p.set_defaults(func=lambda args: missing_extra("v41flash bench"))
+        return
+    module.register(sub)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,13 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:  # a real import error inside the module must surface
-                raise
-            continue
-        module.register(sub)
+        importlib.import_module(name).register(sub)
+    _register_bench(sub)
     return parser
 
 

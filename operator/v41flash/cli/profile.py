@@ -10,7 +10,6 @@ import yaml
 from pydantic import ValidationError
 
 from v41flash.planner import capacity
-from v41flash.planner.fit import build_profile
 from v41flash.planner.profile import CapacityProfile, load_profile, shipped_profiles
 
 
@@ -44,6 +43,13 @@ def _read_run(path: Path) -> dict:
 
 
 def _build(args: argparse.Namespace) -> int:
+    try:  # fitting is evaluation tooling (numpy): the bench extra, not the image
+        from v41flash_bench.profiles.fit import build_profile
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("v41flash_bench", "numpy"):
+            raise
+        from v41flash.cli.main import missing_extra
+        return missing_extra("v41flash profile build")
     try:
         run = _read_run(args.source)
         if args.name:

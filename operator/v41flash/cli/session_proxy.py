@@ -1,4 +1,4 @@
-"""`v41flash session-proxy`: the router pod's front step (v41flash.routing.session_proxy).
+"""`v41flash session-proxy`: the router pod's front step (v41flash.proxy.session_proxy).
 
 The parser lives here so that other commands do not import aiohttp; the proxy module is loaded only
 when this command runs.
@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-DEFAULT_MAX_BODY_BYTES = 64 << 20
-DEFAULT_PROMPT_KEY_CHARS = 2048
+from v41flash.proxy import DEFAULT_MAX_BODY_BYTES, DEFAULT_PROMPT_KEY_CHARS
 
 
 def _listen(value: str) -> tuple[str, int]:
@@ -19,7 +18,7 @@ def _listen(value: str) -> tuple[str, int]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from v41flash.routing.session_proxy import run_cli
+    from v41flash.proxy.session_proxy import run_cli
     return run_cli(args)
 
 

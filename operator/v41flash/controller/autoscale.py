@@ -22,7 +22,7 @@ from ..planner import drain
 from ..planner.datatypes import (
     Bounds, Decision, Observation, PlannerConfig, PlannerState, RoleBounds, RoleObservation, RoleReplicas, Slo,
 )
-from ..planner.metrics import planner_metrics
+from ..metrics.operator_metrics import planner_metrics
 from ..planner.plan import plan
 from ..planner.profile import CapacityProfile, find_profile, profile_from_dict
 from ..render.resolve import Resolved, resolve

@@ -25,9 +25,9 @@ from pathlib import Path
 import numpy as np
 
 from v41flash.planner.profile import CapacityProfile
-from v41flash.sim import oracle as oracle_mod
-from v41flash.sim.engine import EngineConfig, Simulator
-from v41flash.sim.policies import (
+from v41flash_bench.sim import oracle as oracle_mod
+from v41flash_bench.sim.engine import EngineConfig, Simulator
+from v41flash_bench.sim.policies import (
     DynamoPolicy,
     HpaQueuePolicy,
     KedaPolicy,
@@ -37,8 +37,8 @@ from v41flash.sim.policies import (
     StaticPolicy,
     operator_default_config,
 )
-from v41flash.sim.scenario import POLICIES, Scenario, profiles
-from v41flash.sim.workload import Workload, build_workload
+from v41flash_bench.sim.scenario import POLICIES, Scenario, profiles
+from v41flash_bench.sim.workload import Workload, build_workload
 
 ROLES = ("prefill", "decode")
 
@@ -343,7 +343,7 @@ def run_benchmark(sc: Scenario, out_dir: Path, policies: tuple[str, ...] | None 
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "report.json").write_text(json.dumps(report, indent=1, default=_json_default))
     if plots:
-        from v41flash.sim.plots import write_plots
+        from v41flash_bench.sim.plots import write_plots
 
         write_plots(out_dir, sc, {p: results[p] for p in order}, duration)
     return report

@@ -33,7 +33,7 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 # 64 MiB bounds memory (a 1M-token prompt as JSON is a few MiB); the same defaults as the CLI
-from v41flash.cli.session_proxy import DEFAULT_MAX_BODY_BYTES, DEFAULT_PROMPT_KEY_CHARS
+from v41flash.proxy import DEFAULT_MAX_BODY_BYTES, DEFAULT_PROMPT_KEY_CHARS
 
 SESSION_HEADER = "x-session-id"
 KEYED_PATHS = ("/v1/chat/completions", "/v1/completions")

@@ -34,7 +34,7 @@ from pydantic.alias_generators import to_camel
 
 from v41flash.planner.profile import CapacityProfile, find_profile, load_profile
 from v41flash.planner.datatypes import Slo
-from v41flash.sim.workload import AgentSessionSpec, AgentxTraceSpec, ArrivalSpec, MooncakeTraceSpec
+from v41flash_bench.sim.workload import AgentSessionSpec, AgentxTraceSpec, ArrivalSpec, MooncakeTraceSpec
 
 POLICIES = ("ours", "dynamo", "keda", "hpa", "static", "oracle")
 

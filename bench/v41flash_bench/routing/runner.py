@@ -32,9 +32,9 @@ import httpx
 import yaml
 
 from v41flash.metrics.parse import parse_metrics
-from v41flash.routing import observe as obs
-from v41flash.routing.session_proxy import derived_session_key
-from v41flash.routing.workload import Scenario, Session, Trace, Turn, build_trace, oracle
+from v41flash_bench.routing import engine_stats as obs
+from v41flash.proxy.session_proxy import derived_session_key
+from v41flash_bench.routing.sessions import Scenario, Session, Trace, Turn, build_trace, oracle
 
 ROUTER_VERSION = "0.1.17"
 SIM_VERSION = "v0.10.2"
@@ -485,7 +485,7 @@ async def run_one(cfg: BenchConfig, trace: Trace, oracle_rates: dict[int, float]
         async with httpx.AsyncClient(timeout=httpx.Timeout(cfg.run_timeout_s), limits=limits) as client:
             if variant.kv_events:
                 pairs = [f"tcp://{LOOPBACK}:{a},tcp://{LOOPBACK}:{b}" for a, b in zip(zin, zout)]
-                procs.start("zmq-forward", [sys.executable, "-m", "v41flash.routing.zmq_forward", *pairs])
+                procs.start("zmq-forward", [sys.executable, "-m", "v41flash_bench.routing.zmq_forward", *pairs])
             for i, port in enumerate(eports):
                 ep = f"tcp://{LOOPBACK}:{zin[i]}" if variant.kv_events else None
                 procs.start(f"engine{i}", sim_argv(sim, port, sc, cfg.latency, ep, sc.seed + i, model_len_for(trace)),

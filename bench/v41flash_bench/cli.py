@@ -1,4 +1,4 @@
-"""`v41flash bench ...`: benchmarks. `bench autoscale` compares autoscaling policies in the simulator.
+"""`v41flash bench ...`: benchmarks (the evaluation package; registered by v41flash.cli.main). `bench autoscale` compares autoscaling policies in the simulator.
 
 Other benchmark kinds register further sub-subcommands on the same `bench` parser (see
 ``BENCH_COMMANDS``), so `bench routing` can live next to `bench autoscale`.
@@ -37,8 +37,8 @@ def planner_overrides(items: list[str]) -> dict:
 
 
 def _autoscale(args: argparse.Namespace) -> int:
-    from v41flash.sim.bench import format_table, run_benchmark
-    from v41flash.sim.scenario import POLICIES, load_scenario
+    from v41flash_bench.sim.runner import format_table, run_benchmark
+    from v41flash_bench.sim.scenario import POLICIES, load_scenario
 
     try:
         sc = load_scenario(args.scenario)
@@ -110,10 +110,5 @@ def register(subparsers) -> None:
     a.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                    help="Simulations run in parallel processes (results do not depend on it; default: %(default)s).")
     a.set_defaults(func=_autoscale)
-    try:  # `bench routing` lives in its own module
-        from v41flash.cli.bench_routing import add_routing_parser
-    except ModuleNotFoundError as exc:
-        if exc.name != "v41flash.cli.bench_routing":
-            raise
-    else:
-        add_routing_parser(sub)
+    from v41flash_bench.cli_routing import add_routing_parser  # `bench routing` lives in its own module
+    add_routing_parser(sub)

@@ -4,7 +4,7 @@ vLLM binds its KV-event PUB socket and subscribers connect; llm-d-inference-sim 
 socket (it expects a binding indexer) and vllm-router 0.1.17 *connects* its SUB socket, so the two never
 meet. This process binds an XSUB for the engine and an XPUB for the router and forwards frames as is.
 
-    python -m v41flash.routing.zmq_forward ENGINE_SIDE,ROUTER_SIDE [...]
+    python -m v41flash_bench.routing.zmq_forward ENGINE_SIDE,ROUTER_SIDE [...]
 e.g. tcp://127.0.0.1:5601,tcp://127.0.0.1:5701 (benchmark-only; never part of a deployment).
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`v41flash bench routing`: every vllm-router policy and our defaults, side by side, on the same trace.
 
-Hooked into `v41flash bench` by `add_routing_parser(bench_subparsers)` (called from cli/bench.py); also
-runnable alone: `python -m v41flash.cli.bench_routing --out DIR`.
+Hooked into `v41flash bench` by `add_routing_parser(bench_subparsers)` (called from v41flash_bench/cli.py); also
+runnable alone: `python -m v41flash_bench.cli_routing --out DIR`.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def add_routing_parser(bench_subparsers: argparse._SubParsersAction) -> argparse
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
-    from v41flash.routing.bench import DEFAULT_SCENARIO, MODES
+    from v41flash_bench.routing.runner import DEFAULT_SCENARIO, MODES
     p.add_argument("--out", required=True, help="Output directory (report.json, logs/).")
     p.add_argument("--scenario", default=str(DEFAULT_SCENARIO),
                    help="Scenario YAML: workload, engine latency model, policy variants (default: %(default)s).")
@@ -45,7 +45,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_routing(args: argparse.Namespace) -> int:
-    from v41flash.routing.bench import format_markdown, format_table, load_config, results_from_report, run_bench
+    from v41flash_bench.routing.runner import format_markdown, format_table, load_config, results_from_report, run_bench
 
     overrides: dict[str, object] = {}
     if args.sessions is not None:

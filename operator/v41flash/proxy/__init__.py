@@ -1,0 +1,6 @@
+"""The session proxy: the router pod's front step (`v41flash session-proxy`).
+
+Defaults live here (no aiohttp import) so that the CLI parser and the proxy runtime share them.
+"""
+DEFAULT_MAX_BODY_BYTES = 64 << 20
+DEFAULT_PROMPT_KEY_CHARS = 2048
