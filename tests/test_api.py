@@ -105,13 +105,15 @@ def test_examples_are_valid(path):
         assert _problems(doc) == []
 
 
-def test_cel_profile_defaults_match_the_gpu_catalog():
-    """The CEL rules hard-code per-GPU defaults; they must be the catalog's."""
+def test_per_gpu_product_cel_gives_each_products_value():
+    """The CEL defaults are generated from the GPU table: evaluated per product, they are its values."""
+    import cel
+
     from v41flash.vllm import gpus
-    for name in api.DEFAULT_GPUS_PER_NODE:
-        product = gpus.gpu(name)
-        assert api.DEFAULT_GPUS_PER_NODE[name] == product.gpus_per_node, name
-        assert api.DEFAULT_HIGH_THROUGHPUT_DP.get(name, api.HIGH_THROUGHPUT_DP) == gpus.smallest_fitting_dp(product), name
+    for value in (lambda p: p.gpus_per_node, lambda p: p.low_latency_tp, gpus.smallest_fitting_dp):
+        rule = api.per_gpu_product(value)
+        for name, product in gpus.GPU_PRODUCTS.items():
+            assert cel.evaluate(rule, {"self": {"gpu": {"product": name}}}) == value(product), (rule, name)
 
 
 def _routing_problems(routing):

@@ -137,15 +137,16 @@ def test_show_lists_every_shipped_profile(capsys):
 
 
 def test_shipped_default_layouts_match_the_api_defaults():
-    from v41flash.api import v1alpha1 as api
+    from v41flash.vllm import gpus
 
     for p in shipped_profiles():
         if p.metadata.name.count("-") > 2:  # layout-specific profiles (gb300-pd-dep4-dep16) are not defaults
             continue
+        product = gpus.gpu(p.gpu_product)
         if p.serving_profile == "high-throughput":
-            dp = api.DEFAULT_HIGH_THROUGHPUT_DP.get(p.gpu_product, api.HIGH_THROUGHPUT_DP)
+            dp = gpus.default_data_parallel_size(product, high_throughput=True)
             assert (p.prefill.parallelism, p.prefill.gpus_per_replica, p.prefill.data_parallel_size) == (f"DEP{dp}", dp, dp)
         else:
-            tp = api.DEFAULT_LOW_LATENCY_TP.get(p.gpu_product, api.LOW_LATENCY_TP)
+            tp = gpus.default_tensor_parallel_size(product, high_throughput=False)
             assert (p.prefill.parallelism, p.prefill.gpus_per_replica) == (f"TP{tp}", tp)
         assert p.decode.parallelism == p.prefill.parallelism

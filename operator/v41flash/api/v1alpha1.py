@@ -6,10 +6,16 @@ CEL rules below are enforced by the apiserver at admission AND evaluated offline
 """
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+
+from ..vllm import gpus
+from ..vllm.args import EPLB_COMMUNICATORS, ROUTED_EXPERTS
+from ..vllm.flags import EPLB_SYNC_ONLY_COMMUNICATORS
 
 GROUP = "v41flash.io"
 VERSION = "v1alpha1"
@@ -19,21 +25,9 @@ SINGULAR = "v41flashdeployment"
 SHORT_NAMES = ["v41f"]
 API_VERSION = f"{GROUP}/{VERSION}"
 
-GPUProduct = Literal["H100", "H200", "B200", "B300", "GB200", "GB300", "MI355X"]
-# GPUs per node (per tray for GB200/GB300 NVL72) when spec.gpu.gpusPerNode is not set.
-DEFAULT_GPUS_PER_NODE: dict[str, int] = {
-    "H100": 8, "H200": 8, "B200": 8, "B300": 8, "GB200": 4, "GB300": 4, "MI355X": 8,
-}
-# Low-latency tensor parallel size when not overridden: TP4, except H100 whose 80 GB cards need TP8.
-DEFAULT_LOW_LATENCY_TP: dict[str, int] = {"H100": 8}
-LOW_LATENCY_TP = 4
-HIGH_THROUGHPUT_DP = 2
-# DEP2 where two GPUs hold the weights (Engram offloaded); smaller cards need more ranks (vllm/gpus.py
-# smallest_fitting_dp computes this table; a test keeps them equal).
-DEFAULT_HIGH_THROUGHPUT_DP: dict[str, int] = {"H100": 8, "H200": 4}
-ROUTED_EXPERTS = 384
-# EPLBConfig.communicator values vLLM 0.33.0 accepts ("symm_mem" from the recipe is rejected).
-EPLB_COMMUNICATORS = ("torch_nccl", "torch_gloo", "torch_xccl", "nixl", "pynccl")
+# The GPU table (products, GPUs per node, default parallel sizes) lives in vllm/gpus.py; the enum and
+# the CEL defaults below are generated from it.
+GPUProduct = Literal[tuple(gpus.GPU_PRODUCTS)]  # type: ignore[valid-type]
 ROUTER_POLICIES = (
     "consistent_hash", "cache_aware", "kv_aware", "round_robin", "power_of_two", "random",
     "sticky_least_loaded",
@@ -57,6 +51,27 @@ def cel(rule: str, message: str | None = None, *, field_path: str | None = None,
     if field_path:
         out["fieldPath"] = field_path
     return out
+
+
+def cel_list(values: Iterable[str]) -> str:
+    """A CEL list literal of strings: ['a', 'b']."""
+    return "[" + ", ".join(f"'{v}'" for v in values) + "]"
+
+
+def per_gpu_product(value: Callable[[gpus.GpuProduct], int]) -> str:
+    """CEL for value(product) of self.gpu.product: the GPU table inlined, the most common value last."""
+    values = {name: value(product) for name, product in gpus.GPU_PRODUCTS.items()}
+    default = Counter(values.values()).most_common(1)[0][0]
+    exceptions: dict[int, list[str]] = {}
+    for name, v in values.items():
+        if v != default:
+            exceptions.setdefault(v, []).append(name)
+    expr = str(default)
+    for v, names in reversed(exceptions.items()):
+        test = (f"self.gpu.product == '{names[0]}'" if len(names) == 1 else
+                f"self.gpu.product in {cel_list(names)}")
+        expr = f"({test} ? {v} : {expr})"
+    return expr
 
 
 def validations(*rules: dict[str, str]) -> dict[str, Any]:
@@ -121,20 +136,23 @@ class EPLBSpec(Model):
         cel("self.enabled || self.numRedundantExperts == 0",
             "numRedundantExperts > 0 needs enabled: true (vLLM refuses redundant experts without EPLB)",
             field_path=".numRedundantExperts"),
-        cel("!self.useAsync || !has(self.communicator) || !(self.communicator in ['torch_nccl', 'pynccl'])",
-            "torch_nccl and pynccl conflict with async EPLB in vLLM 0.33.0: use nixl or torch_gloo, leave it "
-            "unset, or set useAsync: false", field_path=".communicator"),
+        cel("!self.useAsync || !has(self.communicator) || "
+            f"!(self.communicator in {cel_list(EPLB_SYNC_ONLY_COMMUNICATORS)})",
+            f"{' and '.join(EPLB_SYNC_ONLY_COMMUNICATORS)} conflict with async EPLB in vLLM 0.33.0: use nixl or "
+            "torch_gloo, leave it unset, or set useAsync: false", field_path=".communicator"),
     ))
     enabled: bool = Field(False, description="Expert-parallel load balancing (--enable-eplb).")
     num_redundant_experts: int = Field(
-        0, ge=0, le=384,
-        description="Redundant expert copies; (384 routed experts + this) must split evenly over EP ranks.")
+        0, ge=0, le=ROUTED_EXPERTS,
+        description=f"Redundant expert copies; ({ROUTED_EXPERTS} routed experts + this) must split evenly over "
+                    "EP ranks.")
     window_size: int = Field(1000, ge=1, description="EPLB load-statistics window (steps).")
     step_interval: int = Field(3000, ge=1, description="Steps between expert rearrangements.")
     use_async: bool = Field(True, description="Rearrange experts asynchronously.")
     communicator: Literal[EPLB_COMMUNICATORS] | None = Field(  # type: ignore[valid-type]
         None, description="Weight-transfer communicator (values vLLM 0.33.0 accepts); unset = vLLM's choice "
-                          "(nixl when available, else torch_gloo). torch_nccl/pynccl need useAsync: false.")
+                          "(nixl when available, else torch_gloo). "
+                          f"{'/'.join(EPLB_SYNC_ONLY_COMMUNICATORS)} need useAsync: false.")
     log_balancedness: bool = Field(False, description="Log expert balancedness.")
 
 
@@ -186,12 +204,14 @@ class RoleSpec(Model):
 def _role_rules(role: str) -> list[dict[str, str]]:
     """Cross-field rules for one role that need the profile and GPU: effective parallel sizes."""
     r = f"self.{role}"
-    gpn = ("(has(self.gpu.gpusPerNode) ? self.gpu.gpusPerNode : "
-           "(self.gpu.product in ['GB200', 'GB300'] ? 4 : 8))")
-    tp = (f"(has({r}.tensorParallelSize) ? {r}.tensorParallelSize : (self.profile == 'high-throughput' ? 1 "
-          f": (self.gpu.product == 'H100' ? 8 : 4)))")
-    dp = (f"(has({r}.dataParallelSize) ? {r}.dataParallelSize : (self.profile == 'high-throughput' ? "
-          f"(self.gpu.product == 'H100' ? 8 : (self.gpu.product == 'H200' ? 4 : 2)) : 1))")
+    gpn = f"(has(self.gpu.gpusPerNode) ? self.gpu.gpusPerNode : {per_gpu_product(lambda p: p.gpus_per_node)})"
+    tp_ht, tp_ll, dp_ht, dp_ll = (per_gpu_product(lambda p, ht=ht: default(p, ht))
+                                  for default in (gpus.default_tensor_parallel_size, gpus.default_data_parallel_size)
+                                  for ht in (True, False))
+    tp = (f"(has({r}.tensorParallelSize) ? {r}.tensorParallelSize : "
+          f"(self.profile == 'high-throughput' ? {tp_ht} : {tp_ll}))")
+    dp = (f"(has({r}.dataParallelSize) ? {r}.dataParallelSize : "
+          f"(self.profile == 'high-throughput' ? {dp_ht} : {dp_ll}))")
     ep = f"(has({r}.expertParallel) ? {r}.expertParallel : self.profile == 'high-throughput')"
     off = f"!{r}.enabled || "
     return [
@@ -206,9 +226,9 @@ def _role_rules(role: str) -> list[dict[str, str]]:
         cel(off + f"!{r}.eplb.enabled || ({ep} && {tp} * {dp} > 1)",
             "EPLB needs expert parallelism with TP x DP > 1 (profile high-throughput or expertParallel: true)",
             field_path=f".{role}.eplb.enabled"),
-        cel(off + f"!{r}.eplb.enabled || (384 + {r}.eplb.numRedundantExperts) % ({tp} * {dp}) == 0",
-            "384 routed experts + numRedundantExperts must split evenly over the expert-parallel ranks "
-            "(tensor x data parallel size)",
+        cel(off + f"!{r}.eplb.enabled || ({ROUTED_EXPERTS} + {r}.eplb.numRedundantExperts) % ({tp} * {dp}) == 0",
+            f"{ROUTED_EXPERTS} routed experts + numRedundantExperts must split evenly over the expert-parallel "
+            "ranks (tensor x data parallel size)",
             field_path=f".{role}.eplb.numRedundantExperts"),
     ]
 
@@ -223,7 +243,7 @@ class Toleration(Model):
 
 
 class GPUSpec(Model):
-    product: GPUProduct = Field("H200", description="GPU product: H100, H200, B200, B300, GB200, GB300, MI355X.")
+    product: GPUProduct = Field("H200", description=f"GPU product: {', '.join(gpus.GPU_PRODUCTS)}.")
     gpus_per_node: int | None = Field(
         None, ge=1, le=72, description="GPUs per node (per tray on GB200/GB300); default from product.")
     product_label: str = Field(

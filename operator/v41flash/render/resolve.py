@@ -1,9 +1,9 @@
 """Resolve a spec into what the operator decided: effective parallel sizes, GPUs, workload kinds.
 
 This is the same resolution the CRD's CEL rules encode (profile defaults, GPUs per node from the
-product), written once more in Python because the renderer, the ConfigMap, the planner's GPU counts
-and the operator checks all need the numbers, not a yes/no. tests/test_render_resolve.py pins both
-to the same table.
+product; both take them from the GPU table in vllm/gpus.py), written once more in Python because the
+renderer, the ConfigMap, the planner's GPU counts and the operator checks all need the numbers, not a
+yes/no. tests/test_render_resolve.py checks that the two agree.
 """
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ class Resolved:
 
 
 def gpus_per_node(spec: api.V41FlashDeploymentSpec) -> int:
-    return spec.gpu.gpus_per_node or api.DEFAULT_GPUS_PER_NODE[spec.gpu.product]
+    return spec.gpu.gpus_per_node or gpus.gpu(spec.gpu.product).gpus_per_node
 
 
 def resolve_gpu(spec: api.V41FlashDeploymentSpec) -> GPUResolved:
@@ -104,10 +104,9 @@ def _product_label(spec: api.V41FlashDeploymentSpec, product: gpus.GpuProduct) -
 def resolve_role(spec: api.V41FlashDeploymentSpec, role: str) -> RoleResolved:
     r: api.RoleSpec = getattr(spec, role)
     high_throughput = spec.profile == "high-throughput"
-    default_tp = 1 if high_throughput else api.DEFAULT_LOW_LATENCY_TP.get(spec.gpu.product, api.LOW_LATENCY_TP)
-    tp = r.tensor_parallel_size or default_tp
-    dp = r.data_parallel_size or (
-        api.DEFAULT_HIGH_THROUGHPUT_DP.get(spec.gpu.product, api.HIGH_THROUGHPUT_DP) if high_throughput else 1)
+    product = gpus.gpu(spec.gpu.product)
+    tp = r.tensor_parallel_size or gpus.default_tensor_parallel_size(product, high_throughput)
+    dp = r.data_parallel_size or gpus.default_data_parallel_size(product, high_throughput)
     ep = r.expert_parallel if r.expert_parallel is not None else high_throughput
     nodes = r.nodes_per_replica
     gpus_per_replica = tp * dp

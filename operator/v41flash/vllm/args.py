@@ -1,4 +1,5 @@
-"""Pure `vllm serve` argument building for DeepSeek-V4.1-Flash on vLLM 0.33.0.
+"""Home of every `vllm serve` flag we render, and of the model facts they rest on (routed experts,
+EPLB communicators): pure argument building for DeepSeek-V4.1-Flash on vLLM 0.33.0.
 
 Plain frozen dataclasses in (EngineConfig), plain data out (EngineCommand / ReplicaCommands). The
 settings follow the vLLM 0.33.0 recipe recipes/models/deepseek-ai/DeepSeek-V4.1-Flash.yaml
@@ -25,10 +26,8 @@ Problem = tuple[str, str]  # (field path inside EngineConfig, message)
 
 ROUTED_EXPERTS = 384  # recipe: "routing is 6 of 384 experts per token plus one shared expert"
 # EPLBConfig.communicator literals in vLLM 0.33.0 (read from the parser snapshot); the recipe's
-# "symm_mem" is not among them.
+# "symm_mem" is not among them. Those async EPLB refuses: flags.EPLB_SYNC_ONLY_COMMUNICATORS.
 EPLB_COMMUNICATORS: tuple[str, ...] = tuple(flags.literal_values("EPLBConfig", "communicator"))
-# EPLBConfig._validate_eplb_config: NCCL-based communicators conflict with async EPLB.
-EPLB_SYNC_ONLY_COMMUNICATORS = ("torch_nccl", "pynccl")
 KV_LOAD_FAILURE_POLICIES: tuple[str, ...] = tuple(
     flags.literal_values("KVTransferConfig", "kv_load_failure_policy")
 )
@@ -603,7 +602,7 @@ def validate_eplb(cfg: EngineConfig) -> list[Problem]:
         problems.append(("eplb.communicator",
                          f"{eplb.communicator!r} is not accepted by vLLM 0.33.0; one of "
                          f"{', '.join(EPLB_COMMUNICATORS)} (or unset for automatic)"))
-    elif eplb.use_async and eplb.communicator in EPLB_SYNC_ONLY_COMMUNICATORS:
+    elif eplb.use_async and eplb.communicator in flags.EPLB_SYNC_ONLY_COMMUNICATORS:
         problems.append(("eplb.communicator",
                          f"{eplb.communicator} conflicts with async EPLB (use_async) in vLLM 0.33.0; "
                          "use nixl or torch_gloo, unset it, or turn use_async off"))

@@ -1,4 +1,6 @@
-"""GPU products DeepSeek-V4.1-Flash is served on, with the facts argument building needs.
+"""Home of the GPU table: every GPU product, its per-node count, HBM and default parallel sizes.
+
+The API (enum, CEL defaults), the renderer (resolve) and the argument builder all read it from here.
 
 Sources: the vLLM 0.33.0 recipe recipes/models/deepseek-ai/DeepSeek-V4.1-Flash.yaml
 (strategy_overrides.single_node_tp.tp, hardware overrides, hardware notes) and the product brief
@@ -78,6 +80,16 @@ GPU_PRODUCTS: dict[str, GpuProduct] = {
 # Product brief: the high-throughput profile is DEP2 (TP1 x DP2 with expert parallelism).
 HIGH_THROUGHPUT_DP = 2
 HIGH_THROUGHPUT_TP = 1
+
+
+def default_tensor_parallel_size(product: GpuProduct, high_throughput: bool) -> int:
+    """TP per replica when the spec leaves it unset: 1 for DEP, else the low-latency TP."""
+    return HIGH_THROUGHPUT_TP if high_throughput else product.low_latency_tp
+
+
+def default_data_parallel_size(product: GpuProduct, high_throughput: bool) -> int:
+    """DP per replica when the spec leaves it unset: the smallest fitting DEP, else 1."""
+    return smallest_fitting_dp(product) if high_throughput else 1
 
 
 def gpu(name: str) -> GpuProduct:
