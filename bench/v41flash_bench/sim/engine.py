@@ -28,14 +28,13 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from v41flash.planner.profile import CapacityProfile
+from v41flash.roles import ROLES
 from v41flash_bench.sim.cache import PrefixCache, PrefixIndex
 from v41flash_bench.sim.telemetry import role_gauges
 from v41flash_bench.sim.workload import SessionPlan, Workload
 
 # event kinds (ints: cheaper to compare than enums in the heap)
 _SESSION, _ARRIVE, _PREFILL_DONE, _DECODE_ARRIVE, _DECODE_CHECK, _READY, _TICK, _SAMPLE = range(8)
-
-ROLES = ("prefill", "decode")
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,8 @@ from v41flash.planner.plan import plan as planner_plan
 from v41flash.planner.profile import CapacityProfile
 from v41flash.api.v1alpha1 import AutoscalingSpec
 from v41flash.planner.datatypes import Bounds, PlannerConfig, PlannerState, RoleBounds, Slo
+from v41flash.roles import ROLES
 from v41flash_bench.sim.telemetry import observation, role_gauges, window_figures
-
-ROLES = ("prefill", "decode")
 
 
 @dataclass(frozen=True)

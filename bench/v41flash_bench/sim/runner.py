@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from v41flash.planner.profile import CapacityProfile
+from v41flash.roles import ROLES
 from v41flash_bench.sim import oracle as oracle_mod
 from v41flash_bench.sim.engine import EngineConfig, Simulator
 from v41flash_bench.sim.policies import (
@@ -39,8 +40,6 @@ from v41flash_bench.sim.policies import (
 )
 from v41flash_bench.sim.scenario import POLICIES, Scenario, profiles
 from v41flash_bench.sim.workload import Workload, build_workload
-
-ROLES = ("prefill", "decode")
 
 
 @dataclass

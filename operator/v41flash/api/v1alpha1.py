@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from ..roles import ROLES
 from ..vllm import gpus
 from ..vllm.args import EPLB_COMMUNICATORS, ROUTED_EXPERTS
 from ..vllm.flags import EPLB_SYNC_ONLY_COMMUNICATORS
@@ -362,8 +363,7 @@ class V41FlashDeploymentSpec(Model):
         cel("self.decode.enabled", "the decode role serves every request: to run aggregated, turn "
                                     "prefill off (spec.prefill.enabled: false), not decode",
             field_path=".decode.enabled"),
-        *_role_rules("prefill"),
-        *_role_rules("decode"),
+        *(rule for role in ROLES for rule in _role_rules(role)),
     ))
     model: ModelSpec = Field(default_factory=ModelSpec, description="Checkpoint and weights.")
     image: str = Field(DEFAULT_IMAGE, description="vLLM image (pinned).")

@@ -26,10 +26,10 @@ from ..metrics.operator_metrics import planner_metrics
 from ..planner.plan import plan
 from ..planner.profile import CapacityProfile, find_profile, profile_from_dict
 from ..render.resolve import Resolved, resolve
+from ..roles import ROLES
 from .kube import Kube
 
 log = logging.getLogger(__name__)
-ROLES = ("prefill", "decode")
 
 
 @dataclass

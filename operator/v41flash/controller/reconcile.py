@@ -22,7 +22,8 @@ from ..render.checks import operator_checks
 from ..render.resolve import resolve
 from .autoscale import PlannerOutcome, iso_time
 from .kube import ChildRef, Kube, KindNotInstalled, is_conflict
-from .status import ROLES, Stall, WorkloadState, compute_status, workload_state
+from ..roles import ROLES
+from .status import Stall, WorkloadState, compute_status, workload_state
 
 log = logging.getLogger(__name__)
 

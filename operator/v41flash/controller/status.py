@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-ROLES = ("prefill", "decode")
+from ..roles import ROLES
 
 
 @dataclass(frozen=True)

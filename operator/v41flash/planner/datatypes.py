@@ -11,10 +11,9 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
 from v41flash.metrics.figures import RouterFigures, WindowFigures
+from v41flash.roles import Role
 
-Role = Literal["prefill", "decode"]
 Action = Literal["scale_up", "scale_down", "hold"]
-ROLES: tuple[Role, ...] = ("prefill", "decode")
 
 
 # ---------------------------------------------------------------- inputs

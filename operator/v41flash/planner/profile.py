@@ -33,11 +33,14 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from v41flash.roles import ROLES
+from v41flash.vllm.gpus import GPU_PRODUCTS
+
 API_VERSION = "v41flash.io/v1alpha1"
 KIND = "CapacityProfile"
 SHIPPED_DIR = Path(__file__).parent / "profiles"
 
-GpuProduct = Literal["H100", "H200", "B200", "B300", "GB200", "GB300", "MI355X"]
+GpuProductName = Literal[tuple(GPU_PRODUCTS)]  # type: ignore[valid-type]
 ServingProfile = Literal["low-latency", "high-throughput"]
 
 
@@ -167,14 +170,14 @@ class CapacityProfile(_Frozen):
     kind: Literal["CapacityProfile"] = KIND
     metadata: ProfileMetadata
     serving_profile: ServingProfile
-    gpu_product: GpuProduct
+    gpu_product: GpuProductName
     prefill: PrefillProfile
     decode: DecodeProfile
     kv_transfer: KvTransferProfile = KvTransferProfile()
 
     @model_validator(mode="after")
     def _ranks_divide_gpus(self) -> CapacityProfile:
-        for role in ("prefill", "decode"):
+        for role in ROLES:
             rp: RoleProfile = getattr(self, role)
             if rp.gpus_per_replica % rp.data_parallel_size:
                 raise ValueError(

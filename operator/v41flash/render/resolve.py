@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..api import v1alpha1 as api
+from ..roles import ROLES
 from ..vllm import gpus
 
-ROLES = ("prefill", "decode")
 DEPLOYMENT = "Deployment"
 LEADER_WORKER_SET = "LeaderWorkerSet"
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import itertools
 
+from ..roles import ROLES
 from .args import EngineConfig, EplbConfig, KvEvents, KvTransfer
 from .gpus import GPU_PRODUCTS, GpuProduct, smallest_fitting_dp
 
 REFERENCE_MODEL = "deepseek-ai/DeepSeek-V4.1-Flash-1017"
-ROLES = ("aggregated", "prefill", "decode")
+ENGINE_ROLES = ("aggregated", *ROLES)  # vLLM engine roles: an aggregated engine does both
 
 
 def _shapes(product: GpuProduct) -> list[tuple[str, dict, EplbConfig]]:
@@ -39,7 +40,7 @@ def reference_configs(model: str = REFERENCE_MODEL) -> dict[str, EngineConfig]:
     out = {}
     for name, product in GPU_PRODUCTS.items():
         for (shape, sizes, eplb), role, events, with_eplb in itertools.product(
-            _shapes(product), ROLES, (False, True), (False, True)
+            _shapes(product), ENGINE_ROLES, (False, True), (False, True)
         ):
             if with_eplb and not eplb.enabled:
                 continue
