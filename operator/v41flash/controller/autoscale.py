@@ -25,6 +25,7 @@ from ..planner.datatypes import (
 from ..metrics.operator_metrics import planner_metrics
 from ..planner.plan import plan
 from ..planner.profile import CapacityProfile, find_profile, profile_from_dict
+from ..render import labels as L
 from ..render.resolve import Resolved, resolve
 from ..roles import ROLES
 from .kube import Kube
@@ -153,12 +154,12 @@ class Autoscaler:
         meta, status = body["metadata"], body.get("status") or {}
         ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
         resolved = resolve(spec)
-        pods = self.kube.list_pods(ns, f"v41flash.io/deployment={name},v41flash.io/serving=true")
+        pods = self.kube.list_pods(ns, L.label_selector(L.serving_pods_selector(name)))
         live = [p for p in pods if not p.metadata.deletion_timestamp]
-        ready = {role: [p for p in live if p.metadata.labels.get("v41flash.io/role") == role and _pod_ready(p)
-                        and p.status.pod_ip] for role in (*ROLES, "router")}
+        ready = {role: [p for p in live if p.metadata.labels.get(L.ROLE_LABEL) == role and _pod_ready(p)
+                        and p.status.pod_ip] for role in (*ROLES, L.ROUTER)}
         targets = [vllm_target(p.metadata.name, role, p.status.pod_ip) for role in ROLES for p in ready[role]]
-        targets += [router_target(p.metadata.name, p.status.pod_ip) for p in ready["router"]]
+        targets += [router_target(p.metadata.name, p.status.pod_ip) for p in ready[L.ROUTER]]
         t0 = time.monotonic()
         snapshots = asyncio.run(scrape(targets)) if targets else []
         self.metrics.record_scrape(ns, name, snapshots, time.monotonic() - t0)
@@ -177,7 +178,7 @@ class Autoscaler:
                                {r: [p.metadata.name for p in ready[r]] for r in enabled},
                                spec.slo.ttft.percentile / 100)
         by_pod = {p: history.snapshots(p) for p in history.pods()}
-        router_snaps = {p: ss for p, ss in by_pod.items() if ss and ss[-1].role == "router"}
+        router_snaps = {p: ss for p, ss in by_pod.items() if ss and ss[-1].role == L.ROUTER}
         router_figs = compute_router_window(router_snaps, now, spec.slo.window_seconds) if router_snaps else None
         slo_status = observed_slo_status(windows, router_figs)
         if profile is None:
@@ -194,7 +195,7 @@ class Autoscaler:
 
         def role_obs(role: str) -> RoleObservation:
             rs = status.get(role) or {}
-            role_pods = [p for p in live if p.metadata.labels.get("v41flash.io/role") == role]
+            role_pods = [p for p in live if p.metadata.labels.get(L.ROLE_LABEL) == role]
             starting = [p for p in role_pods if not _pod_ready(p)]
             created = [p.metadata.creation_timestamp.timestamp() for p in starting if p.metadata.creation_timestamp]
             desired = rs.get("desiredReplicas") or getattr(spec, role).min_replicas
@@ -250,7 +251,7 @@ class Autoscaler:
         loads = [drain.PodLoad(name=p.metadata.name, running=running.get(p.metadata.name, 0.0),
                                ready=_pod_ready(p), deletion_cost=_deletion_cost(p),
                                created=p.metadata.creation_timestamp.timestamp() if p.metadata.creation_timestamp else 0.0)
-                 for p in pods if p.metadata.labels.get("v41flash.io/role") == role and not p.metadata.deletion_timestamp]
+                 for p in pods if p.metadata.labels.get(L.ROLE_LABEL) == role and not p.metadata.deletion_timestamp]
         remove = drain.pods_to_remove(loads, count)
         for pod, annotations in drain.deletion_cost_annotations(loads, remove).items():
             try:

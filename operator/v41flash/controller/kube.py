@@ -15,9 +15,9 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 
 from ..api import v1alpha1 as api
+from ..render import labels as L
 
 FIELD_MANAGER = "v41flash-operator"
-MANAGED_BY = "v41flash-operator"
 log = logging.getLogger(__name__)
 
 # Every kind the renderer can produce: what pruning lists (a role turned off must lose its objects).
@@ -92,7 +92,7 @@ class Kube:
 
     def list_children(self, namespace: str, instance: str, owner_uid: str) -> list[dict[str, Any]]:
         """Our children of one deployment: labelled by us AND owned by this very CR (uid)."""
-        selector = f"app.kubernetes.io/instance={instance},app.kubernetes.io/managed-by={MANAGED_BY}"
+        selector = L.label_selector(L.owned_selector(instance))
         found: list[dict[str, Any]] = []
         for api_version, kind in CHILD_KINDS:
             try:

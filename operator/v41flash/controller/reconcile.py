@@ -17,9 +17,11 @@ from kubernetes.client.exceptions import ApiException
 
 from ..api import v1alpha1 as api
 from ..api.validation import validate
+from ..render import labels as L
 from ..render import render
 from ..render.checks import operator_checks
 from ..render.resolve import resolve
+from ..render.router import service_address
 from .autoscale import PlannerOutcome, iso_time
 from .kube import ChildRef, Kube, KindNotInstalled, is_conflict
 from ..roles import ROLES
@@ -172,8 +174,8 @@ def _status(obj: api.V41FlashDeployment | None, body: dict[str, Any], live: dict
             planner: PlannerOutcome | None) -> dict[str, Any]:
     name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
     by_name = {ref.name: o for ref, o in live.items() if ref.kind in ("Deployment", "LeaderWorkerSet")}
-    workloads = {role: workload_state(by_name.get(f"{name}-{role}")) for role in ROLES}
-    router = workload_state(by_name.get(f"{name}-router"))
+    workloads = {role: workload_state(by_name.get(L.child_name(name, role))) for role in ROLES}
+    router = workload_state(by_name.get(L.child_name(name, L.ROUTER)))
     if obj is not None:
         spec = obj.spec
         enabled = {role: getattr(spec, role).enabled for role in ROLES}
@@ -189,7 +191,7 @@ def _status(obj: api.V41FlashDeployment | None, body: dict[str, Any], live: dict
     status = compute_status(
         generation=generation, enabled=enabled, desired=desired, workloads=workloads, router=router,
         router_desired=router_desired, gpus_per_replica=gpus,
-        router_service=f"{name}-router.{namespace}.svc:8000", stall=stall, previous=previous, now=now)
+        router_service=service_address(name, namespace), stall=stall, previous=previous, now=now)
     if planner is not None and stall is None:
         status.update(planner.status)
     return status

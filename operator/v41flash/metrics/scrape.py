@@ -15,9 +15,9 @@ import httpx
 
 from v41flash.metrics.parse import parse_metrics
 from v41flash.metrics.window import PodSnapshot
-
-VLLM_METRICS_PORT = 8000
-ROUTER_METRICS_PORT = 29000
+from v41flash.render.engine import ENGINE_PORT as VLLM_METRICS_PORT  # vLLM serves /metrics on its API port
+from v41flash.render.labels import ROUTER
+from v41flash.render.router import METRICS_PORT as ROUTER_METRICS_PORT
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ def vllm_target(pod: str, role: str, pod_ip: str, port: int = VLLM_METRICS_PORT)
 
 
 def router_target(pod: str, pod_ip: str, port: int = ROUTER_METRICS_PORT) -> ScrapeTarget:
-    return ScrapeTarget(pod, "router", f"http://{_host(pod_ip)}:{port}/metrics")
+    return ScrapeTarget(pod, ROUTER, f"http://{_host(pod_ip)}:{port}/metrics")
 
 
 def _host(ip: str) -> str:

@@ -15,7 +15,7 @@ from ..vllm import args as vargs
 from . import labels as L
 from .resolve import LEADER_WORKER_SET, Resolved, RoleResolved
 
-ENGINE_PORT = 8000
+ENGINE_PORT = 8000  # home of the engine port: Services, probes, router discovery and scraping use it
 MODELS_DIR = "/models"
 CACHE_DIR = "/cache"
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"

@@ -1,4 +1,8 @@
-"""Names and labels of every child object: one place, so selectors and discovery always agree."""
+"""Home of the names and labels of every child object, and of the selectors over them.
+
+The renderer, the controller (pruning, scraping, pod-deletion costs) and the router's discovery all take
+them from here, so selectors and discovery always agree.
+"""
 from __future__ import annotations
 
 from typing import Any
@@ -7,6 +11,10 @@ from ..api.v1alpha1 import GROUP
 
 APP = "v41flash"
 MANAGED_BY = "v41flash-operator"
+NAME_LABEL = "app.kubernetes.io/name"
+INSTANCE_LABEL = "app.kubernetes.io/instance"
+COMPONENT_LABEL = "app.kubernetes.io/component"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 DEPLOYMENT_LABEL = f"{GROUP}/deployment"
 ROLE_LABEL = f"{GROUP}/role"
 # Only pods that answer HTTP carry it: the router discovers engines by it (LWS workers run --headless).
@@ -25,10 +33,10 @@ def config_name(cr_name: str) -> str:
 def common_labels(cr_name: str, component: str) -> dict[str, str]:
     """Labels on every object (and pod) of one component (prefill, decode, router, config)."""
     labels = {
-        "app.kubernetes.io/name": APP,
-        "app.kubernetes.io/instance": cr_name,
-        "app.kubernetes.io/component": component,
-        "app.kubernetes.io/managed-by": MANAGED_BY,
+        NAME_LABEL: APP,
+        INSTANCE_LABEL: cr_name,
+        COMPONENT_LABEL: component,
+        MANAGED_BY_LABEL: MANAGED_BY,
         DEPLOYMENT_LABEL: cr_name,
     }
     if component != "config":
@@ -46,9 +54,24 @@ def serving_selector(cr_name: str, role: str) -> dict[str, str]:
     return {**selector_labels(cr_name, role), SERVING_LABEL: "true"}
 
 
+def serving_pods_selector(cr_name: str) -> dict[str, str]:
+    """Every pod of one deployment that serves HTTP (engines of all roles, and the router)."""
+    return {DEPLOYMENT_LABEL: cr_name, SERVING_LABEL: "true"}
+
+
+def owned_selector(cr_name: str) -> dict[str, str]:
+    """Every object the operator rendered for one deployment (what pruning lists)."""
+    return {INSTANCE_LABEL: cr_name, MANAGED_BY_LABEL: MANAGED_BY}
+
+
 def selector_args(labels: dict[str, str]) -> list[str]:
     """vllm-router's selector format: one key=value token each."""
     return [f"{k}={v}" for k, v in labels.items()]
+
+
+def label_selector(labels: dict[str, str]) -> str:
+    """The Kubernetes API's labelSelector string: key=value,key=value."""
+    return ",".join(selector_args(labels))
 
 
 def metadata(cr_name: str, namespace: str, name: str, component: str,

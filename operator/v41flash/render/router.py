@@ -15,12 +15,13 @@ from typing import Any
 
 from ..api import v1alpha1 as api
 from . import labels as L
+from .engine import ENGINE_PORT
 from .resolve import Resolved
 
 ROUTER_PORT = 30000  # the pod's "http" port (the Service's target): the proxy, or the router without one
 ROUTER_INTERNAL_PORT = 30001  # vllm-router behind the proxy, loopback only
 METRICS_PORT = 29000
-ENGINE_PORT = 8000
+SERVICE_PORT = ENGINE_PORT  # clients reach the router where they would reach vLLM itself
 POLICIES_WITH_CACHE_THRESHOLDS = ("cache_aware",)
 # vllm-router 0.1.17 discovers each engine's KV event publishers itself (GET /kv_event_sources on
 # every discovered engine, vLLM 0.33.0's per-DP-rank KVEventsConfig); static --kv-event-source /
@@ -113,6 +114,11 @@ def _num(value: float) -> str:
     return repr(float(value))
 
 
+def service_address(cr_name: str, namespace: str) -> str:
+    """host:port of the router's Service: what clients call (status.router.service)."""
+    return f"{L.child_name(cr_name, L.ROUTER)}.{namespace}.svc:{SERVICE_PORT}"
+
+
 def router_objects(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, res: Resolved,
                    owner: dict[str, Any] | None) -> list[dict[str, Any]]:
     name = L.child_name(cr_name, L.ROUTER)
@@ -179,7 +185,7 @@ def router_objects(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpe
             "type": "ClusterIP",
             "selector": dict(selector),
             "ports": [
-                {"name": "http", "port": ENGINE_PORT, "targetPort": "http", "protocol": "TCP"},
+                {"name": "http", "port": SERVICE_PORT, "targetPort": "http", "protocol": "TCP"},
                 {"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics", "protocol": "TCP"},
             ],
         },
