@@ -1,7 +1,7 @@
-"""Graceful scale-down: which pods go, their deletion-cost annotations, and drain timing."""
+"""Graceful scale-down: which pods go and their deletion-cost annotations (drain timing: test_render_timing.py)."""
 from __future__ import annotations
 
-from v41flash.planner.drain import POD_DELETION_COST, DrainTiming, PodLoad, deletion_cost_annotations, drain_timing, pods_to_remove
+from v41flash.planner.drain import POD_DELETION_COST, PodLoad, deletion_cost_annotations, pods_to_remove
 
 PODS = [
     PodLoad("a", running=12, created=100),
@@ -28,10 +28,3 @@ def test_annotations_only_for_changes():
     pods = [PodLoad("d", deletion_cost=-2), PodLoad("b", deletion_cost=-1), PodLoad("x", deletion_cost=-5), PodLoad("y", deletion_cost=7)]
     assert deletion_cost_annotations(pods, ("d", "b")) == {"x": {POD_DELETION_COST: "0"}}
 
-
-def test_drain_timing_follows_p95_latency_with_bounds():
-    assert drain_timing(20.0) == DrainTiming(pre_stop_seconds=40, termination_grace_period_seconds=70)
-    assert drain_timing(1.0) == DrainTiming(30, 60)  # floor
-    assert drain_timing(10_000.0) == DrainTiming(3600, 3630)  # cap
-    assert drain_timing(None) == DrainTiming(460, 490)  # no observation: 300 s assumed
-    assert drain_timing(float("inf")).pre_stop_seconds == 460

@@ -11,7 +11,7 @@ from v41flash.api import v1alpha1 as api
 from v41flash.api.validation import Problem
 from v41flash.render import render
 from v41flash.render.checks import engine_problems, gpu_budget_problems, operator_checks, spec_path
-from v41flash.render.engine import PodTiming
+from v41flash.render.timing import PodTiming
 from v41flash.render.router import intra_node_dp_size
 from v41flash.render.resolve import resolve
 

@@ -1,13 +1,12 @@
-"""Graceful scale-down helpers (pure): which pods go, and how long they may take to drain.
+"""Graceful scale-down helpers (pure): which pods go first.
 
 A ReplicaSet scaling down deletes pods with the lowest ``controller.kubernetes.io/pod-deletion-cost``
 first, so the controller annotates the pods chosen here *before* lowering replicas. LeaderWorkerSet
 (multi-node replicas) always removes the highest group indices and ignores the annotation; there the
-drain timing below is what protects in-flight requests.
+pods' drain timing (render/timing.py, sized from the SLO) is what protects in-flight requests.
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -49,28 +48,3 @@ def deletion_cost_annotations(pods: Sequence[PodLoad], remove: Sequence[str]) ->
             patches[p.name] = {POD_DELETION_COST: str(want)}
     return patches
 
-
-@dataclass(frozen=True)
-class DrainTiming:
-    pre_stop_seconds: int  # preStop sleep: the router drops the pod, in-flight requests finish
-    termination_grace_period_seconds: int  # preStop + time for vLLM to shut down after SIGTERM
-
-
-def drain_timing(
-    e2e_p95_s: float | None,
-    *,
-    margin: float = 1.5,
-    router_refresh_s: float = 10.0,
-    shutdown_s: float = 30.0,
-    default_e2e_s: float = 300.0,
-    min_s: float = 30.0,
-    max_s: float = 3600.0,
-) -> DrainTiming:
-    """Size the drain from observed p95 e2e latency: a request that just started should still finish.
-
-    ``router_refresh_s`` covers the router noticing the terminating pod (endpoint/pod watch) before it
-    stops routing to it; without an observation ``default_e2e_s`` is assumed (long agentic outputs).
-    """
-    e2e = default_e2e_s if e2e_p95_s is None or not math.isfinite(e2e_p95_s) else max(0.0, e2e_p95_s)
-    pre_stop = int(min(max_s, max(min_s, math.ceil(e2e * margin + router_refresh_s))))
-    return DrainTiming(pre_stop, int(pre_stop + math.ceil(shutdown_s)))

@@ -10,11 +10,11 @@ from typing import Any
 
 from ..api import v1alpha1 as api
 from . import labels as L
-from .engine import PodTiming, engine_workload, replica_commands
+from .engine import engine_workload, replica_commands
 from .objects import config_map, pdb, role_service
-from ..planner.drain import drain_timing
 from .resolve import Resolved, resolve
 from .router import router_args, router_objects
+from .timing import PodTiming, drain_timing
 
 __all__ = ["render", "resolve", "Resolved", "PodTiming"]
 
@@ -33,9 +33,7 @@ def render(obj: api.V41FlashDeployment, replicas: dict[str, int | None] | None =
     namespace = obj.metadata.get("namespace") or "default"
     spec = obj.spec
     if timing is None:
-        drain = drain_timing(spec.slo.e2e_p95_seconds)
-        timing = PodTiming(pre_stop_sleep_seconds=drain.pre_stop_seconds,
-                           termination_grace_period_seconds=drain.termination_grace_period_seconds)
+        timing = drain_timing(spec.slo.e2e_p95_seconds)
     res = resolve(spec)
     effective = {rr.role: _effective_replicas(rr.role, res, replicas) for rr in res.enabled_roles}
     commands = {rr.role: replica_commands(spec, res, rr.role) for rr in res.enabled_roles}

@@ -7,34 +7,19 @@ nodes, with the pod details a vLLM deployment needs (shm, GPUs, placement, probe
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 from ..api import v1alpha1 as api
 from ..vllm import args as vargs
 from . import labels as L
 from .resolve import LEADER_WORKER_SET, Resolved, RoleResolved
+from .timing import PodTiming
 
 ENGINE_PORT = 8000  # home of the engine port: Services, probes, router discovery and scraping use it
 MODELS_DIR = "/models"
 CACHE_DIR = "/cache"
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 LWS_GROUP_KEY = "leaderworkerset.sigs.k8s.io/group-key"
-
-
-@dataclass(frozen=True)
-class PodTiming:
-    """Shutdown and probe timing of engine pods (the planner's drain helper may size these)."""
-    # The router drops a terminating pod from discovery at once; the sleep lets requests it already
-    # sent finish before vLLM gets SIGTERM.
-    pre_stop_sleep_seconds: int = 30
-    termination_grace_period_seconds: int = 300
-    # Weight load (~511 GB) + FlashInfer autotune: never shorter than the engine's own ready timeout.
-    startup_margin_seconds: int = 1800
-    startup_min_seconds: int = 7200
-    startup_period_seconds: int = 30
-    liveness_period_seconds: int = 30
-    liveness_failure_threshold: int = 10
 
 
 def model_path(spec: api.V41FlashDeploymentSpec) -> str:
