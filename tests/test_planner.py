@@ -121,12 +121,14 @@ def test_no_scrape_answered_holds():
 def test_partial_metrics_never_scale_down_but_may_scale_up():
     # idle for long enough to scale down, but one pod's data is partial: hold
     state = PlannerState()
-    for i in range(15):
+    steps = int(PlannerConfig().scale_down_stabilization_s // 30) + 1
+    for i in range(steps):
         d = decide(observe(0.0, prefill=4, decode=3, t=T + 30 * i), state, now=T + 30 * i)
         state = d.state
     assert d.prefill.action == "scale_down"
-    obs = observe(0.0, prefill=4, decode=3, t=T + 600, pw={"partial_pods": ("prefill-x",)})
-    d = decide(obs, state, now=T + 600)
+    later = T + 30 * steps + 150  # past the spacing of two scale-downs
+    obs = observe(0.0, prefill=4, decode=3, t=later, pw={"partial_pods": ("prefill-x",)})
+    d = decide(obs, state, now=later)
     assert d.prefill.action == "hold" and "no scale-down on partial metrics" in d.prefill.reason
     assert "[partial metrics: 1 pod(s) with partial data (prefill-x)]" in d.prefill.reason
     # a breach seen on partial data still scales up (rate scaled up for the pods that did not report)
@@ -187,7 +189,9 @@ def test_noisy_metrics_do_not_flap(seed):
 # ------------------------------------------------------------------ feedback: ±30 % wrong profile
 @pytest.mark.parametrize("kp,kd,rate", [(1.3, 1.3, 14.0), (0.7, 0.7, 14.0), (1.3, 0.7, 30.0), (0.7, 1.3, 40.0)])
 def test_wrong_profile_converges(kp, kd, rate):
-    decisions, state = run([rate] * 40, Cluster(prefill=2, decode=1, cold_steps=2), kp=kp, kd=kd)
+    # two stabilization windows (a scale-down each, at most) and 20 decisions to settle
+    steps = 20 + 2 * int(PlannerConfig().scale_down_stabilization_s // 30)
+    decisions, state = run([rate] * steps, Cluster(prefill=2, decode=1, cold_steps=2), kp=kp, kd=kd)
     assert state.prefill.correction == pytest.approx(kp, rel=0.03)
     assert state.decode.correction == pytest.approx(kd, rel=0.03)
     want_p, want_d = ideal(rate, kp, kd)

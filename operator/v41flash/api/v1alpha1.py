@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from .. import defaults
 from ..roles import ROLES
 from ..vllm import gpus
 from ..vllm.args import EPLB_COMMUNICATORS, ROUTED_EXPERTS
@@ -175,9 +176,9 @@ class RoleSpec(Model):
             field_path=".minReplicas"),
     ))
     enabled: bool = Field(True, description="Run this role. Turn prefill off for an aggregated deployment.")
-    min_replicas: int = Field(1, ge=0, le=512, description="Fewest replicas (the planner's floor; the "
+    min_replicas: int = Field(defaults.MIN_REPLICAS, ge=0, le=512, description="Fewest replicas (the planner's floor; the "
                                                            "initial count).")
-    max_replicas: int = Field(4, ge=0, le=512, description="Most replicas (the planner's ceiling).")
+    max_replicas: int = Field(defaults.MAX_REPLICAS, ge=0, le=512, description="Most replicas (the planner's ceiling).")
     replicas_managed_by: Literal["operator", "external"] = Field(
         "operator", description="operator: v41flash writes replicas (planner or minReplicas). external: an "
                                 "HPA/KEDA owns them and the operator never touches replicas.")
@@ -328,7 +329,7 @@ class RoutingSpec(Model):
 
 class TTFTTarget(Model):
     target_seconds: float = Field(2.0, gt=0, description="Time to first token target.")
-    percentile: Literal[50, 90, 95, 99] = Field(90, description="Percentile the TTFT target applies to.")
+    percentile: Literal[50, 90, 95, 99] = Field(defaults.TTFT_PERCENTILE, description="Percentile the TTFT target applies to.")
 
 
 class SLOSpec(Model):
@@ -339,7 +340,7 @@ class SLOSpec(Model):
     ))
     ttft: TTFTTarget = Field(default_factory=TTFTTarget, description="TTFT target.")
     e2e_p95_seconds: float = Field(60.0, gt=0, alias="e2eP95Seconds", description="p95 end-to-end request latency target.")
-    window_seconds: int = Field(60, ge=10, le=3600, description="Evaluation window for observed figures.")
+    window_seconds: int = Field(defaults.SLO_WINDOW_SECONDS, ge=10, le=3600, description="Evaluation window for observed figures.")
 
 
 class AutoscalingSpec(Model):
@@ -349,10 +350,11 @@ class AutoscalingSpec(Model):
             field_path=".scaleDownStabilizationSeconds"),
     ))
     enabled: bool = Field(True, description="Run the SLO planner for roles whose replicas the operator manages.")
-    interval_seconds: int = Field(30, ge=5, le=3600, description="Planner cadence.")
+    interval_seconds: int = Field(defaults.PLANNER_INTERVAL_SECONDS, ge=5, le=3600, description="Planner cadence.")
     scale_up_stabilization_seconds: int = Field(0, ge=0, description="Wait before acting on a scale-up.")
-    scale_down_stabilization_seconds: int = Field(600, ge=0, description="Demand must stay low this long "
-                                                                         "before a scale-down.")
+    scale_down_stabilization_seconds: int = Field(defaults.SCALE_DOWN_STABILIZATION_SECONDS, ge=0,
+                                                  description="Demand must stay low this long before a "
+                                                              "scale-down.")
     gpu_budget: int = Field(0, ge=0, description="Most GPUs all roles may use together; 0 = no budget.")
     capacity_profile: str = Field("", description="ConfigMap holding a capacity profile (profile.yaml); "
                                                   "'' = the shipped profile for profile + GPU.")

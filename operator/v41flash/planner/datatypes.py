@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
+from v41flash import defaults
 from v41flash.metrics.figures import RouterFigures, WindowFigures
 from v41flash.roles import Role
 
@@ -43,15 +44,15 @@ class Observation:
 class Slo:
     ttft_s: float  # TTFT target (seconds) at ttft_percentile
     e2e_p95_s: float  # p95 end-to-end latency target (seconds)
-    ttft_percentile: float = 0.9  # 0.9 = p90
-    window_s: float = 60.0  # evaluation window
+    ttft_percentile: float = defaults.TTFT_PERCENTILE / 100  # 0.9 = p90
+    window_s: float = float(defaults.SLO_WINDOW_SECONDS)  # evaluation window
     itl_s: float | None = None  # optional explicit inter-token latency target; else derived from e2e
 
 
 @dataclass(frozen=True)
 class RoleBounds:
-    min_replicas: int = 1
-    max_replicas: int = 8
+    min_replicas: int = defaults.MIN_REPLICAS
+    max_replicas: int = defaults.MAX_REPLICAS
     autoscale: bool = True  # False: the planner leaves this role's replicas alone (HPA/KEDA/manual)
 
 
@@ -66,9 +67,10 @@ class Bounds:
 class PlannerConfig:
     """Knobs with defaults; the controller maps the CR's autoscaling fields onto these."""
 
-    interval_s: float = 30.0  # expected time between decisions
+    interval_s: float = float(defaults.PLANNER_INTERVAL_SECONDS)  # expected time between decisions
     max_metrics_age_s: float = 120.0  # a window older than this is stale
-    scale_down_stabilization_s: float = 300.0  # scale down to the max recommendation of this long
+    # scale down to the max recommendation of this long
+    scale_down_stabilization_s: float = float(defaults.SCALE_DOWN_STABILIZATION_SECONDS)
     scale_down_cooldown_s: float = 300.0  # no scale-down this soon after a scale-up of the role
     scale_down_interval_s: float = 120.0  # at least this long between two scale-downs (drain, and the moved sessions' re-prefill)
     max_scale_down_step: int = 1  # replicas removed per decision at most (or the fraction below)

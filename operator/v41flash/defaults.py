@@ -1,0 +1,15 @@
+"""Home of the defaults the CR and the planner share.
+
+The V41FlashDeployment's spec.slo, spec.autoscaling and per-role replica bounds default to these
+(api/v1alpha1.py), and the planner's own dataclasses (Slo, RoleBounds, PlannerConfig) take the same
+values when a caller leaves them out. Plain numbers: the planner imports this without the API.
+"""
+from __future__ import annotations
+
+PLANNER_INTERVAL_SECONDS = 30  # spec.autoscaling.intervalSeconds; PlannerConfig.interval_s
+# spec.autoscaling.scaleDownStabilizationSeconds; PlannerConfig.scale_down_stabilization_s
+SCALE_DOWN_STABILIZATION_SECONDS = 600
+SLO_WINDOW_SECONDS = 60  # spec.slo.windowSeconds; Slo.window_s
+TTFT_PERCENTILE = 90  # spec.slo.ttft.percentile; Slo.ttft_percentile (as a fraction)
+MIN_REPLICAS = 1  # spec.<role>.minReplicas; RoleBounds.min_replicas
+MAX_REPLICAS = 4  # spec.<role>.maxReplicas; RoleBounds.max_replicas
