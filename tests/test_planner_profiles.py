@@ -136,7 +136,7 @@ def test_show_lists_every_shipped_profile(capsys):
         assert f"| {p.metadata.name} |" in out
 
 
-def test_shipped_default_layouts_match_the_api_defaults():
+def test_shipped_default_layouts_are_the_gpu_tables_defaults():
     from v41flash.vllm import gpus
 
     for p in shipped_profiles():

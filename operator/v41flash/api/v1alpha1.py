@@ -1,4 +1,6 @@
-"""The V41FlashDeployment API (v41flash.io/v1alpha1): spec and status as pydantic models.
+"""Home of the V41FlashDeployment API (v41flash.io/v1alpha1) and its field defaults: spec and status.
+
+Defaults the planner shares come from defaults.py, GPU and vLLM facts from vllm/ (gpus, args, flags).
 
 These models are the single source of truth: `crds/` is generated from them (`v41flash crd`), the
 CEL rules below are enforced by the apiserver at admission AND evaluated offline by `v41flash validate`

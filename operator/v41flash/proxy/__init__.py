@@ -1,6 +1,7 @@
 """The session proxy: the router pod's front step (`v41flash session-proxy`).
 
-Defaults live here (no aiohttp import) so that the CLI parser and the proxy runtime share them.
+Home of the session proxy's defaults (no aiohttp import here), so that the CLI parser and the proxy
+runtime share them.
 """
 DEFAULT_MAX_BODY_BYTES = 64 << 20
 DEFAULT_PROMPT_KEY_CHARS = 2048

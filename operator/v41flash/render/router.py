@@ -1,4 +1,5 @@
-"""The vllm-router (PyPI vllm-router 0.1.17) in front of the engines: arguments and objects.
+"""Home of the router's flags and ports: the vllm-router (PyPI vllm-router 0.1.17) in front of the engines, its
+arguments and objects.
 
 With spec.routing.sessionKey: derive (the default) the router pod runs two containers: the session proxy
 (`v41flash session-proxy`, operator image) on the Service's port, which sets x-session-id when a client
