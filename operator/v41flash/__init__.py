@@ -1,8 +1,9 @@
 """v41flash: a Kubernetes operator serving DeepSeek-V4.1-Flash disaggregated on vLLM.
 
 Where each fact lives (every user imports it from there; nothing else spells it out):
-- vLLM flags and the model facts they rest on (routed experts, EPLB communicators): vllm/args.py;
-  what vLLM 0.33.0's parser accepts (the snapshot, sync-only EPLB communicators): vllm/flags.py
+- vLLM flags and the model facts they rest on (default checkpoint, routed experts, EPLB communicators):
+  vllm/args.py; what vLLM 0.33.0's parser accepts (the snapshot, sync-only EPLB communicators):
+  vllm/flags.py
 - GPU products, GPUs per node, default TP/DP per profile: vllm/gpus.py
 - role names (prefill, decode): roles.py
 - defaults the CR and the planner share (interval, stabilization, SLO window, replica bounds): defaults.py;

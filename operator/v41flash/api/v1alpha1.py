@@ -18,7 +18,7 @@ from pydantic.alias_generators import to_camel
 from .. import defaults
 from ..roles import ROLES
 from ..vllm import gpus
-from ..vllm.args import EPLB_COMMUNICATORS, ROUTED_EXPERTS
+from ..vllm.args import DEFAULT_CHECKPOINT, EPLB_COMMUNICATORS, ROUTED_EXPERTS
 from ..vllm.flags import EPLB_SYNC_ONLY_COMMUNICATORS
 
 GROUP = "v41flash.io"
@@ -41,7 +41,6 @@ DEFAULT_ROUTER_IMAGE = "v41flash/vllm-router:0.1.17"
 DEFAULT_OPERATOR_IMAGE = "v41flash/operator:0.1.0"  # also runs the router pod's session proxy
 SESSION_KEYS = ("derive", "client")
 HEADER_KEYED_POLICIES = ("consistent_hash", "sticky_least_loaded")
-DEFAULT_CHECKPOINT = "deepseek-ai/DeepSeek-V4.1-Flash-1017"
 
 
 def cel(rule: str, message: str | None = None, *, field_path: str | None = None,

@@ -1,4 +1,4 @@
-"""Home of every `vllm serve` flag we render, and of the model facts they rest on (routed experts,
+"""Home of every `vllm serve` flag we render, and of the model facts they rest on (checkpoint, routed experts,
 EPLB communicators): pure argument building for DeepSeek-V4.1-Flash on vLLM 0.33.0.
 
 Plain frozen dataclasses in (EngineConfig), plain data out (EngineCommand / ReplicaCommands). The
@@ -24,6 +24,8 @@ from .gpus import ENGRAM_OFFLOADED_MINIMUM_GB, VRAM_MINIMUM_GB, GpuProduct, gpu
 Role = Literal["prefill", "decode", "aggregated"]
 Problem = tuple[str, str]  # (field path inside EngineConfig, message)
 
+# The recipe's checkpoint (2026-10-17), the CR's default spec.model.checkpoint.
+DEFAULT_CHECKPOINT = "deepseek-ai/DeepSeek-V4.1-Flash-1017"
 ROUTED_EXPERTS = 384  # recipe: "routing is 6 of 384 experts per token plus one shared expert"
 # EPLBConfig.communicator literals in vLLM 0.33.0 (read from the parser snapshot); the recipe's
 # "symm_mem" is not among them. Those async EPLB refuses: flags.EPLB_SYNC_ONLY_COMMUNICATORS.

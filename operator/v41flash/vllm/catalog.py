@@ -7,10 +7,9 @@ from __future__ import annotations
 import itertools
 
 from ..roles import ROLES
-from .args import EngineConfig, EplbConfig, KvEvents, KvTransfer
+from .args import DEFAULT_CHECKPOINT, EngineConfig, EplbConfig, KvEvents, KvTransfer
 from .gpus import GPU_PRODUCTS, GpuProduct, smallest_fitting_dp
 
-REFERENCE_MODEL = "deepseek-ai/DeepSeek-V4.1-Flash-1017"
 ENGINE_ROLES = ("aggregated", *ROLES)  # vLLM engine roles: an aggregated engine does both
 
 
@@ -35,7 +34,7 @@ def _shapes(product: GpuProduct) -> list[tuple[str, dict, EplbConfig]]:
     return shapes
 
 
-def reference_configs(model: str = REFERENCE_MODEL) -> dict[str, EngineConfig]:
+def reference_configs(model: str = DEFAULT_CHECKPOINT) -> dict[str, EngineConfig]:
     """Name -> config for GPU x shape x role x KV events x EPLB (EPLB only where it applies)."""
     out = {}
     for name, product in GPU_PRODUCTS.items():
