@@ -18,7 +18,7 @@ from pydantic.alias_generators import to_camel
 from .. import defaults
 from ..roles import ROLES
 from ..vllm import gpus
-from ..vllm.args import DEFAULT_CHECKPOINT, EPLB_COMMUNICATORS, ROUTED_EXPERTS
+from ..vllm.args import DEFAULT_CHECKPOINT, EPLB_COMMUNICATORS, KV_LOAD_FAILURE_POLICIES, ROUTED_EXPERTS
 from ..vllm.flags import EPLB_SYNC_ONLY_COMMUNICATORS
 
 GROUP = "v41flash.io"
@@ -266,7 +266,8 @@ class GPUSpec(Model):
 
 class KVTransferSpec(Model):
     connector: Literal["NixlConnector"] = Field("NixlConnector", description="vLLM KV connector for P/D.")
-    load_failure_policy: Literal["fail", "recompute"] = Field(
+    # the values vLLM 0.33.0 accepts (the parser snapshot), listed alphabetically in the CRD
+    load_failure_policy: Literal[tuple(sorted(KV_LOAD_FAILURE_POLICIES))] = Field(  # type: ignore[valid-type]
         "fail", description="What decode does when a KV load fails.")
     ucx_tls: str = Field("", description="UCX_TLS for NIXL; '' = per GPU fabric default "
                                          "(GB300 MNNVL: cuda_copy,cuda_ipc,tcp).")
