@@ -281,8 +281,8 @@ class RoutingSpec(Model):
         cel("!(self.policy == 'kv_aware' || self.decodePolicy == 'kv_aware') || self.kvEvents",
             "kv_aware routing without KV events silently degrades to load balancing: set kvEvents: true "
             "or pick another policy", field_path=".kvEvents"),
-        cel("self.sessionKey == 'derive' || !(self.policy in ['consistent_hash', 'sticky_least_loaded'])",
-            "consistent_hash and sticky_least_loaded key only on x-session-id: with sessionKey: client every "
+        cel(f"self.sessionKey == 'derive' || !(self.policy in {cel_list(HEADER_KEYED_POLICIES)})",
+            f"{' and '.join(HEADER_KEYED_POLICIES)} key only on x-session-id: with sessionKey: client every "
             "request a client sends without it lands on ONE engine. Keep sessionKey: derive (the session "
             "proxy sets the header) or pick a header-free policy such as cache_aware", field_path=".policy"),
         cel("self.sessionKey == 'derive' || self.sessionHeader == ''",

@@ -16,14 +16,16 @@ from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 
 from ..api import v1alpha1 as api
 from ..render import labels as L
+from ..render.engine import LWS_API_VERSION
+from ..render.resolve import DEPLOYMENT, LEADER_WORKER_SET
 
 FIELD_MANAGER = "v41flash-operator"
 log = logging.getLogger(__name__)
 
 # Every kind the renderer can produce: what pruning lists (a role turned off must lose its objects).
 CHILD_KINDS: tuple[tuple[str, str], ...] = (
-    ("apps/v1", "Deployment"),
-    ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"),
+    ("apps/v1", DEPLOYMENT),
+    (LWS_API_VERSION, LEADER_WORKER_SET),
     ("v1", "Service"),
     ("v1", "ServiceAccount"),
     ("rbac.authorization.k8s.io/v1", "Role"),

@@ -20,7 +20,7 @@ from ..api.validation import validate
 from ..render import labels as L
 from ..render import render
 from ..render.checks import operator_checks
-from ..render.resolve import resolve
+from ..render.resolve import DEPLOYMENT, LEADER_WORKER_SET, resolve
 from ..render.router import service_address
 from .autoscale import PlannerOutcome, iso_time
 from .kube import ChildRef, Kube, KindNotInstalled, is_conflict
@@ -173,7 +173,7 @@ def _status(obj: api.V41FlashDeployment | None, body: dict[str, Any], live: dict
             previous: dict[str, Any], stall: Stall | None, generation: int, now: str,
             planner: PlannerOutcome | None) -> dict[str, Any]:
     name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
-    by_name = {ref.name: o for ref, o in live.items() if ref.kind in ("Deployment", "LeaderWorkerSet")}
+    by_name = {ref.name: o for ref, o in live.items() if ref.kind in (DEPLOYMENT, LEADER_WORKER_SET)}
     workloads = {role: workload_state(by_name.get(L.child_name(name, role))) for role in ROLES}
     router = workload_state(by_name.get(L.child_name(name, L.ROUTER)))
     if obj is not None:
