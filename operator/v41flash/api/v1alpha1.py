@@ -177,9 +177,10 @@ class RoleSpec(Model):
             field_path=".minReplicas"),
     ))
     enabled: bool = Field(True, description="Run this role. Turn prefill off for an aggregated deployment.")
-    min_replicas: int = Field(defaults.MIN_REPLICAS, ge=0, le=512, description="Fewest replicas (the planner's floor; the "
-                                                           "initial count).")
-    max_replicas: int = Field(defaults.MAX_REPLICAS, ge=0, le=512, description="Most replicas (the planner's ceiling).")
+    min_replicas: int = Field(defaults.MIN_REPLICAS, ge=0, le=512,
+                              description="Fewest replicas (the planner's floor; the initial count).")
+    max_replicas: int = Field(defaults.MAX_REPLICAS, ge=0, le=512,
+                              description="Most replicas (the planner's ceiling).")
     replicas_managed_by: Literal["operator", "external"] = Field(
         "operator", description="operator: v41flash writes replicas (planner or minReplicas). external: an "
                                 "HPA/KEDA owns them and the operator never touches replicas.")
@@ -208,9 +209,10 @@ def _role_rules(role: str) -> list[dict[str, str]]:
     """Cross-field rules for one role that need the profile and GPU: effective parallel sizes."""
     r = f"self.{role}"
     gpn = f"(has(self.gpu.gpusPerNode) ? self.gpu.gpusPerNode : {per_gpu_product(lambda p: p.gpus_per_node)})"
-    tp_ht, tp_ll, dp_ht, dp_ll = (per_gpu_product(lambda p, ht=ht: default(p, ht))
-                                  for default in (gpus.default_tensor_parallel_size, gpus.default_data_parallel_size)
-                                  for ht in (True, False))
+    tp_ht = per_gpu_product(lambda p: gpus.default_tensor_parallel_size(p, high_throughput=True))
+    tp_ll = per_gpu_product(lambda p: gpus.default_tensor_parallel_size(p, high_throughput=False))
+    dp_ht = per_gpu_product(lambda p: gpus.default_data_parallel_size(p, high_throughput=True))
+    dp_ll = per_gpu_product(lambda p: gpus.default_data_parallel_size(p, high_throughput=False))
     tp = (f"(has({r}.tensorParallelSize) ? {r}.tensorParallelSize : "
           f"(self.profile == 'high-throughput' ? {tp_ht} : {tp_ll}))")
     dp = (f"(has({r}.dataParallelSize) ? {r}.dataParallelSize : "
@@ -331,7 +333,8 @@ class RoutingSpec(Model):
 
 class TTFTTarget(Model):
     target_seconds: float = Field(2.0, gt=0, description="Time to first token target.")
-    percentile: Literal[50, 90, 95, 99] = Field(defaults.TTFT_PERCENTILE, description="Percentile the TTFT target applies to.")
+    percentile: Literal[50, 90, 95, 99] = Field(defaults.TTFT_PERCENTILE,
+                                                description="Percentile the TTFT target applies to.")
 
 
 class SLOSpec(Model):
@@ -342,7 +345,8 @@ class SLOSpec(Model):
     ))
     ttft: TTFTTarget = Field(default_factory=TTFTTarget, description="TTFT target.")
     e2e_p95_seconds: float = Field(60.0, gt=0, alias="e2eP95Seconds", description="p95 end-to-end request latency target.")
-    window_seconds: int = Field(defaults.SLO_WINDOW_SECONDS, ge=10, le=3600, description="Evaluation window for observed figures.")
+    window_seconds: int = Field(defaults.SLO_WINDOW_SECONDS, ge=10, le=3600,
+                                description="Evaluation window for observed figures.")
 
 
 class AutoscalingSpec(Model):
@@ -352,7 +356,8 @@ class AutoscalingSpec(Model):
             field_path=".scaleDownStabilizationSeconds"),
     ))
     enabled: bool = Field(True, description="Run the SLO planner for roles whose replicas the operator manages.")
-    interval_seconds: int = Field(defaults.PLANNER_INTERVAL_SECONDS, ge=5, le=3600, description="Planner cadence.")
+    interval_seconds: int = Field(defaults.PLANNER_INTERVAL_SECONDS, ge=5, le=3600,
+                                  description="Planner cadence.")
     scale_up_stabilization_seconds: int = Field(0, ge=0, description="Wait before acting on a scale-up.")
     scale_down_stabilization_seconds: int = Field(defaults.SCALE_DOWN_STABILIZATION_SECONDS, ge=0,
                                                   description="Demand must stay low this long before a "
