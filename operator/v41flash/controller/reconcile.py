@@ -22,9 +22,9 @@ from ..render import render
 from ..render.checks import operator_checks
 from ..render.resolve import DEPLOYMENT, LEADER_WORKER_SET, resolve
 from ..render.router import service_address
+from ..roles import ROLES
 from .autoscale import PlannerOutcome, iso_time
 from .kube import ChildRef, Kube, KindNotInstalled, is_conflict
-from ..roles import ROLES
 from .status import Stall, WorkloadState, compute_status, workload_state
 
 log = logging.getLogger(__name__)

@@ -55,7 +55,8 @@ def serving_selector(cr_name: str, role: str) -> dict[str, str]:
 
 
 def serving_pods_selector(cr_name: str) -> dict[str, str]:
-    """Every pod of one deployment that serves HTTP (engines of all roles, and the router)."""
+    """Every engine pod of one deployment that answers HTTP, of all roles (the router's pods do not carry
+    SERVING_LABEL, so none of them match)."""
     return {DEPLOYMENT_LABEL: cr_name, SERVING_LABEL: "true"}
 
 
