@@ -56,19 +56,31 @@ def cel(rule: str, message: str | None = None, *, field_path: str | None = None,
     return out
 
 
+def per_gpu_product_prose(value: Callable[[gpus.GpuProduct], int]) -> str:
+    """The same for a description: '2, 4 on H200, 8 on H100'."""
+    default, exceptions = _by_gpu_product(value)
+    return ", ".join([str(default), *(f"{v} on {'/'.join(names)}" for v, names in sorted(exceptions.items()))])
+
+
 def cel_list(values: Iterable[str]) -> str:
     """A CEL list literal of strings: ['a', 'b']."""
     return "[" + ", ".join(f"'{v}'" for v in values) + "]"
 
 
-def per_gpu_product(value: Callable[[gpus.GpuProduct], int]) -> str:
-    """CEL for value(product) of self.gpu.product: the GPU table inlined, the most common value last."""
+def _by_gpu_product(value: Callable[[gpus.GpuProduct], int]) -> tuple[int, dict[int, list[str]]]:
+    """value(product) over the GPU table: the most common value, and the products that differ by value."""
     values = {name: value(product) for name, product in gpus.GPU_PRODUCTS.items()}
     default = Counter(values.values()).most_common(1)[0][0]
     exceptions: dict[int, list[str]] = {}
     for name, v in values.items():
         if v != default:
             exceptions.setdefault(v, []).append(name)
+    return default, exceptions
+
+
+def per_gpu_product(value: Callable[[gpus.GpuProduct], int]) -> str:
+    """CEL for value(product) of self.gpu.product: the GPU table inlined, the most common value last."""
+    default, exceptions = _by_gpu_product(value)
     expr = str(default)
     for v, names in reversed(exceptions.items()):
         test = (f"self.gpu.product == '{names[0]}'" if len(names) == 1 else
@@ -171,6 +183,13 @@ class Resources(Model):
                                               "Engram share memory through it.")
 
 
+# Per-GPU default parallel sizes as the descriptions below state them, from the GPU table.
+_TP_LOW_LATENCY = per_gpu_product_prose(lambda p: gpus.default_tensor_parallel_size(p, high_throughput=False))
+_TP_HIGH_THROUGHPUT = per_gpu_product_prose(lambda p: gpus.default_tensor_parallel_size(p, high_throughput=True))
+_DP_LOW_LATENCY = per_gpu_product_prose(lambda p: gpus.default_data_parallel_size(p, high_throughput=False))
+_DP_HIGH_THROUGHPUT = per_gpu_product_prose(lambda p: gpus.default_data_parallel_size(p, high_throughput=True))
+
+
 class RoleSpec(Model):
     model_config = ConfigDict(json_schema_extra=validations(
         cel("self.minReplicas <= self.maxReplicas", "minReplicas must be <= maxReplicas",
@@ -185,11 +204,11 @@ class RoleSpec(Model):
         "operator", description="operator: v41flash writes replicas (planner or minReplicas). external: an "
                                 "HPA/KEDA owns them and the operator never touches replicas.")
     tensor_parallel_size: int | None = Field(
-        None, ge=1, le=64, description="Override the profile's tensor parallel size (low-latency: 4, 8 on "
-                                       "H100; high-throughput: 1).")
+        None, ge=1, le=64, description="Override the profile's tensor parallel size (low-latency: "
+                                       f"{_TP_LOW_LATENCY}; high-throughput: {_TP_HIGH_THROUGHPUT}).")
     data_parallel_size: int | None = Field(
         None, ge=1, le=256, description="Override the profile's data parallel size per replica "
-                                        "(high-throughput: 2, 4 on H200, 8 on H100; low-latency: 1).")
+                                        f"(high-throughput: {_DP_HIGH_THROUGHPUT}; low-latency: {_DP_LOW_LATENCY}).")
     expert_parallel: bool | None = Field(
         None, description="Override expert parallelism (on for high-throughput).")
     nodes_per_replica: int = Field(
