@@ -14,7 +14,7 @@ ENGINE_ROLES = ("aggregated", *ROLES)  # vLLM engine roles: an aggregated engine
 
 
 def _shapes(product: GpuProduct) -> list[tuple[str, dict, EplbConfig]]:
-    """(name, parallel sizes, an EPLB config that divides 384 + redundant evenly) per GPU."""
+    """(name, parallel sizes, an EPLB config whose routed + redundant experts split evenly) per GPU."""
     dp = smallest_fitting_dp(product)
     shapes = [
         ("tp", dict(tensor_parallel_size=product.low_latency_tp), EplbConfig(enabled=False)),
