@@ -1,6 +1,10 @@
 """The planner's edge: scrape engines and routers, cut the evaluation window, call the pure planner, and
 turn its Decision into status fields, Events, metrics and pod-deletion costs.
 
+``Autoscaler`` is the thin I/O layer (list pods, scrape, read a profile ConfigMap, annotate pods); what it
+reads goes through pure functions: ``observation.observe`` builds the planner's input, the functions
+here turn a Decision into a ``PlannerOutcome`` and pod-deletion costs.
+
 The operator stays stateless except for recent metric snapshots (a restart costs one window of data,
 during which the planner holds); the planner's memory (corrections, stabilization) lives in status.
 """
@@ -8,27 +12,30 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import re
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
+from kubernetes.client.exceptions import ApiException
+
 from ..api import v1alpha1 as api
-from ..metrics.scrape import router_target, scrape, vllm_target
-from ..metrics.window import SnapshotHistory, compute_router_window, role_windows
-from ..planner import drain
-from ..planner.datatypes import (
-    Bounds, Decision, Observation, PlannerConfig, PlannerState, RoleBounds, RoleObservation, RoleReplicas, Slo,
-)
 from ..metrics.operator_metrics import planner_metrics
+from ..metrics.scrape import scrape
+from ..metrics.window import PodSnapshot, SnapshotHistory
+from ..planner import drain
+from ..planner.datatypes import Decision, PlannerConfig, PlannerState
 from ..planner.plan import plan
 from ..planner.profile import CapacityProfile, find_profile, profile_from_dict
 from ..render import labels as L
 from ..render.resolve import Resolved, resolve
 from ..roles import ROLES
 from .kube import Kube
+from .observation import (  # noqa: F401  (observed_slo_status: re-exported)
+    PodView, observe, observed_slo_status, planner_bounds, planner_slo, pod_view, scrape_targets,
+)
 
 log = logging.getLogger(__name__)
 
@@ -74,39 +81,6 @@ def profile_for(spec: api.V41FlashDeploymentSpec, resolved: Resolved, kube: Kube
         _parallelism(roles["decode"]))
 
 
-def _pod_ready(pod) -> bool:
-    return any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or []))
-
-
-def _deletion_cost(pod) -> int | None:
-    try:
-        return int((pod.metadata.annotations or {})[drain.POD_DELETION_COST])
-    except (KeyError, ValueError):
-        return None
-
-
-def _fmt_s(x: float | None) -> str:
-    return "" if x is None or not math.isfinite(x) else f"{x:.2f}s"
-
-
-def observed_slo_status(windows: dict, router_figs: Any) -> dict[str, Any]:
-    """status.slo: user-facing figures (router first: its latency spans prefill, KV transfer and decode)."""
-    ttft_w = windows.get("prefill") if windows.get("prefill") and windows["prefill"].requests else windows.get("decode")
-    overall = windows.get("overall")
-    e2e = router_figs.e2e_p95_s if router_figs is not None and router_figs.e2e_p95_s is not None else (
-        windows["decode"].e2e_p95_s if windows.get("decode") else None)
-    ttft = ttft_w.ttft_s if ttft_w is not None else None
-    out: dict[str, Any] = {"ttft": _fmt_s(ttft)}
-    for key, value in (("ttftSeconds", ttft), ("e2eP95Seconds", e2e),
-                       ("requestRate", router_figs.request_rate if router_figs is not None and router_figs.requests
-                        else (windows["decode"].request_rate if windows.get("decode") else None)),
-                       ("prefixCacheHitRate", overall.prefix_cache_hit_rate if overall else None),
-                       ("loadImbalance", overall.load_spread if overall else None)):
-        if value is not None and math.isfinite(value):
-            out[key] = float(f"{float(value):.3g}")  # 3 significant digits: no status churn from noise
-    return out
-
-
 _DIGITS = re.compile(r"[0-9][0-9.,]*")
 
 
@@ -132,6 +106,61 @@ def durable_state(state: PlannerState) -> dict[str, Any]:
     return out
 
 
+def planner_due(known: PlannerState | None, status: Mapping[str, Any], now: float, interval_s: float) -> bool:
+    """The planner decides every intervalSeconds: since the last decision in memory, else the one in status."""
+    last = known.last_decision_time if known and known.last_decision_time is not None else \
+        _parse_time((status.get("lastDecision") or {}).get("time", ""))
+    return last is None or now - last >= interval_s
+
+
+def no_profile_outcome(spec: api.V41FlashDeploymentSpec, slo_status: dict[str, Any], previous: dict[str, Any],
+                       now: float) -> PlannerOutcome:
+    """Without a capacity profile the planner holds and says so (the Event once, not every interval)."""
+    reason = (f"no capacity profile for {spec.profile} on {spec.gpu.product}: set "
+              f"spec.autoscaling.capacityProfile; replicas stay where they are")
+    last = {"time": iso_time(now), "action": "hold", "reason": reason}
+    if same_decision(previous, last):
+        return PlannerOutcome(status={"slo": slo_status, "lastDecision": previous})
+    return PlannerOutcome(status={"slo": slo_status, "lastDecision": last},
+                          events=[("Warning", "NoCapacityProfile", reason)])
+
+
+def planner_outcome(decision: Decision, slo_status: dict[str, Any], now: float, previous: dict[str, Any]
+                    ) -> PlannerOutcome:
+    """Replicas to write, status.slo / lastDecision / plannerState, and a Scaled Event when something moved."""
+    out = PlannerOutcome(status={"slo": slo_status, "plannerState": durable_state(decision.state)})
+    reasons = []
+    for d in decision.roles():
+        out.desired[d.role] = d.desired
+        reasons.append(f"{d.role} {d.current}->{d.desired}: {d.reason}")
+    last = {"time": iso_time(now), "action": decision.action, "reason": "; ".join(reasons)[:2000]}
+    for d in decision.roles():
+        last[d.role] = d.desired
+    # The same decision again (only its figures moved) keeps the recorded one: no status churn.
+    out.status["lastDecision"] = previous if same_decision(previous, last) else last
+    if decision.action != "hold":
+        out.events.append(("Normal", "Scaled", last["reason"]))
+    return out
+
+
+def removal_annotations(decision: Decision, pods: Sequence[PodView], snapshots: Sequence[PodSnapshot]
+                        ) -> list[tuple[str, dict[str, str | None]]]:
+    """Pod-deletion costs for each role that scales down: least-loaded pods get the lowest, so the
+    ReplicaSet removes them first. (pod, annotations) in the order to write them."""
+    running = {s.pod: sum(e.gauges.get("vllm:num_requests_running", 0.0) for e in s.engines.values())
+               for s in snapshots if s.ok}
+    out: list[tuple[str, dict[str, str | None]]] = []
+    for d in decision.roles():
+        if d.desired >= d.current:
+            continue
+        loads = [drain.PodLoad(name=p.name, running=running.get(p.name, 0.0), ready=p.ready,
+                               deletion_cost=p.deletion_cost, created=p.created if p.created is not None else 0.0)
+                 for p in pods if p.role == d.role and not p.deleting]
+        remove = drain.pods_to_remove(loads, d.current - d.desired)
+        out += [(pod, dict(annotations)) for pod, annotations in drain.deletion_cost_annotations(loads, remove).items()]
+    return out
+
+
 class Autoscaler:
     """One per operator process: snapshot history per deployment, and the planner metrics."""
 
@@ -154,12 +183,8 @@ class Autoscaler:
         meta, status = body["metadata"], body.get("status") or {}
         ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
         resolved = resolve(spec)
-        pods = self.kube.list_pods(ns, L.label_selector(L.serving_pods_selector(name)))
-        live = [p for p in pods if not p.metadata.deletion_timestamp]
-        ready = {role: [p for p in live if p.metadata.labels.get(L.ROLE_LABEL) == role and _pod_ready(p)
-                        and p.status.pod_ip] for role in (*ROLES, L.ROUTER)}
-        targets = [vllm_target(p.metadata.name, role, p.status.pod_ip) for role in ROLES for p in ready[role]]
-        targets += [router_target(p.metadata.name, p.status.pod_ip) for p in ready[L.ROUTER]]
+        pods = [pod_view(p) for p in self.kube.list_pods(ns, L.label_selector(L.serving_pods_selector(name)))]
+        targets = scrape_targets(pods)
         t0 = time.monotonic()
         snapshots = asyncio.run(scrape(targets)) if targets else []
         self.metrics.record_scrape(ns, name, snapshots, time.monotonic() - t0)
@@ -168,93 +193,35 @@ class Autoscaler:
         now = max([now, *(s.time for s in snapshots)])  # the window ends at the newest scrape
 
         known = self.states.get(uid)
-        last = known.last_decision_time if known and known.last_decision_time is not None else \
-            _parse_time((status.get("lastDecision") or {}).get("time", ""))
-        if last is not None and now - last < spec.autoscaling.interval_seconds:
+        if not planner_due(known, status, now, spec.autoscaling.interval_seconds):
             return None
         profile = profile_for(spec, resolved, self.kube, ns)
-        enabled = [r for r in ROLES if resolved.roles[r].enabled]
-        windows = role_windows(history, now, spec.slo.window_seconds,
-                               {r: [p.metadata.name for p in ready[r]] for r in enabled},
-                               spec.slo.ttft.percentile / 100)
-        by_pod = {p: history.snapshots(p) for p in history.pods()}
-        router_snaps = {p: ss for p, ss in by_pod.items() if ss and ss[-1].role == L.ROUTER}
-        router_figs = compute_router_window(router_snaps, now, spec.slo.window_seconds) if router_snaps else None
-        slo_status = observed_slo_status(windows, router_figs)
+        observed = observe(spec, resolved, pods, history, status, now)
+        previous = status.get("lastDecision") or {}
+        state = known or PlannerState.from_dict(status.get("plannerState"))
         if profile is None:
-            reason = (f"no capacity profile for {spec.profile} on {spec.gpu.product}: set "
-                      f"spec.autoscaling.capacityProfile; replicas stay where they are")
-            previous = status.get("lastDecision") or {}
-            last = {"time": iso_time(now), "action": "hold", "reason": reason}
-            self.states[uid] = replace(known or PlannerState.from_dict(status.get("plannerState")),
-                                       last_decision_time=now)
-            if same_decision(previous, last):
-                return PlannerOutcome(status={"slo": slo_status, "lastDecision": previous})
-            return PlannerOutcome(status={"slo": slo_status, "lastDecision": last},
-                                  events=[("Warning", "NoCapacityProfile", reason)])
+            self.states[uid] = replace(state, last_decision_time=now)
+            return no_profile_outcome(spec, observed.slo_status, previous, now)
 
-        def role_obs(role: str) -> RoleObservation:
-            rs = status.get(role) or {}
-            role_pods = [p for p in live if p.metadata.labels.get(L.ROLE_LABEL) == role]
-            starting = [p for p in role_pods if not _pod_ready(p)]
-            created = [p.metadata.creation_timestamp.timestamp() for p in starting if p.metadata.creation_timestamp]
-            desired = rs.get("desiredReplicas") or getattr(spec, role).min_replicas
-            return RoleObservation(
-                replicas=RoleReplicas(desired=desired, ready=rs.get("readyReplicas", len(ready[role])),
-                                      starting=max(0, desired - rs.get("readyReplicas", 0)),
-                                      starting_for_s=tuple(max(0.0, now - c) for c in created)),
-                window=windows.get(role),
-                rolling_out=rs.get("replicas", 0) > desired)
-
-        observation = Observation(decode=role_obs("decode"),
-                                  prefill=role_obs("prefill") if resolved.roles["prefill"].enabled else None,
-                                  router=router_figs)
-        bounds = Bounds(
-            decode=RoleBounds(spec.decode.min_replicas, spec.decode.max_replicas,
-                              spec.decode.replicas_managed_by == "operator"),
-            prefill=RoleBounds(spec.prefill.min_replicas, spec.prefill.max_replicas,
-                               spec.prefill.replicas_managed_by == "operator"),
-            gpu_budget=spec.autoscaling.gpu_budget or None)
-        slo = Slo(ttft_s=spec.slo.ttft.target_seconds, e2e_p95_s=spec.slo.e2e_p95_seconds,
-                  ttft_percentile=spec.slo.ttft.percentile / 100, window_s=float(spec.slo.window_seconds))
+        slo = planner_slo(spec)
         config = self.config or PlannerConfig.for_spec(spec.autoscaling.interval_seconds,
                                                        spec.autoscaling.scale_down_stabilization_seconds)
         self.metrics.record_slo(ns, name, slo.ttft_s, slo.e2e_p95_s)
-        state = self.states.get(uid) or PlannerState.from_dict(status.get("plannerState"))
-        decision = plan(observation, profile, slo, bounds, state, now, config)
+        decision = plan(observed.observation, profile, slo, planner_bounds(spec), state, now, config)
+        # costs first: if the apiserver is unreachable the pass fails before the decision is remembered
+        self._annotate(ns, removal_annotations(decision, pods, snapshots))
         self.states[uid] = decision.state
         self.metrics.record_decision(ns, name, decision)
-        return self._outcome(decision, slo_status, now, ns, pods, snapshots, status.get("lastDecision") or {})
+        return planner_outcome(decision, observed.slo_status, now, previous)
 
-    def _outcome(self, decision: Decision, slo_status: dict[str, Any], now: float, ns: str, pods: list,
-                 snapshots: list, previous: dict[str, Any]) -> PlannerOutcome:
-        out = PlannerOutcome(status={"slo": slo_status, "plannerState": durable_state(decision.state)})
-        reasons = []
-        for d in decision.roles():
-            out.desired[d.role] = d.desired
-            reasons.append(f"{d.role} {d.current}->{d.desired}: {d.reason}")
-            if d.desired < d.current:
-                self._mark_for_removal(ns, d.role, d.current - d.desired, pods, snapshots)
-        last = {"time": iso_time(now), "action": decision.action, "reason": "; ".join(reasons)[:2000]}
-        for d in decision.roles():
-            last[d.role] = d.desired
-        # The same decision again (only its figures moved) keeps the recorded one: no status churn.
-        out.status["lastDecision"] = previous if same_decision(previous, last) else last
-        if decision.action != "hold":
-            out.events.append(("Normal", "Scaled", last["reason"]))
-        return out
-
-    def _mark_for_removal(self, ns: str, role: str, count: int, pods: list, snapshots: list) -> None:
-        """Least-loaded pods get the lowest pod-deletion-cost, so the ReplicaSet removes them first."""
-        running = {s.pod: sum(e.gauges.get("vllm:num_requests_running", 0.0) for e in s.engines.values())
-                   for s in snapshots if s.ok}
-        loads = [drain.PodLoad(name=p.metadata.name, running=running.get(p.metadata.name, 0.0),
-                               ready=_pod_ready(p), deletion_cost=_deletion_cost(p),
-                               created=p.metadata.creation_timestamp.timestamp() if p.metadata.creation_timestamp else 0.0)
-                 for p in pods if p.metadata.labels.get(L.ROLE_LABEL) == role and not p.metadata.deletion_timestamp]
-        remove = drain.pods_to_remove(loads, count)
-        for pod, annotations in drain.deletion_cost_annotations(loads, remove).items():
+    def _annotate(self, ns: str, annotations: list[tuple[str, dict[str, str | None]]]) -> None:
+        """Deletion costs are a preference: a scale-down goes ahead without them (the ReplicaSet picks)."""
+        for pod, values in annotations:
             try:
-                self.kube.patch_pod_annotations(ns, pod, dict(annotations))
-            except Exception:  # a pod that vanished meanwhile needs no cost
-                log.info("could not annotate pod %s/%s with its deletion cost", ns, pod)
+                self.kube.patch_pod_annotations(ns, pod, values)
+            except ApiException as exc:
+                if exc.status == 404:  # the pod vanished meanwhile: it needs no cost
+                    log.info("pod %s/%s vanished before its deletion cost was set", ns, pod)
+                else:
+                    log.warning("could not set the deletion cost of pod %s/%s (%s %s); the scale-down goes ahead "
+                                "without it", ns, pod, exc.status, exc.reason)

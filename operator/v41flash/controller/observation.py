@@ -1,0 +1,141 @@
+"""What the planner sees of one deployment, built from plain data (pure: no apiserver, no network).
+
+In: the deployment's pods (``PodView``, read by the I/O layer in ``autoscale.py``), the history of their
+scraped snapshots, the CR's status and the time. Out: the planner's ``Observation`` and the observed SLO
+figures for ``status.slo``; from the spec, the planner's bounds and SLO.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..api import v1alpha1 as api
+from ..metrics.scrape import ScrapeTarget, router_target, vllm_target
+from ..metrics.window import SnapshotHistory, compute_router_window, role_windows
+from ..planner import drain
+from ..planner.datatypes import Bounds, Observation, RoleBounds, RoleObservation, RoleReplicas, Slo
+from ..render import labels as L
+from ..render.resolve import Resolved
+from ..roles import ROLES
+
+
+@dataclass(frozen=True)
+class PodView:
+    """One pod of the deployment, reduced to what the planner's edge reads."""
+
+    name: str
+    role: str | None  # the role label (render/labels.py ROLE_LABEL): prefill | decode | router
+    ready: bool  # condition Ready is True
+    ip: str | None
+    deleting: bool = False  # has a deletionTimestamp
+    created: float | None = None  # unix seconds
+    deletion_cost: int | None = None  # the controller.kubernetes.io/pod-deletion-cost annotation, if an int
+
+
+def pod_view(pod: Any) -> PodView:
+    """PodView of a kubernetes-client V1Pod."""
+    meta = pod.metadata
+    try:
+        cost: int | None = int((meta.annotations or {})[drain.POD_DELETION_COST])
+    except (KeyError, ValueError):
+        cost = None
+    return PodView(
+        name=meta.name,
+        role=(meta.labels or {}).get(L.ROLE_LABEL),
+        ready=any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or [])),
+        ip=pod.status.pod_ip,
+        deleting=bool(meta.deletion_timestamp),
+        created=meta.creation_timestamp.timestamp() if meta.creation_timestamp else None,
+        deletion_cost=cost,
+    )
+
+
+def serving(pods: Sequence[PodView]) -> dict[str, list[PodView]]:
+    """Pods that can be scraped, per role (prefill, decode, router): not deleting, Ready, with an IP."""
+    return {role: [p for p in pods if not p.deleting and p.role == role and p.ready and p.ip]
+            for role in (*ROLES, L.ROUTER)}
+
+
+def scrape_targets(pods: Sequence[PodView]) -> list[ScrapeTarget]:
+    ready = serving(pods)
+    targets = [vllm_target(p.name, role, p.ip) for role in ROLES for p in ready[role]]
+    return targets + [router_target(p.name, p.ip) for p in ready[L.ROUTER]]
+
+
+def _fmt_s(x: float | None) -> str:
+    return "" if x is None or not math.isfinite(x) else f"{x:.2f}s"
+
+
+def observed_slo_status(windows: dict, router_figs: Any) -> dict[str, Any]:
+    """status.slo: user-facing figures (router first: its latency spans prefill, KV transfer and decode)."""
+    ttft_w = windows.get("prefill") if windows.get("prefill") and windows["prefill"].requests else windows.get("decode")
+    overall = windows.get("overall")
+    e2e = router_figs.e2e_p95_s if router_figs is not None and router_figs.e2e_p95_s is not None else (
+        windows["decode"].e2e_p95_s if windows.get("decode") else None)
+    ttft = ttft_w.ttft_s if ttft_w is not None else None
+    out: dict[str, Any] = {"ttft": _fmt_s(ttft)}
+    for key, value in (("ttftSeconds", ttft), ("e2eP95Seconds", e2e),
+                       ("requestRate", router_figs.request_rate if router_figs is not None and router_figs.requests
+                        else (windows["decode"].request_rate if windows.get("decode") else None)),
+                       ("prefixCacheHitRate", overall.prefix_cache_hit_rate if overall else None),
+                       ("loadImbalance", overall.load_spread if overall else None)):
+        if value is not None and math.isfinite(value):
+            out[key] = float(f"{float(value):.3g}")  # 3 significant digits: no status churn from noise
+    return out
+
+
+@dataclass(frozen=True)
+class Observed:
+    observation: Observation  # the planner's input
+    slo_status: dict[str, Any]  # status.slo
+
+
+def observe(spec: api.V41FlashDeploymentSpec, resolved: Resolved, pods: Sequence[PodView], history: SnapshotHistory,
+            status: Mapping[str, Any], now: float) -> Observed:
+    """The window ending at ``now`` for each enabled role and the router, and each role's replicas.
+
+    Replicas come from the CR's status (what the last reconcile read from the workloads); how long each
+    not-yet-Ready pod has been starting comes from the pods.
+    """
+    live = [p for p in pods if not p.deleting]
+    ready = serving(pods)
+    enabled = [r for r in ROLES if resolved.roles[r].enabled]
+    windows = role_windows(history, now, spec.slo.window_seconds,
+                           {r: [p.name for p in ready[r]] for r in enabled},
+                           spec.slo.ttft.percentile / 100)
+    by_pod = {p: history.snapshots(p) for p in history.pods()}
+    router_snaps = {p: ss for p, ss in by_pod.items() if ss and ss[-1].role == L.ROUTER}
+    router_figs = compute_router_window(router_snaps, now, spec.slo.window_seconds) if router_snaps else None
+
+    def role_obs(role: str) -> RoleObservation:
+        rs = status.get(role) or {}
+        starting = [p for p in live if p.role == role and not p.ready]
+        created = [p.created for p in starting if p.created is not None]
+        desired = rs.get("desiredReplicas") or getattr(spec, role).min_replicas
+        return RoleObservation(
+            replicas=RoleReplicas(desired=desired, ready=rs.get("readyReplicas", len(ready[role])),
+                                  starting=max(0, desired - rs.get("readyReplicas", 0)),
+                                  starting_for_s=tuple(max(0.0, now - c) for c in created)),
+            window=windows.get(role),
+            rolling_out=rs.get("replicas", 0) > desired)
+
+    observation = Observation(decode=role_obs("decode"),
+                              prefill=role_obs("prefill") if resolved.roles["prefill"].enabled else None,
+                              router=router_figs)
+    return Observed(observation=observation, slo_status=observed_slo_status(windows, router_figs))
+
+
+def planner_bounds(spec: api.V41FlashDeploymentSpec) -> Bounds:
+    return Bounds(
+        decode=RoleBounds(spec.decode.min_replicas, spec.decode.max_replicas,
+                          spec.decode.replicas_managed_by == "operator"),
+        prefill=RoleBounds(spec.prefill.min_replicas, spec.prefill.max_replicas,
+                           spec.prefill.replicas_managed_by == "operator"),
+        gpu_budget=spec.autoscaling.gpu_budget or None)
+
+
+def planner_slo(spec: api.V41FlashDeploymentSpec) -> Slo:
+    return Slo(ttft_s=spec.slo.ttft.target_seconds, e2e_p95_s=spec.slo.e2e_p95_seconds,
+               ttft_percentile=spec.slo.ttft.percentile / 100, window_s=float(spec.slo.window_seconds))
