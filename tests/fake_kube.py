@@ -1,0 +1,153 @@
+"""An in-memory apiserver for the methods reconcile() uses of controller/kube.py's Kube.
+
+It keeps what a real one keeps and refuses what a real one refuses: server-side apply stores the object
+and bumps resourceVersion (and generation, on a spec change) only when something changed; children are
+listed by the instance and managed-by labels AND the owner's uid; the CR's status is replaced under an
+optimistic lock on resourceVersion; a kind the cluster does not serve cannot be applied. Every call is
+recorded, and every write that changed something is recorded in ``writes``.
+"""
+from __future__ import annotations
+
+import copy
+import itertools
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from v41flash.api import v1alpha1 as api
+from v41flash.controller.kube import CHILD_KINDS, ChildRef, KindNotInstalled
+from v41flash.render import labels as L
+from v41flash.render.engine import LWS_API_VERSION
+from v41flash.render.resolve import DEPLOYMENT, LEADER_WORKER_SET
+
+LWS = (LWS_API_VERSION, LEADER_WORKER_SET)
+SERVER_FIELDS = ("uid", "resourceVersion", "generation", "creationTimestamp")
+
+
+def api_error(status: int, reason: str, message: str = "") -> ApiException:
+    exc = ApiException(status=status, reason=reason)
+    exc.body = f'{{"kind": "Status", "message": "{message}"}}' if message else None
+    return exc
+
+
+class FakeKube:
+    def __init__(self, kinds=CHILD_KINDS):
+        self.kinds = set(kinds)  # what this cluster serves
+        self.objects: dict[tuple[str, str, str, str], dict[str, Any]] = {}  # (apiVersion, kind, ns, name)
+        self.crs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.calls: list[tuple[str, str]] = []  # (method, what) for every call reconcile made
+        self.writes: list[tuple[str, str]] = []  # (verb, Kind/name) for every call that changed state
+        self.fail: dict[tuple[str, str], Exception] = {}  # (method, Kind/name or CR name) → raised once
+        self._rv = itertools.count(100)
+        self._uid = itertools.count(1)
+
+    # ---------------------------------------------------------------- the test's side (not reconcile's)
+    def add_cr(self, doc: dict[str, Any], namespace: str = "ns") -> dict[str, Any]:
+        body = copy.deepcopy(doc)
+        meta = body.setdefault("metadata", {})
+        meta.update(namespace=namespace, uid=f"cr-uid-{next(self._uid)}", generation=1,
+                    resourceVersion=str(next(self._rv)))
+        self.crs[(namespace, meta["name"])] = body
+        return self.cr(meta["name"], namespace)
+
+    def cr(self, name: str, namespace: str = "ns") -> dict[str, Any]:
+        """A fresh read of the CR, as handlers._run does before each reconcile."""
+        return copy.deepcopy(self.crs[(namespace, name)])
+
+    def update_spec(self, name: str, spec: dict[str, Any], namespace: str = "ns") -> dict[str, Any]:
+        body = self.crs[(namespace, name)]
+        body["spec"] = copy.deepcopy(spec)
+        body["metadata"]["generation"] += 1
+        body["metadata"]["resourceVersion"] = str(next(self._rv))
+        return self.cr(name, namespace)
+
+    def put(self, obj: dict[str, Any], namespace: str = "ns") -> None:
+        """An object someone else created (another controller, a user)."""
+        obj = copy.deepcopy(obj)
+        obj["metadata"].update(namespace=namespace, resourceVersion=str(next(self._rv)), generation=1,
+                               uid=f"uid-{next(self._uid)}")
+        self.objects[(obj["apiVersion"], obj["kind"], namespace, obj["metadata"]["name"])] = obj
+
+    def get(self, kind: str, name: str, namespace: str = "ns") -> dict[str, Any] | None:
+        return next((o for (_, k, ns, n), o in self.objects.items() if (k, ns, n) == (kind, namespace, name)), None)
+
+    def names(self, namespace: str = "ns") -> set[str]:
+        return {f"{k}/{n}" for (_, k, ns, n) in self.objects if ns == namespace}
+
+    def settle(self, namespace: str = "ns", ready: bool = True) -> None:
+        """The workload controllers catch up: every Deployment/LWS reports its replicas (Ready or not)."""
+        for (_, kind, ns, _), obj in self.objects.items():
+            if ns != namespace or kind not in (DEPLOYMENT, LEADER_WORKER_SET):
+                continue
+            n = obj["spec"].get("replicas", 1)
+            obj["status"] = {"replicas": n, "updatedReplicas": n, "readyReplicas": n if ready else 0,
+                             "observedGeneration": obj["metadata"]["generation"]}
+            obj["metadata"]["resourceVersion"] = str(next(self._rv))
+
+    def _failure(self, method: str, what: str) -> None:
+        exc = self.fail.pop((method, what), None)
+        if exc is not None:
+            raise exc
+
+    # ---------------------------------------------------------------- what reconcile() calls
+    def has_kind(self, api_version: str, kind: str) -> bool:
+        self.calls.append(("has_kind", kind))
+        return (api_version, kind) in self.kinds
+
+    def list_children(self, namespace: str, instance: str, owner_uid: str) -> list[dict[str, Any]]:
+        self.calls.append(("list_children", instance))
+        selector = L.owned_selector(instance).items()
+        found = []
+        for (api_version, kind, ns, _), obj in self.objects.items():
+            labels = obj["metadata"].get("labels") or {}
+            owners = obj["metadata"].get("ownerReferences") or []
+            if (ns == namespace and (api_version, kind) in self.kinds and (api_version, kind) in CHILD_KINDS
+                    and selector <= labels.items() and any(o.get("uid") == owner_uid for o in owners)):
+                found.append(copy.deepcopy(obj))
+        return found
+
+    def apply(self, obj: dict[str, Any], namespace: str) -> dict[str, Any]:
+        what = f"{obj['kind']}/{obj['metadata']['name']}"
+        self.calls.append(("apply", what))
+        if (obj["apiVersion"], obj["kind"]) not in self.kinds:
+            raise KindNotInstalled(f"{obj['kind']}.{obj['apiVersion']} is not served by this cluster")
+        self._failure("apply", what)
+        key = (obj["apiVersion"], obj["kind"], namespace, obj["metadata"]["name"])
+        mine = copy.deepcopy(obj)
+        mine["metadata"]["namespace"] = namespace
+        old = self.objects.get(key)
+        if old is None:
+            mine["metadata"].update(uid=f"uid-{next(self._uid)}", resourceVersion=str(next(self._rv)), generation=1,
+                                    creationTimestamp="2026-12-01T00:00:00Z")
+            self.objects[key] = mine
+            self.writes.append(("create", what))
+            return copy.deepcopy(mine)
+        server = {k: old["metadata"][k] for k in SERVER_FIELDS if k in old["metadata"]}
+        before = {k: v for k, v in old.items() if k != "status"}
+        before["metadata"] = {k: v for k, v in old["metadata"].items() if k not in SERVER_FIELDS}
+        if before == mine:  # server-side apply of what is already there: no write, no new resourceVersion
+            return copy.deepcopy(old)
+        mine["metadata"].update(server, resourceVersion=str(next(self._rv)))
+        if mine.get("spec") != old.get("spec"):
+            mine["metadata"]["generation"] = old["metadata"].get("generation", 1) + 1
+        if "status" in old:
+            mine["status"] = old["status"]
+        self.objects[key] = mine
+        self.writes.append(("update", what))
+        return copy.deepcopy(mine)
+
+    def delete(self, ref: ChildRef, namespace: str) -> None:
+        what = f"{ref.kind}/{ref.name}"
+        self.calls.append(("delete", what))
+        if self.objects.pop((ref.api_version, ref.kind, namespace, ref.name), None) is not None:
+            self.writes.append(("delete", what))
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any], resource_version: str) -> None:
+        self.calls.append(("patch_status", name))
+        self._failure("patch_status", name)
+        body = self.crs[(namespace, name)]
+        if body["metadata"]["resourceVersion"] != resource_version:  # the JSON-patch `test` op fails
+            raise api_error(409, "Conflict", "the object has been modified")
+        body["status"] = copy.deepcopy(status)
+        body["metadata"]["resourceVersion"] = str(next(self._rv))
+        self.writes.append(("status", f"{api.KIND}/{name}"))

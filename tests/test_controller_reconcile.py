@@ -1,0 +1,292 @@
+"""reconcile() itself, against an in-memory apiserver (tests/fake_kube.py): stall before apply, prune,
+status written only on change, conflicts, kinds the cluster does not serve."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fake_kube import LWS, FakeKube, api_error
+from v41flash.controller.autoscale import PlannerOutcome
+from v41flash.controller.kube import CHILD_KINDS
+from v41flash.controller.reconcile import reconcile
+from v41flash.render import labels as L
+
+ROOT = Path(__file__).resolve().parents[1]
+NOW, LATER = "2026-12-01T10:00:00Z", "2026-12-01T10:05:00Z"
+
+
+def example(name: str) -> dict:
+    return yaml.safe_load((ROOT / "manifests/examples" / f"{name}.yaml").read_text())
+
+
+class Events(list):
+    def __call__(self, type_: str, reason: str, message: str) -> None:
+        self.append((type_, reason, message))
+
+
+def run(kube: FakeKube, name: str, now: str = NOW, **kw):
+    events = Events()
+    out = reconcile(kube, kube.cr(name), events, now=now, **kw)
+    return out, events
+
+
+def cond(status: dict, type_: str) -> dict | None:
+    return next((c for c in status.get("conditions", []) if c["type"] == type_), None)
+
+
+def converged(example_name: str = "tp4-h200-low-latency") -> tuple[FakeKube, str]:
+    """A deployment whose children exist and are Ready, with that status recorded."""
+    kube = FakeKube()
+    name = kube.add_cr(example(example_name))["metadata"]["name"]
+    run(kube, name)
+    kube.settle()
+    out, _ = run(kube, name)
+    assert out.status_written and cond(kube.cr(name)["status"], "Ready")["status"] == "True"
+    kube.calls.clear()
+    kube.writes.clear()
+    return kube, name
+
+
+# ------------------------------------------------------------------ the happy path, and a no-op
+def test_first_reconcile_creates_every_child_owned_by_the_cr_and_says_it_is_progressing():
+    kube = FakeKube()
+    cr = kube.add_cr(example("tp4-h200-low-latency"))
+    out, events = run(kube, "tp4-h200-low-latency")
+    assert out.stall is None and out.status_written and out.pruned == []
+    assert len(out.applied) == 13 and {v for v, _ in kube.writes} == {"create", "status"}
+    for obj in kube.objects.values():
+        assert [o["uid"] for o in obj["metadata"]["ownerReferences"]] == [cr["metadata"]["uid"]]
+    status = kube.cr("tp4-h200-low-latency")["status"]
+    assert status["observedGeneration"] == 1
+    assert cond(status, "Ready")["status"] == "False" and cond(status, "Reconciling")["status"] == "True"
+    assert [e[1] for e in events] == ["Applied"]
+
+
+def test_a_second_reconcile_of_a_converged_deployment_writes_nothing():
+    kube, name = converged()
+    before = copy.deepcopy((kube.objects, kube.crs))
+    out, events = run(kube, name, now=LATER)
+    assert kube.writes == [] and not any(m in ("delete", "patch_status") for m, _ in kube.calls)
+    assert out.applied == [] and out.pruned == [] and not out.status_written and events == []
+    assert (kube.objects, kube.crs) == before  # not even a resourceVersion moved
+    assert cond(out.status, "Ready")["lastTransitionTime"] == NOW  # the condition kept its transition time
+
+
+def test_an_unchanged_planner_decision_writes_nothing_either():
+    kube, name = converged()
+    status = kube.cr(name)["status"]
+    planned = PlannerOutcome(desired={"prefill": 1, "decode": 1},
+                             status={"slo": {"ttft": "0.40s"}, "lastDecision": {"action": "hold", "reason": "fits"}})
+    out, _ = run(kube, name, planner=planned)
+    assert out.status_written and out.status["slo"] == {"ttft": "0.40s"}
+    kube.writes.clear()
+    out, events = run(kube, name, now=LATER, planner=planned)
+    assert kube.writes == [] and not out.status_written and events == []
+    assert {k: v for k, v in out.status.items() if k not in ("slo", "lastDecision")} == status
+
+
+def test_a_planner_decision_is_applied_and_its_event_posted():
+    kube, name = converged()
+    planned = PlannerOutcome(desired={"prefill": 2, "decode": 1}, status={"lastDecision": {"action": "scale_up"}},
+                             events=[("Normal", "Scaled", "prefill 1->2")])
+    out, events = run(kube, name, planner=planned)
+    # the prefill workload, and the resolved-config ConfigMap that records each role's replicas
+    assert out.applied == ["ConfigMap/tp4-h200-low-latency-config", "Deployment/tp4-h200-low-latency-prefill"]
+    assert kube.get("Deployment", "tp4-h200-low-latency-prefill")["spec"]["replicas"] == 2
+    assert [e[1] for e in events] == ["Applied", "Scaled"]
+    status = kube.cr(name)["status"]
+    assert status["prefill"]["desiredReplicas"] == 2 and status["lastDecision"] == {"action": "scale_up"}
+    assert cond(status, "Reconciling")["message"] == "prefill: rollout of the new spec not yet observed"
+
+
+# ------------------------------------------------------------------ stall before apply
+def test_an_invalid_spec_applies_nothing_and_is_stalled_naming_the_field():
+    kube, name = converged()
+    running = copy.deepcopy(kube.objects)
+    spec = kube.cr(name)["spec"]
+    spec["autoscaling"]["gpuBudget"] = 4  # only the operator can tell: one replica needs 4 GPUs per role
+    kube.update_spec(name, spec)
+    out, events = run(kube, name, now=LATER)
+    assert out.stall is not None and out.stall.reason == "InvalidSpec"
+    assert "spec.autoscaling.gpuBudget" in out.stall.message
+    assert [m for m, _ in kube.calls if m in ("apply", "delete")] == []
+    assert kube.objects == running  # the running stack keeps running on its last good spec
+    status = kube.cr(name)["status"]
+    stalled = cond(status, "Stalled")
+    assert stalled["status"] == "True" and stalled["reason"] == "InvalidSpec" and stalled["observedGeneration"] == 2
+    assert "spec.autoscaling.gpuBudget" in stalled["message"]
+    assert cond(status, "Ready")["status"] == "False"
+    assert status["prefill"]["readyReplicas"] == 1 and status["prefill"]["gpus"] == 4  # what runs, as it runs
+    assert [e[:2] for e in events] == [("Warning", "InvalidSpec")]
+    # the same stall again: no second Warning, no status write
+    kube.writes.clear()
+    out, events = run(kube, name, now=LATER)
+    assert events == [] and kube.writes == [] and not out.status_written
+
+
+def test_an_invalid_new_deployment_creates_nothing():
+    kube = FakeKube()
+    doc = example("tp4-h200-low-latency")
+    doc["spec"]["autoscaling"]["gpuBudget"] = 4
+    kube.add_cr(doc)
+    out, _ = run(kube, "tp4-h200-low-latency")
+    assert out.stall.reason == "InvalidSpec" and kube.objects == {}
+    assert [w[0] for w in kube.writes] == ["status"]
+
+
+def test_a_planner_outcome_is_not_applied_while_stalled():
+    kube, name = converged()
+    spec = kube.cr(name)["spec"]
+    spec["autoscaling"]["gpuBudget"] = 4
+    kube.update_spec(name, spec)
+    planned = PlannerOutcome(desired={"prefill": 2}, status={"lastDecision": {"action": "scale_up"}},
+                             events=[("Normal", "Scaled", "prefill 1->2")])
+    out, events = run(kube, name, planner=planned)
+    assert "lastDecision" not in out.status and [e[1] for e in events] == ["InvalidSpec"]
+
+
+# ------------------------------------------------------------------ prune
+def test_a_child_no_longer_desired_is_deleted():
+    kube, name = converged()
+    spec = kube.cr(name)["spec"]
+    spec["prefill"] = {"enabled": False}  # aggregated from now on
+    kube.update_spec(name, spec)
+    out, events = run(kube, name, now=LATER)
+    gone = {"Deployment/tp4-h200-low-latency-prefill", "Service/tp4-h200-low-latency-prefill",
+            "PodDisruptionBudget/tp4-h200-low-latency-prefill"}
+    assert set(out.pruned) == gone and not gone & kube.names()
+    assert ("Normal", "Pruned") in [e[:2] for e in events]
+    assert out.status["prefill"]["ready"] == "off"
+
+
+def test_only_owned_children_are_pruned():
+    kube, name = converged()
+    uid = kube.cr(name)["metadata"]["uid"]
+    labels = L.owned_selector(name)
+    owned_by = lambda u: [{"apiVersion": "v41flash.io/v1alpha1", "kind": "V41FlashDeployment", "name": name, "uid": u}]  # noqa: E731
+    leftover = {"apiVersion": "v1", "kind": "ConfigMap", "data": {},
+                "metadata": {"name": f"{name}-old", "labels": labels, "ownerReferences": owned_by(uid)}}
+    namesake = copy.deepcopy(leftover)  # same labels, but another deployment of that name owns it (recreated CR)
+    namesake["metadata"].update(name=f"{name}-other", ownerReferences=owned_by("some-other-uid"))
+    users = copy.deepcopy(leftover)  # the user's own object, labelled like ours but never owned by us
+    users["metadata"].update(name=f"{name}-notes", labels={L.INSTANCE_LABEL: name})
+    del users["metadata"]["ownerReferences"]
+    for obj in (leftover, namesake, users):
+        kube.put(obj)
+    out, _ = run(kube, name, now=LATER)
+    assert out.pruned == [f"ConfigMap/{name}-old"]
+    assert {f"ConfigMap/{name}-other", f"ConfigMap/{name}-notes"} <= kube.names()
+    assert f"ConfigMap/{name}-old" not in kube.names()
+
+
+# ------------------------------------------------------------------ conflicts and refusals
+def test_a_status_conflict_is_left_to_the_next_pass():
+    kube = FakeKube()
+    kube.add_cr(example("tp4-h200-low-latency"))
+    stale = kube.cr("tp4-h200-low-latency")
+    kube.update_spec("tp4-h200-low-latency", stale["spec"])  # someone wrote the CR after our read
+    events = Events()
+    out = reconcile(kube, stale, events, now=NOW)
+    assert not out.status_written and "status" not in kube.cr("tp4-h200-low-latency")
+    assert len(out.applied) == 13  # the children were applied all the same
+    out, _ = run(kube, "tp4-h200-low-latency")  # the next pass, from a fresh read
+    assert out.status_written and kube.cr("tp4-h200-low-latency")["status"]["observedGeneration"] == 2
+
+
+@pytest.mark.parametrize("code", [409, 422])
+def test_a_status_patch_refused_as_stale_is_not_an_error(code):
+    kube = FakeKube()
+    kube.add_cr(example("tp4-h200-low-latency"))
+    kube.fail[("patch_status", "tp4-h200-low-latency")] = api_error(code, "Conflict")
+    out, _ = run(kube, "tp4-h200-low-latency")
+    assert not out.status_written
+
+
+def test_any_other_status_error_is_raised_for_kopf_to_retry():
+    kube = FakeKube()
+    kube.add_cr(example("tp4-h200-low-latency"))
+    kube.fail[("patch_status", "tp4-h200-low-latency")] = api_error(500, "Internal Server Error")
+    with pytest.raises(Exception) as err:
+        run(kube, "tp4-h200-low-latency")
+    assert getattr(err.value, "status", None) == 500
+
+
+def test_a_conflict_on_apply_is_raised_before_anything_is_pruned_or_written():
+    kube, name = converged()
+    kube.put({"apiVersion": "v1", "kind": "ConfigMap", "data": {}, "metadata": {
+        "name": f"{name}-old", "labels": L.owned_selector(name),
+        "ownerReferences": [{"uid": kube.cr(name)["metadata"]["uid"]}]}})
+    kube.fail[("apply", f"Deployment/{name}-decode")] = api_error(409, "Conflict")
+    with pytest.raises(Exception) as err:
+        run(kube, name)
+    assert getattr(err.value, "status", None) == 409
+    assert kube.writes == [] and f"ConfigMap/{name}-old" in kube.names()  # retried by kopf from scratch
+
+
+def test_an_object_the_apiserver_refuses_stalls_with_its_message():
+    kube, name = converged()
+    kube.fail[("apply", f"Deployment/{name}-decode")] = api_error(
+        422, "Unprocessable Entity", "spec.template.spec.containers[0].resources: Invalid value")
+    out, events = run(kube, name, now=LATER)
+    assert out.stall.reason == "ApplyRejected"
+    assert out.stall.message == (f"Deployment/{name}-decode: Unprocessable Entity: "
+                                 "spec.template.spec.containers[0].resources: Invalid value")
+    assert cond(kube.cr(name)["status"], "Stalled")["reason"] == "ApplyRejected"
+    assert [e[:2] for e in events] == [("Warning", "ApplyRejected")]
+    assert not [w for w in kube.writes if w[0] == "delete"]
+
+
+# ------------------------------------------------------------------ kinds the cluster does not serve
+def test_a_missing_kind_stalls_before_anything_is_applied():
+    kube = FakeKube(kinds=[k for k in CHILD_KINDS if k != LWS])
+    kube.add_cr(example("gb300-pd-dep4-dep16"))
+    out, events = run(kube, "gb300-pd-dep4-dep16")
+    assert out.stall.reason == "KindNotInstalled"
+    assert "LeaderWorkerSet.leaderworkerset.x-k8s.io/v1" in out.stall.message
+    assert [m for m, _ in kube.calls if m == "apply"] == [] and kube.objects == {}
+    assert cond(kube.cr("gb300-pd-dep4-dep16")["status"], "Stalled")["reason"] == "KindNotInstalled"
+    assert [e[:2] for e in events] == [("Warning", "KindNotInstalled")]
+    # the CRD gets installed: the next pass applies everything
+    kube.kinds.add(LWS)
+    out, _ = run(kube, "gb300-pd-dep4-dep16")
+    assert out.stall is None and kube.get("LeaderWorkerSet", "gb300-pd-dep4-dep16-decode") is not None
+    assert cond(kube.cr("gb300-pd-dep4-dep16")["status"], "Stalled") is None
+
+
+class StaleDiscovery(FakeKube):
+    """Discovery still says a kind is served that the apiserver no longer serves (a CRD removed meanwhile)."""
+
+    def has_kind(self, api_version: str, kind: str) -> bool:
+        self.calls.append(("has_kind", kind))
+        return True
+
+
+def test_a_kind_that_vanishes_between_discovery_and_apply_stalls_without_pruning():
+    kube = StaleDiscovery(kinds=[k for k in CHILD_KINDS if k != LWS])
+    name = kube.add_cr(example("gb300-pd-dep4-dep16"))["metadata"]["name"]
+    kube.put({"apiVersion": "v1", "kind": "ConfigMap", "data": {}, "metadata": {
+        "name": f"{name}-old", "labels": L.owned_selector(name),
+        "ownerReferences": [{"uid": kube.cr(name)["metadata"]["uid"]}]}})
+    out, _ = run(kube, name)
+    assert out.stall.reason == "KindNotInstalled"
+    assert out.stall.message == "LeaderWorkerSet.leaderworkerset.x-k8s.io/v1 is not served by this cluster"
+    assert out.pruned == [] and f"ConfigMap/{name}-old" in kube.names()
+    assert cond(kube.cr(name)["status"], "Stalled")["reason"] == "KindNotInstalled"
+
+
+def test_a_fixed_spec_recovers_from_a_stall():
+    kube, name = converged()
+    good = kube.cr(name)["spec"]
+    bad = copy.deepcopy(good)
+    bad["autoscaling"]["gpuBudget"] = 4
+    kube.update_spec(name, bad)
+    run(kube, name, now=LATER)
+    kube.update_spec(name, good)
+    out, events = run(kube, name, now=LATER)
+    status = kube.cr(name)["status"]
+    assert out.stall is None and out.applied == [] and cond(status, "Stalled") is None
+    assert cond(status, "Ready")["status"] == "True" and status["observedGeneration"] == 3
+    assert events == []
