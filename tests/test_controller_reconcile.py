@@ -277,6 +277,24 @@ def test_a_kind_that_vanishes_between_discovery_and_apply_stalls_without_pruning
     assert cond(kube.cr(name)["status"], "Stalled")["reason"] == "KindNotInstalled"
 
 
+def test_while_stalled_the_gpus_of_what_runs_follow_its_replicas():
+    """Regression: with an invalid spec, GPUs per replica were the previous status's GPU total divided by the
+    replicas running NOW, so a scale-up still rolling out when the spec went bad halved the reported GPUs."""
+    kube, name = converged()
+    planned = PlannerOutcome(desired={"prefill": 2, "decode": 1}, status={})
+    run(kube, name, planner=planned)  # prefill 1 → 2; the status still counts 1 replica's 4 GPUs
+    assert kube.cr(name)["status"]["prefill"]["gpus"] == 4
+    spec = kube.cr(name)["spec"]
+    spec["autoscaling"]["gpuBudget"] = 4
+    kube.update_spec(name, spec)
+    kube.settle()  # the second prefill replica comes up while the spec is invalid
+    out, _ = run(kube, name, now=LATER)
+    assert out.stall.reason == "InvalidSpec"
+    assert out.status["prefill"]["replicas"] == 2 and out.status["prefill"]["gpus"] == 8
+    run(kube, name, now=LATER)  # and it stays right on the next pass
+    assert kube.cr(name)["status"]["prefill"]["gpus"] == 8
+
+
 def test_a_fixed_spec_recovers_from_a_stall():
     kube, name = converged()
     good = kube.cr(name)["spec"]

@@ -186,7 +186,7 @@ def _status(obj: api.V41FlashDeployment | None, body: dict[str, Any], live: dict
     else:  # an invalid spec: describe what runs, as it runs
         enabled = {role: workloads[role].exists for role in ROLES}
         desired = {role: workloads[role].spec_replicas for role in ROLES}
-        gpus = {role: (previous.get(role) or {}).get("gpus", 0) // max(1, workloads[role].replicas) for role in ROLES}
+        gpus = {role: _gpus_per_replica(previous.get(role) or {}) for role in ROLES}
         router_desired = router.spec_replicas or 0
     status = compute_status(
         generation=generation, enabled=enabled, desired=desired, workloads=workloads, router=router,
@@ -195,6 +195,12 @@ def _status(obj: api.V41FlashDeployment | None, body: dict[str, Any], live: dict
     if planner is not None and stall is None:
         status.update(planner.status)
     return status
+
+
+def _gpus_per_replica(previous_role_status: dict[str, Any]) -> int:
+    """GPUs per replica as the last status counted them (total over the replicas it counted), for when the spec
+    cannot say; dividing by the replicas running now would be wrong while their number changes."""
+    return previous_role_status.get("gpus", 0) // max(1, previous_role_status.get("replicas", 0))
 
 
 __all__ = ["reconcile", "desired_replicas", "Outcome", "WorkloadState"]
