@@ -308,3 +308,12 @@ def test_a_fixed_spec_recovers_from_a_stall():
     assert out.stall is None and out.applied == [] and cond(status, "Stalled") is None
     assert cond(status, "Ready")["status"] == "True" and status["observedGeneration"] == 3
     assert events == []
+
+
+def test_the_fake_has_the_real_signatures():
+    import inspect
+
+    from v41flash.controller.kube import Kube
+
+    for method in ("has_kind", "list_children", "apply", "delete", "patch_status"):
+        assert inspect.signature(getattr(FakeKube, method)) == inspect.signature(getattr(Kube, method)), method
