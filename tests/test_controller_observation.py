@@ -209,3 +209,35 @@ def test_a_vanished_pod_is_logged_as_such_and_other_api_errors_with_the_error(ca
     ok = Pods()
     Autoscaler(ok)._annotate("ns", marks)
     assert ok.annotated == ["d-1"]
+
+
+class Cluster(Pods):
+    """Two decode pods starting (nothing to scrape) and the annotation behaviour of Pods."""
+
+    def list_pods(self, namespace, selector):
+        return [V1Pod(metadata=V1ObjectMeta(name=f"d-{i}", labels={"v41flash.io/role": "decode"}),
+                      status=V1PodStatus(conditions=[])) for i in range(2)]
+
+
+def scale_down(monkeypatch):
+    down = decision(decode=(2, 1, "scale_down"))
+    monkeypatch.setattr("v41flash.controller.autoscale.plan", lambda *args: down)
+    return down
+
+
+BODY = {"metadata": {"name": "x", "namespace": "ns", "uid": "u1"},
+        "status": {"decode": {"desiredReplicas": 2, "readyReplicas": 0, "replicas": 2}}}
+
+
+def test_the_decision_is_remembered_only_once_its_deletion_costs_are_written(monkeypatch):
+    down = scale_down(monkeypatch)
+    broken = Autoscaler(Cluster(ConnectionError("apiserver unreachable")))
+    with pytest.raises(ConnectionError):
+        broken.step(BODY, SPEC, now=T)
+    assert "u1" not in broken.states  # the next pass decides again instead of waiting a whole interval
+    vanished = Autoscaler(Cluster(ApiException(status=404, reason="Not Found")))
+    out = vanished.step(BODY, SPEC, now=T)
+    assert out.desired["decode"] == 1 and vanished.states["u1"] == down.state
+    ok = Cluster()
+    Autoscaler(ok).step(BODY, SPEC, now=T)
+    assert ok.annotated == ["d-0"]  # one of the two starting pods is marked to go first
