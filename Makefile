@@ -4,7 +4,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: venv tools up down status demo test unit e2e crd
+.PHONY: venv tools unit-tools up down status demo test unit e2e crd
+# What the unit tests run from the tool cache: helm (chart), promtool (alert rules), the LWS CRD (schema).
+UNIT_TOOLS := helm promtool lws
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,8 +15,11 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed ## Python environment with pinned dependencies
 
-tools: ## build (or reuse cached) etcd, Kubernetes, kwok, llm-d-inference-sim, helm, LWS from pinned Go modules
+tools: ## build (or reuse cached) etcd, Kubernetes, kwok, llm-d-inference-sim, helm, LWS, promtool from pinned Go modules
 	bash e2e/build-tools.sh
+
+unit-tools: ## build (or reuse cached) only what the unit tests need
+	bash e2e/build-tools.sh $(UNIT_TOOLS)
 
 up: venv tools ## start the local real control plane with simulated GPU nodes
 	$(PY) e2e/harness.py up
@@ -28,8 +33,8 @@ status:
 demo: venv tools ## the main job: cluster + operator + example deployment Ready + a chat completion
 	$(PY) e2e/demo.py
 
-unit: venv
-	$(VENV)/bin/pytest -q tests
+unit: venv unit-tools ## unit tests (with CI=true a test whose tool is missing fails instead of skipping)
+	$(VENV)/bin/pytest -q -rs tests
 
 e2e: venv tools
 	$(VENV)/bin/pytest -q -m e2e e2e

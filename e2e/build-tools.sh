@@ -16,6 +16,12 @@ export GOPATH=${GOPATH:-$CACHE/gopath} GOCACHE=${GOCACHE:-$CACHE/gocache}
 
 log() { printf '[build-tools %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 
+# One build per cache at a time (two would share its build and module folders): a second run waits.
+if command -v flock >/dev/null; then
+  exec 9>"$CACHE/.build-tools.lock"
+  flock -n 9 || { log "another build-tools.sh holds $CACHE/.build-tools.lock; waiting for it"; flock 9; }
+fi
+
 # have DIR BIN...: true when every listed binary is cached in DIR.
 have() { local d="$1"; shift; for b in "$@"; do [ -x "$d/$b" ] || return 1; done; }
 

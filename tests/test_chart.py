@@ -1,8 +1,8 @@
 """The Helm chart (charts/v41flash-operator) and the kustomize install (manifests/) it generates.
 
-Needs helm built by `bash e2e/build-tools.sh helm` (pinned in e2e/versions.env); without it the tests that
-render the chart skip and say how to build it. Everything else (CRD copies, RBAC derived from the code) runs
-without helm.
+Needs helm built by `bash e2e/build-tools.sh helm` (pinned in e2e/versions.env; `make unit` builds it first);
+without it the tests that render the chart skip locally and fail under CI (tests/prereq.py). Everything
+else (CRD copies, RBAC derived from the code) runs without helm.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from prereq import require_tool
 from v41flash.api import v1alpha1 as api
 from v41flash.cli.main import build_parser
 from v41flash.controller.kube import CHILD_KINDS
@@ -61,10 +62,7 @@ VALUE_SETS = {
 
 @pytest.fixture(scope="session")
 def helm() -> Path:
-    path = sync.helm_binary()
-    if not path.exists():
-        pytest.skip(f"{path} not built: run `bash e2e/build-tools.sh helm`")
-    return path
+    return require_tool(sync.helm_binary(), "bash e2e/build-tools.sh helm")
 
 
 def template(helm: Path, *args: str) -> list[dict]:

@@ -4,45 +4,35 @@
   every variable it uses is defined) and the ConfigMap ships it unchanged.
 * Every metric a rule or panel reads exists: v41flash_* names are checked against what the operator's code
   registers in prometheus_client, vllm:* names against vLLM 0.33.0's (the names the scraper parses).
-* The rule file and every dashboard expression pass `promtool check rules` (promtool v0.316.0 built from the
-  Go module proxy into the tool cache; skipped with the build command when it is absent), and
+* The rule file and every dashboard expression pass `promtool check rules` (promtool, pinned in
+  e2e/versions.env, built by `bash e2e/build-tools.sh promtool`; absent: skipped locally, failed under CI), and
   `promtool test rules` proves the alerts fire on the series they are meant for and stay quiet otherwise.
 """
 from __future__ import annotations
 
-import importlib
 import json
-import os
 import re
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
 
+from prereq import require_tool, tool_cache, versions
 from test_chart import CHART, REPO, by_kind, helm, template  # noqa: F401  (helm is a fixture)
+from v41flash.controller import handlers  # noqa: F401  (its import registers the reconcile metrics)
 from v41flash.metrics import parse as vllm_names
+from v41flash.metrics.operator_metrics import planner_metrics
 from v41flash.render import render
 from v41flash.api import v1alpha1 as api
 
 DASHBOARD = CHART / "files" / "dashboard.json"
-# Pinned in e2e/versions.env once build-tools.sh builds it; until then this pin (same module, same flags).
-PROMTOOL_VERSION = next((line.split("=", 1)[1].strip()
-                         for line in (REPO / "e2e" / "versions.env").read_text().splitlines()
-                         if line.startswith("PROMTOOL_VERSION=")), "v0.316.0")
+PROMTOOL_VERSION = versions()["PROMTOOL_VERSION"]
 ON = ["--set", "prometheusRule.enabled=true", "--set", "dashboard.enabled=true", "--set", "serviceMonitor.enabled=true",
       "--set", "podMonitor.enabled=true"]
-# Modules whose import registers the operator's Prometheus metrics (missing ones are skipped: not written yet).
-METRIC_MODULES = ("v41flash.controller.handlers", "v41flash.metrics.operator_metrics")
 
 
 def promtool() -> Path:
-    cache = Path(os.environ.get("V41F_CACHE") or Path.home() / ".cache" / "v41flash")
-    path = cache / "bin" / f"promtool-{PROMTOOL_VERSION}" / "promtool"
-    if not path.exists():
-        pytest.skip(f"{path} not built: go build github.com/prometheus/prometheus/cmd/promtool@{PROMTOOL_VERSION} "
-                    "(see docs/helm-install.md, 'Checking the observability assets')")
-    return path
+    return require_tool(tool_cache() / f"promtool-{PROMTOOL_VERSION}" / "promtool", "bash e2e/build-tools.sh promtool")
 
 
 def dashboard() -> dict:
@@ -138,15 +128,7 @@ def test_metric_name_extraction():
 
 def operator_metric_names() -> set[str]:
     from prometheus_client import REGISTRY
-    for mod in METRIC_MODULES:
-        try:
-            module = importlib.import_module(mod)
-        except ModuleNotFoundError as exc:
-            if exc.name != mod:
-                raise
-            continue
-        if hasattr(module, "planner_metrics"):
-            module.planner_metrics()  # the planner registers its metrics on first use
+    planner_metrics()  # the planner registers its metrics on first use; handlers' register at import
     return {n for n in REGISTRY._names_to_collectors if n.startswith("v41flash_")}
 
 

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from prereq import unavailable
 from v41flash.api import v1alpha1 as api
 from v41flash.controller.autoscale import Autoscaler, observed_slo_status
 from v41flash.controller.reconcile import desired_replicas
@@ -59,7 +60,7 @@ def servers():
         try:
             srv = ThreadingHTTPServer((ip, 8000), Handler)
         except OSError as exc:
-            pytest.skip(f"cannot bind {ip}:8000 on loopback: {exc}")
+            unavailable(f"cannot bind {ip}:8000 on loopback: {exc}")
         threading.Thread(target=srv.serve_forever, daemon=True).start()
         started.append(srv)
     yield pages

@@ -96,7 +96,6 @@ def test_router_argv_stays_on_loopback_and_wires_kv_events():
 
 
 def test_router_argv_is_accepted_by_the_routers_own_parser():
-    pytest.importorskip("vllm_router")
     from vllm_router.launch_router import parse_router_args  # the launcher's argparse (no server started)
     v = b.Variant("t", "cache_aware", ("--cache-threshold", "0.9", "--balance-abs-threshold", "4"))
     args = parse_router_args(b.router_argv(Path("vllm-router"), v, 1, 2, ["http://127.0.0.1:3"], [], 16)[1:])
