@@ -3,6 +3,7 @@ history, the pure planner called at its cadence, and its outcome turned into sta
 The apiserver is replaced by a fake that only lists pods (the e2e suite covers the real one)."""
 from __future__ import annotations
 
+import random
 import threading
 import time
 from dataclasses import replace
@@ -20,7 +21,10 @@ from v41flash.metrics.parse import parse_metrics
 from v41flash.metrics.window import PodSnapshot, SnapshotHistory
 from vllm_exposition import E2E_LE, TTFT_LE, page
 
-IPS = {"prefill": "127.77.0.1", "decode": "127.77.0.2"}
+# The scraper reads pod_ip:8000, so the fakes need their own loopback addresses; random per run, so that
+# concurrent runs on one machine (several checkouts, CI jobs) do not take each other's port 8000.
+_NET = f"127.{random.randrange(1, 255)}.{random.randrange(0, 255)}"
+IPS = {"prefill": f"{_NET}.1", "decode": f"{_NET}.2"}
 
 
 def busy_page(requests: float, ttft_s: float) -> str:
