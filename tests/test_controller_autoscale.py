@@ -21,9 +21,10 @@ from v41flash.metrics.parse import parse_metrics
 from v41flash.metrics.window import PodSnapshot, SnapshotHistory
 from vllm_exposition import E2E_LE, TTFT_LE, page
 
-# The scraper reads pod_ip:8000, so the fakes need their own loopback addresses; random per run, so that
-# concurrent runs on one machine (several checkouts, CI jobs) do not take each other's port 8000.
-_NET = f"127.{random.randrange(1, 255)}.{random.randrange(0, 255)}"
+# The scraper reads pod_ip:8000, so the fakes need their own loopback addresses: random per run, so that
+# concurrent runs on one machine do not take each other's port 8000, and in 127.200-254.x.x, clear of the
+# e2e clusters' pod networks (127.<N>.0.0/16 claimed upward from N = 1, e2e/harness.py).
+_NET = f"127.{random.randrange(200, 255)}.{random.randrange(0, 256)}"
 IPS = {"prefill": f"{_NET}.1", "decode": f"{_NET}.2"}
 
 
