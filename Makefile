@@ -22,16 +22,16 @@ unit-tools: ## build (or reuse cached) only what the unit tests need
 	bash e2e/build-tools.sh $(UNIT_TOOLS)
 
 up: venv tools ## start the local real control plane with simulated GPU nodes
-	$(PY) e2e/harness.py up
+	$(PY) -m e2e.harness up
 
 down: ## stop every process the harness started and remove its state
-	$(PY) e2e/harness.py down
+	$(PY) -m e2e.harness down
 
 status:
-	$(PY) e2e/harness.py status
+	$(PY) -m e2e.harness status
 
 demo: venv tools ## the main job: cluster + operator + example deployment Ready + a chat completion
-	$(PY) e2e/demo.py
+	$(PY) -m e2e.demo
 
 unit: venv unit-tools ## unit tests (with CI=true a test whose tool is missing fails instead of skipping)
 	$(VENV)/bin/pytest -q -rs tests

@@ -1,10 +1,10 @@
 """Fixtures for the e2e suite (run with `.venv/bin/pytest e2e`).
 
 * `cluster` (session): brings the local control plane up unless it already runs (then reuses it), yields a
-  kit.ClusterHandle (kubeconfig, kubernetes clients, kubectl, supervised simulators); copies component logs
+  e2e.kit.ClusterHandle (kubeconfig, kubernetes clients, kubectl, supervised simulators); copies component logs
   to e2e/.state/artifacts/ when a test failed; tears the cluster down only if it started it (set
   V41F_E2E_KEEP=1 to leave it running).
-* `operator_process` (session): `.venv/bin/v41flash operator --kubeconfig <path>` as a process, logging to
+* `operator_process` (session): e2e.kit.OperatorProcess, `.venv/bin/v41flash operator --kubeconfig <path>`, logging to
   <state>/logs/operator.log, stopped by PID at the end; `.restart()` / `.stop()` for restart tests.
 """
 from __future__ import annotations
@@ -12,17 +12,13 @@ from __future__ import annotations
 import atexit
 import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import Cluster, Proc, free_port, operator_argv, proc_start_ticks, stop_procs  # noqa: E402
-from kit import ClusterHandle, kubectl, wait_for  # noqa: E402,F401  (re-exported for tests)
+from e2e.harness import Cluster
+from e2e.kit import ClusterHandle, OperatorProcess
 
 
 def _sigterm_as_interrupt(signum, frame):
@@ -45,80 +41,6 @@ def cluster(request):
         print(f"\n[e2e] tests failed: component, simulator and operator logs copied to {dest}")
     if started and not os.environ.get("V41F_E2E_KEEP"):
         c.down()
-
-
-class OperatorProcess:
-    """The operator under test, run as `v41flash operator` against the e2e cluster."""
-
-    name = "operator"
-
-    def __init__(self, handle: ClusterHandle, extra_args: list[str] | None = None):
-        self.handle = handle
-        self.extra_args = list(extra_args or [])
-        self.log_path = handle.cluster.logs / f"{self.name}.log"
-        self.proc: Proc | None = None
-        self.popen: subprocess.Popen | None = None
-        self.starts = 0
-        # its own loopback ports: other operators (and clusters) may run on the same machine
-        self.metrics_port = free_port()
-        self.health_port = free_port()
-
-    @property
-    def metrics_url(self) -> str:
-        return f"http://127.0.0.1:{self.metrics_port}/metrics"
-
-    @property
-    def argv(self) -> list[str]:
-        return operator_argv(self.handle.kubeconfig, self.metrics_port, self.health_port, *self.extra_args)
-
-    def start(self) -> "OperatorProcess":
-        assert not self.alive, "operator already running"
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as out:
-            out.write(f"\n===== [e2e] start #{self.starts + 1}: {' '.join(self.argv)}\n".encode())
-            out.flush()
-            self.popen = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                          start_new_session=True,
-                                          env=dict(os.environ, KUBECONFIG=str(self.handle.kubeconfig)))
-        start = proc_start_ticks(self.popen.pid)
-        if start is None:
-            self.popen.wait()
-            raise AssertionError(f"operator exited at once ({self.popen.returncode}); see {self.log_path}")
-        self.proc = Proc(self.name, self.popen.pid, start, self.argv, str(self.log_path))
-        self.handle.cluster.register(self.proc)  # so `harness.py down` stops it even if pytest dies
-        self.starts += 1
-        return self
-
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.alive()
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc else None
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> int | None:
-        """Stop it (SIGTERM, SIGKILL after timeout; sig=SIGKILL simulates a crash); returns the exit code."""
-        if self.proc is None:
-            return None
-        if sig != signal.SIGTERM and self.alive:
-            os.killpg(self.proc.pid, sig)
-        stop_procs([self.proc], timeout=timeout)
-        code = self.popen.wait(timeout=5) if self.popen else None
-        self.handle.cluster.unregister(self.name)
-        self.proc = None
-        return code
-
-    def restart(self, sig: int = signal.SIGTERM) -> "OperatorProcess":
-        self.stop(sig)
-        return self.start()
-
-    def log_text(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def assert_alive(self) -> None:
-        if not self.alive:
-            raise AssertionError(f"operator is not running; last log lines:\n{self.log_text()[-3000:]}")
 
 
 @pytest.fixture(scope="session")

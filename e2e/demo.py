@@ -2,7 +2,7 @@
 """The main job, one command (`make demo`): a local real Kubernetes with simulated GPU nodes, the operator,
 an example V41FlashDeployment becoming Ready, and a chat completion through the router.
 
-    .venv/bin/python e2e/demo.py [--example manifests/examples/tp4-h200-low-latency.yaml]
+    .venv/bin/python -m e2e.demo [--example manifests/examples/tp4-h200-low-latency.yaml]
 
 Everything keeps running afterwards so you can explore (`kubectl get v41f`); `make down` stops it all.
 """
@@ -16,8 +16,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import REPO, Cluster, free_port, log, operator_argv, spawn  # noqa: E402
+from e2e.harness import REPO, Cluster, log, operator_argv
+from v41flash_bench.procs import free_port, spawn
 
 DEFAULT_EXAMPLE = REPO / "manifests" / "examples" / "tp4-h200-low-latency.yaml"
 NAMESPACE = "demo"

@@ -5,7 +5,7 @@ Runs etcd, kube-apiserver (RBAC, real admission), kube-controller-manager, kube-
 nodes whose pods get IPs inside 127.0.0.0/8), the LeaderWorkerSet controller, and a supervisor that
 starts one llm-d-inference-sim per Running vLLM pod and the real vllm-router per router pod.
 
-    .venv/bin/python e2e/harness.py up|down|status|logs [component]
+    .venv/bin/python -m e2e.harness up|down|status|logs [component]
 
 State (certificates, etcd data, logs, PIDs, kubeconfig) lives in e2e/.state or $V41F_STATE; binaries
 come from e2e/build-tools.sh's cache (${V41F_CACHE:-~/.cache/v41flash}/bin).
@@ -17,7 +17,6 @@ import base64
 import json
 import os
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -26,11 +25,14 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
 import yaml
+
+from v41flash_bench.inference_sim import binary_path
+from v41flash_bench.procs import Proc, free_port, proc_start_ticks, spawn, stop_procs, sweep_writers
 
 E2E = Path(__file__).resolve().parent
 REPO = E2E.parent
@@ -70,10 +72,6 @@ def read_versions(path: Path = E2E / "versions.env") -> dict[str, str]:
     return out
 
 
-# Must match e2e/build-tools.sh's SIM_PATCH (the cache folder of the patched simulator).
-SIM_PATCH = "v41f1"
-
-
 @dataclass(frozen=True)
 class Tools:
     """Paths of the cached binaries and assets for the pinned versions."""
@@ -103,7 +101,7 @@ class Tools:
     def helm(self): return self._dir("helm", "HELM_VERSION") / "helm"
     @property
     def sim(self):
-        return self.bin / f"inference-sim-{self.versions['INFERENCE_SIM_VERSION']}-{SIM_PATCH}" / "llm-d-inference-sim"
+        return binary_path(self.bin, self.versions["INFERENCE_SIM_VERSION"])
 
     def missing(self) -> list[str]:
         """Components of build-tools.sh whose outputs are absent (helm is not needed to run)."""
@@ -116,37 +114,7 @@ class Tools:
 
 
 # ---------------------------------------------------------------------------------------------------
-# processes: every process is started in its own session (pgid == pid) and recorded with its kernel
-# start time, so a recycled PID is never signalled by mistake.
-
-def proc_start_ticks(pid: int) -> int | None:
-    """Kernel start time of a live (non-zombie) process, None when gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    fields = stat[stat.rindex(")") + 2:].split()
-    if fields[0] in ("Z", "X"):
-        return None
-    return int(fields[19])
-
-
-@dataclass
-class Proc:
-    name: str
-    pid: int
-    start: int
-    argv: list
-    log: str
-    port: int | None = None
-    extra: dict = field(default_factory=dict)
-
-    def alive(self) -> bool:
-        return proc_start_ticks(self.pid) == self.start
-
-
-_children: dict[int, subprocess.Popen] = {}  # Popen objects of this process's own children, for reaping
-
+# processes (spawn, Proc, stop_procs: v41flash_bench.procs)
 
 def operator_argv(kubeconfig: Path, metrics_port: int, health_port: int, *extra: str) -> list[str]:
     """`v41flash operator` against a local cluster, on its own loopback ports (the demo and the e2e fixture)."""
@@ -154,85 +122,9 @@ def operator_argv(kubeconfig: Path, metrics_port: int, health_port: int, *extra:
             "--metrics-port", str(metrics_port), "--health-port", str(health_port), *extra]
 
 
-def spawn(name: str, argv: list[str], log_path: Path, env: dict | None = None, port: int | None = None,
-          cwd: Path | None = None, extra: dict | None = None) -> Proc:
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as out:
-        p = subprocess.Popen([str(a) for a in argv], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                             start_new_session=True, env=env, cwd=cwd)
-    _children[p.pid] = p
-    start = proc_start_ticks(p.pid)
-    if start is None:
-        p.wait()
-        raise RuntimeError(f"{name} exited at once (exit {p.returncode}); see {log_path}")
-    return Proc(name, p.pid, start, [str(a) for a in argv], str(log_path), port, extra or {})
-
-
-def _reap(pid: int) -> None:
-    p = _children.pop(pid, None)
-    if p is not None:
-        try:
-            p.wait(timeout=0.5)
-        except subprocess.TimeoutExpired:
-            _children[pid] = p
-
-
-def stop_procs(procs: Iterable[Proc], timeout: float = 10.0) -> None:
-    """SIGTERM each live process group, SIGKILL what is left after timeout; returns when all are gone."""
-    procs = [p for p in procs if p.alive()]
-    for p in procs:
-        try:
-            os.killpg(p.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(p.alive() for p in procs):
-        for p in procs:
-            if p.pid in _children and _children[p.pid].poll() is not None:
-                _reap(p.pid)
-        time.sleep(0.1)
-    for p in procs:
-        if p.alive():
-            log(f"{p.name} (pid {p.pid}) ignored SIGTERM for {timeout:.0f}s: SIGKILL")
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and any(p.alive() for p in procs):
-        time.sleep(0.05)
-    for p in procs:
-        _reap(p.pid)
-
-
 def project_crds() -> list[Path]:
     crd_dir = Path(os.environ.get("V41F_CRD_DIR") or REPO / "crds")  # override: try other CRD versions
     return sorted(crd_dir.glob("*.yaml"))
-
-
-def sweep_writers(log_dir: Path) -> list[int]:
-    """SIGKILL processes whose stdout is a file in log_dir: ours by construction, even when no record of them
-    survived (e.g. a supervisor killed between starting a router and saving its PID)."""
-    root, killed = str(log_dir.resolve()) + "/", []
-    for fd in Path("/proc").glob("[0-9]*/fd/1"):
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        pid = int(fd.parts[2])
-        if target.startswith(root) and pid != os.getpid():
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-            except ProcessLookupError:
-                pass
-    return killed
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def write_json(path: Path, data) -> None:
@@ -595,8 +487,8 @@ class Cluster:
         step(f"certificates and kubeconfig written; pod network 127.{net}.0.0/16")
         pki, kc = self.pki, str(self.kubeconfig)
 
-        def start(name, argv, port=None, env=None):
-            p = spawn(name, argv, self.logs / f"{name}.log", env=env, port=port)
+        def start(name, argv, port=None, env=None, cwd=None):
+            p = spawn(name, argv, self.logs / f"{name}.log", env=env, port=port, cwd=cwd)
             procs.append(p)
             self._save(procs)
             return p
@@ -648,7 +540,7 @@ class Cluster:
                               f"--cidr=127.{net}.0.0/24", "--node-ip=127.0.0.1",
                               "--node-lease-duration-seconds=40"])
         env = dict(os.environ, V41F_STATE=str(self.state), KUBECONFIG=kc)
-        sup = start("supervisor", [sys.executable, E2E / "supervisor.py", "--state", self.state], env=env)
+        sup = start("supervisor", [sys.executable, "-m", "e2e.supervisor", "--state", self.state], env=env, cwd=REPO)
         step("controller-manager, scheduler, kwok, supervisor started")
 
         crds = project_crds() + [

@@ -1,20 +1,21 @@
 """Helpers for e2e tests: kubectl against the local cluster, polling with progress, simulator lookups.
 
-Tests import them directly (`from kit import kubectl, wait_for`); conftest.py provides the fixtures.
+Tests import them (`from e2e.kit import kubectl, wait_for`); conftest.py provides the fixtures.
 """
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Callable, TypeVar
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import VENV_BIN, Cluster, proc_start_ticks  # noqa: E402
+from e2e.harness import VENV_BIN, Cluster, operator_argv
+from v41flash_bench.procs import Proc, free_port, proc_start_ticks, spawn, stop_procs
 
 T = TypeVar("T")
 
@@ -120,3 +121,69 @@ class ClusterHandle:
         """Wait until the supervisor runs a simulator/router for the pod; returns its sims.json entry."""
         return wait_for(lambda: next((s for s in self.supervised(namespace) if s["pod"] == pod), None), timeout,
                         f"a simulated process for pod {namespace}/{pod}")
+
+
+class OperatorProcess:
+    """The operator under test, run as `v41flash operator` against the e2e cluster."""
+
+    name = "operator"
+
+    def __init__(self, handle: ClusterHandle, extra_args: list[str] | None = None):
+        self.handle = handle
+        self.extra_args = list(extra_args or [])
+        self.log_path = handle.cluster.logs / f"{self.name}.log"
+        self.proc: Proc | None = None
+        self.starts = 0
+        # its own loopback ports: other operators (and clusters) may run on the same machine
+        self.metrics_port = free_port()
+        self.health_port = free_port()
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    @property
+    def argv(self) -> list[str]:
+        return operator_argv(self.handle.kubeconfig, self.metrics_port, self.health_port, *self.extra_args)
+
+    def start(self) -> "OperatorProcess":
+        assert not self.alive, "operator already running"
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as out:
+            out.write(f"\n===== [e2e] start #{self.starts + 1}: {' '.join(self.argv)}\n".encode())
+        self.proc = spawn(self.name, self.argv, self.log_path,
+                          env=dict(os.environ, KUBECONFIG=str(self.handle.kubeconfig)))
+        self.handle.cluster.register(self.proc)  # so `python -m e2e.harness down` stops it even if pytest dies
+        self.starts += 1
+        return self
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.alive()
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> int | None:
+        """Stop it (SIGTERM, SIGKILL after timeout; sig=SIGKILL simulates a crash); returns the exit code."""
+        if self.proc is None:
+            return None
+        if sig != signal.SIGTERM and self.alive:
+            os.killpg(self.proc.pid, sig)
+        stop_procs([self.proc], timeout=timeout)
+        code = self.proc.exit_code()
+        self.handle.cluster.unregister(self.name)
+        self.proc = None
+        return code
+
+    def restart(self, sig: int = signal.SIGTERM) -> "OperatorProcess":
+        self.stop(sig)
+        return self.start()
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def assert_alive(self) -> None:
+        if not self.alive:
+            raise AssertionError(f"operator is not running; last log lines:\n{self.log_text()[-3000:]}")

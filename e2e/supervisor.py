@@ -12,7 +12,8 @@ with an IP (inside 127.0.0.0/8), runs
 
 The process stops when the pod is deleted or stops running; a crashed process is restarted with backoff
 (like a container restart). State: <state>/sims.json; logs: <state>/logs/{sim,router}-<ns>-<pod>.log.
-Started and stopped by harness.py; on SIGTERM it stops every process it started.
+Started (`python -m e2e.supervisor --state DIR`) and stopped by e2e/harness.py; on SIGTERM it stops every
+process it started.
 """
 from __future__ import annotations
 
@@ -32,8 +33,9 @@ from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import VENV_BIN, Proc, Tools, log, spawn, stop_procs, write_json  # noqa: E402
+from e2e.harness import VENV_BIN, Tools, log, write_json
+from v41flash_bench.inference_sim import SimLatency, sim_command
+from v41flash_bench.procs import Proc, spawn, stop_procs
 
 ROLE_LABEL = "v41flash.io/role"
 SELECTOR = f"{ROLE_LABEL} in (prefill,decode,router)"
@@ -46,11 +48,11 @@ SIM_KV_BLOCKS_PER_ENGINE = 65536  # x 16 tokens: ~1M cached tokens per engine (D
 # inter-token latency. Latency grows linearly with running requests up to x2 at max-num-seqs. Extra args
 # per role can be appended with V41F_SIM_ARGS_PREFILL / V41F_SIM_ARGS_DECODE (benchmarks), and per pod with
 # the engine container's env V41F_SIM_ARGS (a deployment's spec.<role>.extraEnv; real vLLM ignores it).
-SIM_COMMON = ["--force-dummy-tokenizer", "--mode", "random", "--enable-kvcache", "--block-size", "16",
-              "--zmq-endpoint=", "--time-factor-under-load", "2.0", "--kv-cache-transfer-latency", "10ms"]
-SIM_ROLE = {
-    "prefill": ["--prefill-overhead", "15ms", "--prefill-time-per-token", "20us", "--inter-token-latency", "20ms"],
-    "decode": ["--prefill-overhead", "25ms", "--prefill-time-per-token", "40us", "--inter-token-latency", "10ms"],
+SIM_BLOCK_SIZE = 16
+SIM_KV_TRANSFER_MS = 10.0
+SIM_ROLE_LATENCY = {
+    "prefill": SimLatency(prefill_overhead_ms=15, prefill_us_per_token=20, inter_token_ms=20, time_factor_under_load=2.0),
+    "decode": SimLatency(prefill_overhead_ms=25, prefill_us_per_token=40, inter_token_ms=10, time_factor_under_load=2.0),
 }
 POD_SIM_ARGS_ENV = "V41F_SIM_ARGS"
 SHELLS = {"sh", "bash", "/bin/sh", "/bin/bash", "/usr/bin/bash", "/usr/bin/env"}
@@ -169,18 +171,17 @@ def parse_vllm(tokens: list[str], container_port: int | None = None) -> VllmArgs
                     dp_ranks=ranks, headless="--headless" in tokens)
 
 
-def sim_command(binary: str, role: str, pod_ip: str, v: VllmArgs, extra: list[str] = ()) -> tuple[list[str], dict]:
+def pod_sim_command(binary: str, role: str, pod_ip: str, v: VllmArgs, extra: list[str] = ()) -> tuple[list[str], dict]:
     """llm-d-inference-sim argv and env for one vLLM pod.
 
     vLLM's API server fronts all of the pod's DP ranks on one port (--max-num-seqs is per rank); the
     simulator's own --data-parallel-size would put rank r on port+r instead, where neither clients nor the
     router send anything. So one simulated engine on the pod's port stands for all its ranks, with their
     summed concurrency and KV blocks."""
-    argv = [binary, "--port", str(v.port), "--model", v.served_names[0], "--served-model-name", *v.served_names,
-            "--max-num-seqs", str((v.max_num_seqs or 256) * v.dp_ranks),
-            "--max-model-len", str(v.max_model_len or 262144),
-            "--kv-cache-size", str(SIM_KV_BLOCKS_PER_ENGINE * v.dp_ranks), *SIM_COMMON, *SIM_ROLE[role], *extra]
-    return argv, {"V41F_SIM_BIND_HOST": pod_ip, "POD_IP": pod_ip}
+    return sim_command(binary, bind_host=pod_ip, port=v.port, served_names=v.served_names,
+                       max_num_seqs=(v.max_num_seqs or 256) * v.dp_ranks, max_model_len=v.max_model_len or 262144,
+                       kv_cache_blocks=SIM_KV_BLOCKS_PER_ENGINE * v.dp_ranks, block_size=SIM_BLOCK_SIZE,
+                       latency=SIM_ROLE_LATENCY[role], kv_transfer_ms=SIM_KV_TRANSFER_MS, extra=extra)
 
 
 def router_command(tokens: list[str], pod_ip: str, log_dir: str) -> list[str]:
@@ -321,7 +322,7 @@ class Supervisor:
         self.pod_ready: dict[str, bool] = {}  # pod uid -> the Ready we last wrote
         self.pods: dict[str, dict] = {}
         self.api = None  # CoreV1Api, set in run()
-        self.extra = {r: shlex.split(os.environ.get(f"V41F_SIM_ARGS_{r.upper()}", "")) for r in SIM_ROLE}
+        self.extra = {r: shlex.split(os.environ.get(f"V41F_SIM_ARGS_{r.upper()}", "")) for r in SIM_ROLE_LATENCY}
 
     def desired(self, pod: dict) -> list[Child]:
         """The processes a pod needs: [] for a headless worker; the session proxy first (the pod's front
@@ -356,7 +357,7 @@ class Supervisor:
         v = parse_vllm(toks, http_port(c))
         if v.headless:
             return []  # a headless multi-node worker has no API server
-        argv, senv = sim_command(str(self.tools.sim), role, ip, v,
+        argv, senv = pod_sim_command(str(self.tools.sim), role, ip, v,
                                  [*self.extra[role], *shlex.split(env.get(POD_SIM_ARGS_ENV, ""))])
         penv = {"PATH": os.environ.get("PATH", ""), "POD_NAME": meta["name"], "POD_NAMESPACE": meta["namespace"],
                 **senv}

@@ -14,7 +14,6 @@ import asyncio
 import json
 import random
 import re
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -25,10 +24,8 @@ import httpx
 import pytest
 import yaml
 
-from kit import wait_for
-
-sys.path.insert(0, str(Path(__file__).resolve().parent / "autoscale"))
-from calibrate import DECODE_MAX_NUM_SEQS, DECODE_SIM_ARGS, PREFILL_MAX_NUM_SEQS, PREFILL_SIM_ARGS  # noqa: E402
+from e2e.autoscale.calibrate import DECODE_MAX_NUM_SEQS, DECODE_SIM_ARGS, PREFILL_MAX_NUM_SEQS, PREFILL_SIM_ARGS
+from e2e.kit import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -11,8 +11,8 @@ import httpx
 import pytest
 import yaml
 
-from harness import proc_start_ticks
-from kit import wait_for
+from e2e.kit import wait_for
+from v41flash_bench.procs import proc_start_ticks
 
 pytestmark = pytest.mark.e2e
 
@@ -184,7 +184,7 @@ def test_garbage_collector_deletes_owned_objects(cluster, ns):
 def test_down_leaves_nothing_running(tmp_path):
     """A second, throwaway cluster: after `down` none of its processes (simulators included) runs, nothing
     listens on its pod network, and its state is gone."""
-    from harness import Cluster, loopback_listener_nets
+    from e2e.harness import Cluster, loopback_listener_nets
     c = Cluster(tmp_path / "state")
     try:
         assert c.up()

@@ -15,7 +15,6 @@ and loopback ports for metrics/health differ).
 from __future__ import annotations
 
 import importlib.util
-import socket
 import subprocess
 import urllib.request
 from pathlib import Path
@@ -24,8 +23,8 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from conftest import OperatorProcess
-from kit import kubectl, wait_for
+from e2e.kit import OperatorProcess, kubectl, wait_for
+from v41flash_bench.procs import free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -41,12 +40,6 @@ CHILD_KINDS = "deployments,leaderworkersets,services,serviceaccounts,configmaps,
 _spec = importlib.util.spec_from_file_location("manifests_sync", REPO / "manifests" / "sync.py")
 sync = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(sync)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def sa_kubeconfig(cluster, namespace: str, sa: str, path: Path) -> Path:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,10 +13,8 @@ import httpx
 import pytest
 import yaml
 
-from kit import wait_for
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from corpus import invalid_cases  # noqa: E402
+from e2e.corpus import invalid_cases
+from e2e.kit import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -1,11 +1,6 @@
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # tests/corpus.py is shared with e2e/
-
-from prereq import IN_CI  # noqa: E402
+from prereq import IN_CI  # tests/ is on sys.path: pytest puts a test directory without __init__.py there
 
 
 def _skipped(config: pytest.Config) -> list:

@@ -7,7 +7,7 @@ from v41flash.api import v1alpha1 as api
 from v41flash.api.crd import crd, crd_yaml
 from v41flash.api.validation import validate
 from v41flash.cli.manifests import CRD_PATH, _problems
-from corpus import invalid_cases
+from e2e.corpus import invalid_cases
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "manifests" / "examples").glob("*.yaml"))

@@ -3,22 +3,17 @@ from __future__ import annotations
 
 import base64
 import ipaddress
-import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "e2e"))
-
 import yaml
 
-from harness import (GPU_RESOURCE, claim_pod_network, fake_nodes, loopback_listener_nets, lws_webhooks,
-                     read_versions, release_pod_network)
-from harness import kwok_stages as harness_kwok_stages
-from supervisor import (VllmArgs, command_tokens, container_env, expand_vars, flag_values,
-                        parse_vllm, pick_container, proxy_command, proxy_container, readiness_url, ready_status,
-                        router_command, sim_command, wants_process)
+from e2e.harness import (GPU_RESOURCE, claim_pod_network, fake_nodes, loopback_listener_nets, lws_webhooks,
+                         read_versions, release_pod_network)
+from e2e.harness import kwok_stages as harness_kwok_stages
+from e2e.supervisor import (VllmArgs, command_tokens, container_env, expand_vars, flag_values,
+                            parse_vllm, pick_container, pod_sim_command, proxy_command, proxy_container,
+                            readiness_url, ready_status, router_command, wants_process)
 
 POD = {"metadata": {"name": "p-0", "namespace": "ns1", "uid": "u1", "labels": {"app": "x"}},
        "spec": {"nodeName": "h200-0", "containers": []},
@@ -71,9 +66,9 @@ def test_parse_vllm_defaults_and_variants():
         parse_vllm(["vllm", "serve", "--max-num-seqs", "4"])
 
 
-def test_sim_command_binds_pod_ip_and_sums_dp_ranks():
+def test_pod_sim_command_binds_pod_ip_and_sums_dp_ranks():
     v = VllmArgs(("dsv41", "alias"), 8000, 64, None, 16, False)
-    argv, env = sim_command("/bin/sim", "decode", "127.1.2.3", v, ["--seed", "1"])
+    argv, env = pod_sim_command("/bin/sim", "decode", "127.1.2.3", v, ["--seed", "1"])
     assert env == {"V41F_SIM_BIND_HOST": "127.1.2.3", "POD_IP": "127.1.2.3"}
     assert argv[:8] == ["/bin/sim", "--port", "8000", "--model", "dsv41", "--served-model-name", "dsv41", "alias"]
     assert flag_values(argv, "--max-num-seqs") == [str(64 * 16)]  # one port fronting 16 ranks of 64
@@ -81,7 +76,7 @@ def test_sim_command_binds_pod_ip_and_sums_dp_ranks():
     assert flag_values(argv, "--data-parallel-size") is None
     assert flag_values(argv, "--inter-token-latency") == ["10ms"]
     assert argv[-2:] == ["--seed", "1"]
-    argv1, _ = sim_command("/bin/sim", "prefill", "127.1.2.3", VllmArgs(("m",), 8000, None, None, 1, False))
+    argv1, _ = pod_sim_command("/bin/sim", "prefill", "127.1.2.3", VllmArgs(("m",), 8000, None, None, 1, False))
     assert flag_values(argv1, "--max-num-seqs") == ["256"]
     assert flag_values(argv1, "--max-model-len") == ["262144"]
     assert flag_values(argv1, "--inter-token-latency") == ["20ms"]
@@ -253,20 +248,3 @@ def test_loopback_listener_nets(tmp_path):
         "   2: 0101097F:1F40 0100007F:A000 01\n"     # 127.9.1.1 ESTABLISHED: not a listener
         "   3: 0200000A:0050 00000000:0000 0A\n")    # 10.0.0.2 LISTEN: not loopback
     assert loopback_listener_nets([str(table)]) == {0, 1}
-
-
-def test_sweep_writers_kills_only_processes_writing_into_the_log_dir(tmp_path):
-    import subprocess
-    from harness import proc_start_ticks, sweep_writers
-    logs, other = tmp_path / "logs", tmp_path / "elsewhere"
-    logs.mkdir()
-    other.mkdir()
-    ours = subprocess.Popen(["sleep", "60"], stdout=open(logs / "x.log", "wb"), start_new_session=True)
-    theirs = subprocess.Popen(["sleep", "60"], stdout=open(other / "y.log", "wb"), start_new_session=True)
-    try:
-        assert sweep_writers(logs) == [ours.pid]
-        ours.wait(timeout=5)
-        assert proc_start_ticks(theirs.pid) is not None
-    finally:
-        theirs.kill()
-        theirs.wait()

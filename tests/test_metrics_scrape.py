@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -11,6 +10,7 @@ import pytest
 
 from v41flash.metrics.scrape import ScrapeTarget, router_target, scrape, vllm_target
 from v41flash.metrics.window import compute_window
+from v41flash_bench.procs import free_port
 from vllm_exposition import page
 
 PAGE = page({"0": {"running": 3, "prompt_tokens": 500, "success_stop": 4, "e2e": ([0, 4, 4, 4, 4, 4], 8.0)},
@@ -63,21 +63,13 @@ def server():
     srv.server_close()
 
 
-def _closed_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def test_one_bad_pod_never_fails_the_scrape(server):
     targets = [
         ScrapeTarget("good", "decode", f"{server}/metrics"),
         ScrapeTarget("err", "decode", f"{server}/error"),
         ScrapeTarget("hang", "decode", f"{server}/hang"),
         ScrapeTarget("garbage", "decode", f"{server}/garbage"),
-        ScrapeTarget("refused", "decode", f"http://127.0.0.1:{_closed_port()}/metrics"),
+        ScrapeTarget("refused", "decode", f"http://127.0.0.1:{free_port()}/metrics"),
     ]
     snaps = asyncio.run(scrape(targets, timeout_s=0.5))
     by = {s.pod: s for s in snaps}

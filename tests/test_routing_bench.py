@@ -104,12 +104,14 @@ def test_router_argv_is_accepted_by_the_routers_own_parser():
 
 def test_sim_argv_sizes_the_cache_and_switches_events():
     sc = Scenario()
-    argv = b.sim_argv(Path("/sim"), 9, sc, b.EngineLatency(), None, 1)
+    argv, env = b.sim_argv(Path("/sim"), 9, sc, b.EngineLatency(), None, 1)
     assert argv[argv.index("--kv-cache-size") + 1] == str(sc.kv_cache_blocks)
     assert argv[argv.index("--block-size") + 1] == str(sc.block_size)
     assert "--zmq-endpoint=" in argv and "--enable-kvcache" in argv
-    assert "--zmq-endpoint=tcp://127.0.0.1:7" in b.sim_argv(Path("/sim"), 9, sc, b.EngineLatency(), "tcp://127.0.0.1:7", 1)
-    assert b.SIM_ENV["V41F_SIM_BIND_HOST"] == "127.0.0.1"
+    events, _ = b.sim_argv(Path("/sim"), 9, sc, b.EngineLatency(), "tcp://127.0.0.1:7", 1)
+    assert "--zmq-endpoint=tcp://127.0.0.1:7" in events and "--use-vllm-map-event-format" in events
+    assert env == {"V41F_SIM_BIND_HOST": "127.0.0.1", "POD_IP": "127.0.0.1"}
+    assert argv[argv.index("--prefill-time-per-token") + 1] == "100us" and argv[-2:] == ["-v", "0"]
     assert argv[argv.index("--max-model-len") + 1] == "8192"
     assert argv[argv.index("--max-waiting-queue-length") + 1] == str(max(64, 2 * sc.sessions))
 
@@ -192,31 +194,18 @@ def test_cpu_seconds_of_a_live_and_a_missing_process():
     assert b.cpu_seconds(2 ** 22 + 12345) is None
 
 
-def _live_members(pgid: int) -> list[int]:
-    """Non-zombie processes of a process group, from /proc (field 5 of stat is the group)."""
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                rest = (d / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(rest[2]) == pgid and rest[0] != "Z":
-                out.append(int(d.name))
-    return out
-
-
-def test_processes_stop_their_whole_group(tmp_path):
+def test_processes_report_the_dead_and_stop_the_rest(tmp_path):
     procs = b.Processes(tmp_path)
-    # a shell whose child would outlive a plain kill of the shell
-    p = procs.start("sh", ["/bin/sh", "-c", "sleep 300 & wait"])
+    (tmp_path / "quick.log").write_text("from an earlier run\n")
+    quick = procs.start("quick", ["/bin/sh", "-c", "echo bye; sleep 0.3; exit 3"])
+    slow = procs.start("slow", ["/bin/sh", "-c", "sleep 300 & wait"])
+    deadline = time.monotonic() + 5
+    while quick.alive() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert procs.dead() == ["quick (exit 3)"]
     procs.stop()
-    assert p.poll() is not None
-    deadline = time.monotonic() + 5.0  # the orphaned sleep is reaped by init, not by us: give it a moment
-    while _live_members(p.pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _live_members(p.pid) == []
-    assert (tmp_path / "sh.log").exists()
+    assert not slow.alive() and procs.procs == []
+    assert (tmp_path / "quick.log").read_text() == "bye\n"  # a fresh log per run
 
 
 def test_cli_refuses_unknown_variant(tmp_path):
@@ -289,8 +278,3 @@ def test_sim_binary_override_and_absence(tmp_path, monkeypatch):
     monkeypatch.setenv("V41F_SIM_BIN", str(tmp_path / "missing"))
     monkeypatch.setattr(b, "CACHE", tmp_path / "empty-cache")
     assert b.find_sim_binary() is None
-
-
-def test_free_ports_are_distinct_loopback_ports():
-    ports = b.free_ports(5)
-    assert len(set(ports)) == 5 and all(1024 < p < 65536 for p in ports)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 
 import aiohttp
 import pytest
@@ -13,12 +12,7 @@ from multidict import CIMultiDict
 
 from v41flash.cli.main import build_parser
 from v41flash.proxy import session_proxy as sp
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from v41flash_bench.procs import free_ports
 
 
 CHAT = {"model": "m", "messages": [{"role": "system", "content": "shared system prompt"},
@@ -105,7 +99,7 @@ class Upstream:
 
 async def _with_proxy(test, session_header: str = "", max_body: int = 1 << 20, upstream_up: bool = True):
     up = Upstream()
-    up_port, px_port = _free_port(), _free_port()
+    up_port, px_port = free_ports(2)
     runners = []
     if upstream_up:
         app = web.Application(client_max_size=1 << 22)

@@ -3,7 +3,7 @@
 `v41flash profile build` fits into a capacity profile for them.
 
 One prefill simulator and one decode simulator are started on free loopback ports with exactly the
-supervisor's flags (`supervisor.sim_command`, so SIM_COMMON/SIM_ROLE changes are picked up) and the
+supervisor's flags (`supervisor.pod_sim_command`, so changes to the supervisor's simulator settings are picked up) and the
 max-num-seqs of the autoscaling e2e deployment. Latencies are read from the simulator's own histograms
 (sum/count deltas), i.e. the figures the operator's scraper sees:
 
@@ -14,7 +14,7 @@ max-num-seqs of the autoscaling e2e deployment. Latencies are read from the simu
 * decode: `batch` concurrent streams of OUTPUT_TOKENS tokens at two prompt lengths; mean inter-token
   latency per batch (the simulator slows every token by 1 + (factor-1)(running-1)/(max-num-seqs-1)).
 
-    .venv/bin/python e2e/autoscale/calibrate.py --out e2e/autoscale/sim-run.json
+    .venv/bin/python -m e2e.autoscale.calibrate --out e2e/autoscale/sim-run.json
     .venv/bin/v41flash profile build --from e2e/autoscale/sim-run.json --no-base --out e2e/autoscale/sim-profile.yaml
 """
 from __future__ import annotations
@@ -32,10 +32,9 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-E2E = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(E2E))
-from harness import Tools, free_port, spawn, stop_procs  # noqa: E402
-from supervisor import SIM_COMMON, SIM_ROLE, VllmArgs, sim_command  # noqa: E402
+from e2e.harness import Tools
+from e2e.supervisor import VllmArgs, pod_sim_command
+from v41flash_bench.procs import free_port, spawn, stop_procs
 
 MODEL = "deepseek-v4.1-flash"
 # The e2e deployment's engine settings (e2e/test_autoscale.py puts them in its spec: maxNumSeqs, and the
@@ -77,7 +76,7 @@ class Sim:
         self.port = free_port()
         v = VllmArgs(served_names=(MODEL,), port=self.port, max_num_seqs=max_num_seqs, max_model_len=None,
                      dp_ranks=1, headless=False)
-        argv, env = sim_command(str(Tools.load().sim), role, "127.0.0.1", v, shlex.split(extra))
+        argv, env = pod_sim_command(str(Tools.load().sim), role, "127.0.0.1", v, shlex.split(extra))
         self.proc = spawn(f"calibrate-{role}", argv, logdir / f"sim-{role}.log", env=env, port=self.port)
         self.url = f"http://127.0.0.1:{self.port}"
         self.argv = argv

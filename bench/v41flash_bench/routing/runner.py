@@ -18,9 +18,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -32,8 +29,10 @@ import httpx
 import yaml
 
 from v41flash.metrics.parse import parse_metrics
-from v41flash_bench.routing import engine_stats as obs
 from v41flash.proxy.session_proxy import derived_session_key
+from v41flash_bench.inference_sim import SimLatency, binary_path, sim_command
+from v41flash_bench.procs import Proc, cpu_seconds, free_ports, rss_bytes, spawn, stop_procs
+from v41flash_bench.routing import engine_stats as obs
 from v41flash_bench.routing.sessions import Scenario, Session, Trace, Turn, build_trace, oracle
 
 ROUTER_VERSION = "0.1.17"
@@ -78,6 +77,10 @@ class EngineLatency:
     inter_token_ms: float = 2.0
     time_factor_under_load: float = 2.0
     max_num_seqs: int = 16
+
+    def sim_latency(self) -> SimLatency:
+        return SimLatency(self.prefill_overhead_ms, self.prefill_us_per_token, self.inter_token_ms,
+                          self.time_factor_under_load)
 
 
 @dataclass(frozen=True)
@@ -220,8 +223,7 @@ def find_sim_binary() -> Path | None:
     """The bind-host-patched build first (listens on loopback only), then the upstream build."""
     env = os.environ.get("V41F_SIM_BIN")
     candidates = [Path(env)] if env else []
-    candidates += [CACHE / "bin" / f"inference-sim-{SIM_VERSION}-v41f1" / "llm-d-inference-sim",
-                   CACHE / "bin" / f"inference-sim-{SIM_VERSION}" / "llm-d-inference-sim"]
+    candidates += [binary_path(CACHE / "bin", SIM_VERSION), binary_path(CACHE / "bin", SIM_VERSION, patched=False)]
     return next((p for p in candidates if p.is_file() and os.access(p, os.X_OK)), None)
 
 
@@ -230,18 +232,8 @@ def find_router_binary() -> Path | None:
     return p if p.is_file() else None
 
 
-def free_ports(n: int) -> list[int]:
-    socks, ports = [], []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind((LOOPBACK, 0))
-            socks.append(s)
-            ports.append(s.getsockname()[1])
-    finally:
-        for s in socks:
-            s.close()
-    return ports
+class StartupFailed(RuntimeError):
+    """A component did not come up; the run is retried once on fresh ports."""
 
 
 class Processes:
@@ -249,60 +241,34 @@ class Processes:
 
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
-        self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self.procs: list[Proc] = []
 
-    def start(self, name: str, argv: Sequence[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_dir / f"{name}.log", "wb")
+    def start(self, name: str, argv: Sequence[str], env: dict[str, str] | None = None) -> Proc:
+        log = self.log_dir / f"{name}.log"
+        log.unlink(missing_ok=True)  # a fresh log per run (spawn appends)
         try:
-            p = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 env={**os.environ, **(env or {})}, start_new_session=True)
-        finally:
-            log.close()  # the child holds its own descriptor
-        self.procs.append((name, p))
+            p = spawn(name, argv, log, env={**os.environ, **(env or {})})
+        except RuntimeError as exc:  # exited before it could be recorded
+            raise StartupFailed(str(exc)) from exc
+        self.procs.append(p)
         return p
 
     def stop(self) -> None:
-        for _, p in reversed(self.procs):
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGTERM)  # the group we created with start_new_session
-                except ProcessLookupError:
-                    pass
-        deadline = time.monotonic() + 5.0
-        for _, p in self.procs:
-            try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                p.wait(timeout=5)
+        """SIGTERM every process group (last started first), SIGKILL what is left after 5 s."""
+        stop_procs(reversed(self.procs), timeout=5.0)
         self.procs.clear()
 
     def dead(self) -> list[str]:
-        return [f"{n} (exit {p.returncode})" for n, p in self.procs if p.poll() is not None]
+        return [f"{p.name} (exit {p.exit_code()})" for p in self.procs if not p.alive()]
 
     def oversized(self, limit_bytes: int) -> list[str]:
         """Processes whose resident memory passed the limit (a wedged simulator once grew to 7 GiB)."""
         out = []
-        for n, p in self.procs:
+        for p in self.procs:
             rss = rss_bytes(p.pid)
             if rss is not None and rss > limit_bytes:
-                out.append(f"{n} ({rss >> 20} MiB)")
+                out.append(f"{p.name} ({rss >> 20} MiB)")
         return out
-
-
-def rss_bytes(pid: int) -> int | None:
-    try:
-        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-class StartupFailed(RuntimeError):
-    """A component did not come up; the run is retried once on fresh ports."""
 
 
 RSS_LIMIT = 2 << 30  # no engine, router or forwarder of this benchmark needs more than 2 GiB
@@ -321,21 +287,12 @@ def model_len_for(trace: Trace) -> int:
 
 
 def sim_argv(binary: Path, port: int, sc: Scenario, lat: EngineLatency, zmq_endpoint: str | None,
-             seed: int, max_model_len: int = 8192) -> list[str]:
-    return [str(binary), "--port", str(port), "--model", MODEL, "--served-model-name", MODEL,
-            "--force-dummy-tokenizer", "--mode", "random", "--seed", str(seed),
-            "--enable-kvcache", "--kv-cache-size", str(sc.kv_cache_blocks), "--block-size", str(sc.block_size),
-            # vLLM's map event format; empty endpoint = no publisher
-            f"--zmq-endpoint={zmq_endpoint or ''}", "--use-vllm-map-event-format",
-            "--max-num-seqs", str(lat.max_num_seqs), "--max-model-len", str(max_model_len),
-            "--max-waiting-queue-length", str(max(64, 2 * sc.sessions)),
-            "--prefill-overhead", f"{lat.prefill_overhead_ms}ms",
-            "--prefill-time-per-token", f"{lat.prefill_us_per_token}us",
-            "--inter-token-latency", f"{lat.inter_token_ms}ms",
-            "--time-factor-under-load", str(lat.time_factor_under_load), "-v", "0"]
-
-
-SIM_ENV = {"POD_IP": LOOPBACK, "V41F_SIM_BIND_HOST": LOOPBACK}  # KV cache needs POD_IP; bind loopback only
+             seed: int, max_model_len: int = 8192) -> tuple[list[str], dict[str, str]]:
+    """One engine of the benchmark on loopback: argv and environment (KV events in vLLM's map format)."""
+    return sim_command(binary, bind_host=LOOPBACK, port=port, served_names=(MODEL,), max_num_seqs=lat.max_num_seqs,
+                       max_model_len=max_model_len, kv_cache_blocks=sc.kv_cache_blocks, block_size=sc.block_size,
+                       latency=lat.sim_latency(), zmq_endpoint=zmq_endpoint, vllm_map_events=True, seed=seed,
+                       max_waiting=max(64, 2 * sc.sessions), quiet=True)
 
 
 def split_pd(workers: Sequence[str], variant: Variant) -> tuple[list[str], list[str]]:
@@ -384,16 +341,6 @@ def variant_flags(variant: Variant, block_size: int) -> tuple[str, ...]:
         flags += ("--kv-event-source", "<engine>=<zmq>", "--kv-event-block-size", str(block_size),
                   "--kv-event-model", MODEL)
     return flags
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """utime + stime of a process (all its threads) from /proc/<pid>/stat."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    rest = stat[stat.rindex(")") + 2:].split()  # fields after "pid (comm)"; utime, stime = fields 14, 15
-    return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def _wait_http(client: httpx.AsyncClient, url: str, deadline: float, procs: Processes) -> None:
@@ -488,8 +435,7 @@ async def run_one(cfg: BenchConfig, trace: Trace, oracle_rates: dict[int, float]
                 procs.start("zmq-forward", [sys.executable, "-m", "v41flash_bench.routing.zmq_forward", *pairs])
             for i, port in enumerate(eports):
                 ep = f"tcp://{LOOPBACK}:{zin[i]}" if variant.kv_events else None
-                procs.start(f"engine{i}", sim_argv(sim, port, sc, cfg.latency, ep, sc.seed + i, model_len_for(trace)),
-                            SIM_ENV)
+                procs.start(f"engine{i}", *sim_argv(sim, port, sc, cfg.latency, ep, sc.seed + i, model_len_for(trace)))
             deadline = time.monotonic() + 60  # engines start in < 1 s on an idle machine
             for url in workers:
                 await _wait_http(client, f"{url}/health", deadline, procs)
@@ -547,8 +493,8 @@ async def render_tokens(cfg: BenchConfig, trace: Trace, sim: Path, log_dir: Path
     port = free_ports(1)[0]
     url = f"http://{LOOPBACK}:{port}"
     try:
-        procs.start("engine", sim_argv(sim, port, cfg.scenario, cfg.latency, None, cfg.scenario.seed,
-                                      model_len_for(trace)), SIM_ENV)
+        procs.start("engine", *sim_argv(sim, port, cfg.scenario, cfg.latency, None, cfg.scenario.seed,
+                                       model_len_for(trace)))
         async with httpx.AsyncClient(timeout=30.0) as client:
             await _wait_http(client, f"{url}/health", time.monotonic() + 120, procs)
             out = []

@@ -1,6 +1,6 @@
 """The invalid-CR corpus (tests/invalid/*.yaml): each file names the field its problem must cite and
 whether the apiserver refuses it at admission ('refused') or only the operator can tell ('stalled').
-Used by the offline tests here and by the e2e admission tests on a real apiserver."""
+Used by the offline tests (tests/test_api.py) and by the e2e admission tests on a real apiserver."""
 from __future__ import annotations
 
 import re
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-INVALID_DIR = Path(__file__).parent / "invalid"
+INVALID_DIR = Path(__file__).resolve().parents[1] / "tests" / "invalid"
 
 
 @dataclass(frozen=True)
