@@ -12,7 +12,7 @@ import pytest
 
 from v41flash_bench.routing import runner as b
 from v41flash.proxy.session_proxy import derived_session_key
-from v41flash_bench.routing.sessions import Scenario, build_trace
+from v41flash_bench.routing.sessions import RoutingScenario, build_trace
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -103,7 +103,7 @@ def test_router_argv_is_accepted_by_the_routers_own_parser():
 
 
 def test_sim_argv_sizes_the_cache_and_switches_events():
-    sc = Scenario()
+    sc = RoutingScenario()
     argv, env = b.sim_argv(Path("/sim"), 9, sc, b.EngineLatency(), None, 1)
     assert argv[argv.index("--kv-cache-size") + 1] == str(sc.kv_cache_blocks)
     assert argv[argv.index("--block-size") + 1] == str(sc.block_size)
@@ -117,14 +117,14 @@ def test_sim_argv_sizes_the_cache_and_switches_events():
 
 
 def test_model_len_covers_the_longest_request_and_stays_small():
-    trace = build_trace(Scenario())
+    trace = build_trace(RoutingScenario())
     longest = max(sum(len(c.split()) for _, c in t.messages) + t.max_tokens for _, t in trace.requests())
     n = b.model_len_for(trace)
     assert n >= 2 * longest and n & (n - 1) == 0 and n <= 4 * longest + 4096
 
 
 def test_request_body_per_session_key_mode():
-    trace = build_trace(Scenario(sessions=2, turns_min=2, turns_max=2, subagent_fraction=0.0))
+    trace = build_trace(RoutingScenario(sessions=2, turns_min=2, turns_max=2, subagent_fraction=0.0))
     s = trace.sessions[1]
     turn = s.turns[1]
     client, derived = b.Variant("c", "random"), b.Variant("d", "random", session_key="derived")
@@ -227,7 +227,7 @@ def _replay(handler, trace, mode="header", variant=None, timeout_s=10.0):
 
 
 def test_replay_sends_every_turn_in_order_with_the_session_key():
-    trace = build_trace(Scenario(sessions=3, turns_min=2, turns_max=3, subagent_fraction=1.0,
+    trace = build_trace(RoutingScenario(sessions=3, turns_min=2, turns_max=3, subagent_fraction=1.0,
                                  subagent_turns_min=1, subagent_turns_max=1, time_scale=0.0))
     seen: dict[str, list[int]] = {}
 
@@ -245,7 +245,7 @@ def test_replay_sends_every_turn_in_order_with_the_session_key():
 
 def test_replay_counts_failures_and_requests_cut_off_by_the_timeout():
     import httpx
-    trace = build_trace(Scenario(sessions=2, turns_min=4, turns_max=4, subagent_fraction=0.0, time_scale=0.0))
+    trace = build_trace(RoutingScenario(sessions=2, turns_min=4, turns_max=4, subagent_fraction=0.0, time_scale=0.0))
     calls = []
 
     def failing(request):

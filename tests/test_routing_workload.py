@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 
 from v41flash.proxy.session_proxy import derived_session_key
-from v41flash_bench.routing.sessions import Scenario, block_chain, build_trace, oracle
+from v41flash_bench.routing.sessions import RoutingScenario, block_chain, build_trace, oracle
 
-SMALL = Scenario(sessions=6, turns_min=3, turns_max=5, system_tokens=40, first_turn_tokens=10,
+SMALL = RoutingScenario(sessions=6, turns_min=3, turns_max=5, system_tokens=40, first_turn_tokens=10,
                  new_tokens_median=8, new_tokens_mean=10, new_tokens_max=50, output_tokens_median=3,
                  output_tokens_mean=4, output_tokens_max=10, subagent_fraction=1.0, subagent_turns_min=2,
                  subagent_turns_max=2)
@@ -20,7 +20,7 @@ def test_trace_is_deterministic_and_shaped_by_the_scenario():
         assert SMALL.turns_min <= len(s.turns) <= SMALL.turns_max
         assert s.turns[0].think_s == 0.0
         assert all(0.0 <= t.think_s <= SMALL.think_cap_s * SMALL.time_scale for t in s.turns)
-    assert build_trace(Scenario(**{**SMALL.__dict__, "seed": 7})) != a
+    assert build_trace(RoutingScenario(**{**SMALL.__dict__, "seed": 7})) != a
 
 
 def test_every_turn_resends_the_whole_previous_context():
@@ -55,7 +55,7 @@ def test_subagent_starts_from_the_parents_context_and_runs_inline():
 
 
 def test_no_subagents_when_fraction_is_zero():
-    trace = build_trace(Scenario(**{**SMALL.__dict__, "subagent_fraction": 0.0}))
+    trace = build_trace(RoutingScenario(**{**SMALL.__dict__, "subagent_fraction": 0.0}))
     assert all(s.subagent is None for s in trace.sessions)
 
 
@@ -95,8 +95,8 @@ def test_oracle_one_engine_shares_the_system_prefix_across_sessions():
 
 def test_scenario_rejects_nonsense():
     with pytest.raises(ValueError):
-        Scenario(turns_min=5, turns_max=2)
+        RoutingScenario(turns_min=5, turns_max=2)
     with pytest.raises(ValueError):
-        Scenario(subagent_fraction=1.5)
+        RoutingScenario(subagent_fraction=1.5)
     with pytest.raises(ValueError):
-        Scenario(engines=0)
+        RoutingScenario(engines=0)

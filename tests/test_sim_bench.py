@@ -9,7 +9,7 @@ import yaml
 
 from v41flash.cli.main import main
 from v41flash_bench.sim import oracle
-from v41flash_bench.sim.runner import make_policy, run_benchmark, simulate
+from v41flash_bench.sim.autoscale_bench import make_policy, run_benchmark, simulate
 from v41flash_bench.sim.policies import PolicyContext, _HpaScaler
 from v41flash_bench.sim.scenario import load_scenario, profiles, scaled_profile
 from v41flash_bench.sim.workload import build_workload

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from v41flash.planner.profile import find_profile
-from v41flash_bench.sim.engine import EngineConfig, Simulator
+from v41flash_bench.sim.simulator import Simulator, SimulatorConfig
 from v41flash_bench.sim.scenario import with_cold_start
 from v41flash_bench.sim.workload import (
     AgentSessionSpec,
@@ -55,7 +55,7 @@ def test_single_request_latency_follows_the_profile_exactly():
 def test_every_request_finishes_exactly_once_and_tokens_are_conserved():
     wl = _small_workload()
     sim = Simulator(wl, PROFILE, None, duration=240.0, initial={"prefill": 2, "decode": 1},
-                    config=EngineConfig(drain_timeout_s=3600.0))
+                    config=SimulatorConfig(drain_timeout_s=3600.0))
     tel = sim.run()
     assert sim.requests_started == sim.requests_finished > 100
     assert not sim.inflight_requests
@@ -111,7 +111,7 @@ def test_cold_start_scale_up_and_draining_scale_down_lose_nothing():
 
     wl = _small_workload(seed=2, duration=300.0)
     sim = Simulator(wl, p, Script(), duration=300.0, initial={"prefill": 1, "decode": 1},
-                    config=EngineConfig(drain_timeout_s=3600.0))
+                    config=SimulatorConfig(drain_timeout_s=3600.0))
     tel = sim.run()
     assert sim.requests_started == sim.requests_finished
     pre = sim.replicas["prefill"]
@@ -145,7 +145,7 @@ def test_drained_replica_finishes_its_requests_before_it_goes():
 @pytest.mark.parametrize("router", ["cache_aware", "session_hash", "round_robin"])
 def test_routers_serve_everything(router):
     sim = Simulator(_small_workload(seed=4, duration=120.0), PROFILE, None, 120.0, {"prefill": 3, "decode": 1},
-                    config=EngineConfig(router=router, drain_timeout_s=3600.0))
+                    config=SimulatorConfig(router=router, drain_timeout_s=3600.0))
     tel = sim.run()
     assert sim.requests_started == sim.requests_finished
     hit = sum(tel.cached) / sum(tel.prompt)

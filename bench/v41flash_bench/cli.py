@@ -37,7 +37,7 @@ def planner_overrides(items: list[str]) -> dict:
 
 
 def _autoscale(args: argparse.Namespace) -> int:
-    from v41flash_bench.sim.runner import format_table, run_benchmark
+    from v41flash_bench.sim.autoscale_bench import format_table, run_benchmark
     from v41flash_bench.sim.scenario import POLICIES, load_scenario
 
     try:

@@ -33,7 +33,7 @@ from v41flash.proxy.session_proxy import derived_session_key
 from v41flash_bench.inference_sim import SimLatency, binary_path, sim_command
 from v41flash_bench.procs import Proc, cpu_seconds, free_ports, rss_bytes, spawn, stop_procs
 from v41flash_bench.routing import engine_stats as obs
-from v41flash_bench.routing.sessions import Scenario, Session, Trace, Turn, build_trace, oracle
+from v41flash_bench.routing.sessions import RoutingScenario, Session, Trace, Turn, build_trace, oracle
 
 ROUTER_VERSION = "0.1.17"
 SIM_VERSION = "v0.10.2"
@@ -85,7 +85,7 @@ class EngineLatency:
 
 @dataclass(frozen=True)
 class BenchConfig:
-    scenario: Scenario
+    scenario: RoutingScenario
     variants: tuple[Variant, ...]
     modes: tuple[str, ...] = ("header", "none")
     latency: EngineLatency = field(default_factory=EngineLatency)
@@ -98,7 +98,7 @@ def load_config(path: Path | str = DEFAULT_SCENARIO, **overrides: Any) -> BenchC
         base = yaml.safe_load((Path(path).parent / doc["workload_from"]).read_text())
         doc = {**doc, "scenario": {**base.get("scenario", {}), **doc.get("scenario", {})},
                "engine": {**base.get("engine", {}), **doc.get("engine", {})}}
-    sc_fields = {f.name for f in fields(Scenario)}
+    sc_fields = {f.name for f in fields(RoutingScenario)}
     unknown = set(overrides) - sc_fields - {"modes"}
     if unknown:
         raise ValueError(f"unknown scenario fields {sorted(unknown)} (known: {', '.join(sorted(sc_fields))})")
@@ -112,7 +112,7 @@ def load_config(path: Path | str = DEFAULT_SCENARIO, **overrides: Any) -> BenchC
     if bad:
         raise ValueError(f"unknown session-key modes {bad} (known: {', '.join(MODES)})")
     return BenchConfig(
-        scenario=Scenario(**sc_doc),
+        scenario=RoutingScenario(**sc_doc),
         variants=variants,
         modes=modes,
         latency=EngineLatency(**doc.get("engine", {})),
@@ -286,7 +286,7 @@ def model_len_for(trace: Trace) -> int:
     return n
 
 
-def sim_argv(binary: Path, port: int, sc: Scenario, lat: EngineLatency, zmq_endpoint: str | None,
+def sim_argv(binary: Path, port: int, sc: RoutingScenario, lat: EngineLatency, zmq_endpoint: str | None,
              seed: int, max_model_len: int = 8192) -> tuple[list[str], dict[str, str]]:
     """One engine of the benchmark on loopback: argv and environment (KV events in vLLM's map format)."""
     return sim_command(binary, bind_host=LOOPBACK, port=port, served_names=(MODEL,), max_num_seqs=lat.max_num_seqs,

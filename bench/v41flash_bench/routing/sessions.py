@@ -7,7 +7,7 @@ parent's prefix) and the parent waits for it. Text is made of unique words so th
 token for llm-d-inference-sim's dummy tokenizer and no two sessions share anything but the system
 prefix (AgentX replay rule: each session's first turn carries a unique marker).
 
-Everything here is pure and seeded: the same Scenario gives the same trace on every run.
+Everything here is pure and seeded: the same RoutingScenario gives the same trace on every run.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
-class Scenario:
+class RoutingScenario:
     """Workload shape. Token figures are AgentX's divided by ``token_scale`` (see docs/*-routing.md)."""
     name: str = "agentx-small"
     seed: int = 41
@@ -83,7 +83,7 @@ class Session:
 
 @dataclass(frozen=True)
 class Trace:
-    scenario: Scenario
+    scenario: RoutingScenario
     sessions: tuple[Session, ...] = field(default=())
 
     def requests(self) -> list[tuple[Session, Turn]]:
@@ -101,12 +101,12 @@ def _words(prefix: str, n: int) -> str:
     return " ".join(f"{prefix}{i}" for i in range(n))
 
 
-def _think(rng: random.Random, sc: Scenario) -> float:
+def _think(rng: random.Random, sc: RoutingScenario) -> float:
     mean = sc.agentic_think_mean_s if rng.random() < sc.agentic_think_fraction else sc.human_think_mean_s
     return round(min(rng.expovariate(1.0 / mean), sc.think_cap_s) * sc.time_scale, 4)
 
 
-def _conversation(rng: random.Random, sc: Scenario, sid: str, start: list[tuple[str, str]], first_user: str,
+def _conversation(rng: random.Random, sc: RoutingScenario, sid: str, start: list[tuple[str, str]], first_user: str,
                   n_turns: int) -> tuple[list[Turn], list[list[tuple[str, str]]]]:
     """Turns of one session; also returns the context *before* each turn's reply (for sub-agents)."""
     context = [*start, ("user", first_user)]
@@ -125,7 +125,7 @@ def _conversation(rng: random.Random, sc: Scenario, sid: str, start: list[tuple[
     return turns, contexts
 
 
-def build_trace(sc: Scenario) -> Trace:
+def build_trace(sc: RoutingScenario) -> Trace:
     rng = random.Random(sc.seed)
     system = ("system", _words("sys", sc.system_tokens))
     sessions: list[Session] = []

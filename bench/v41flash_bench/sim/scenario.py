@@ -72,7 +72,7 @@ class BoundsSpec(_M):
     gpu_budget: int | None = None
 
 
-class Scenario(_M):
+class AutoscaleScenario(_M):
     name: str
     description: str = ""
     duration_s: float = Field(default=3600.0, gt=0)
@@ -105,7 +105,7 @@ def _snake(d):
     return d
 
 
-def load_scenario(path: str | Path, base_dir: Path | None = None) -> Scenario:
+def load_scenario(path: str | Path, base_dir: Path | None = None) -> AutoscaleScenario:
     data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     for key in ("workload", "arrivals"):
         if key in data:
@@ -113,7 +113,7 @@ def load_scenario(path: str | Path, base_dir: Path | None = None) -> Scenario:
     wl = data.get("workload") or {}
     if "path" in wl and not Path(wl["path"]).is_absolute():
         wl["path"] = str((base_dir or Path(path).parent) / wl["path"])
-    return Scenario.model_validate(data)
+    return AutoscaleScenario.model_validate(data)
 
 
 def scaled_profile(p: CapacityProfile, factor: float) -> CapacityProfile:
@@ -140,7 +140,7 @@ def with_cold_start(p: CapacityProfile, seconds: float | None) -> CapacityProfil
     })
 
 
-def profiles(sc: Scenario, base_dir: Path | None = None) -> tuple[CapacityProfile, CapacityProfile]:
+def profiles(sc: AutoscaleScenario, base_dir: Path | None = None) -> tuple[CapacityProfile, CapacityProfile]:
     """(truth, planner) profiles of a scenario."""
     dep = sc.deployment
 

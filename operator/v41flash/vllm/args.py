@@ -22,7 +22,7 @@ from . import flags
 from .gpus import ENGRAM_OFFLOADED_MINIMUM_GB, VRAM_MINIMUM_GB, GpuProduct, gpu
 
 Role = Literal["prefill", "decode", "aggregated"]
-Problem = tuple[str, str]  # (field path inside EngineConfig, message)
+EngineProblem = tuple[str, str]  # (field path inside EngineConfig, message)
 
 # The recipe's checkpoint (2026-10-17), the CR's default spec.model.checkpoint.
 DEFAULT_CHECKPOINT = "deepseek-ai/DeepSeek-V4.1-Flash-1017"
@@ -139,7 +139,7 @@ class ReplicaCommands:
 
 
 class InvalidEngineConfig(ValueError):
-    def __init__(self, problems: list[Problem]):
+    def __init__(self, problems: list[EngineProblem]):
         self.problems = problems
         super().__init__("; ".join(f"{path}: {msg}" for path, msg in problems))
 
@@ -497,7 +497,7 @@ def _pod_dp_ranks(cfg: EngineConfig, node_rank: int) -> range:
 
 
 # ------------------------------------------------------------------------------- validation
-def validate_engine_config(cfg: EngineConfig) -> list[Problem]:
+def validate_engine_config(cfg: EngineConfig) -> list[EngineProblem]:
     """Every reason vLLM 0.33.0 (or the hardware) would refuse this config, as (path, message)."""
     try:
         product = gpu(cfg.gpu_product)
@@ -516,7 +516,7 @@ def validate_engine_config(cfg: EngineConfig) -> list[Problem]:
     return _validate_rendered(cfg)
 
 
-def _validate_sizes(cfg: EngineConfig) -> list[Problem]:
+def _validate_sizes(cfg: EngineConfig) -> list[EngineProblem]:
     problems = []
     for name in ("tensor_parallel_size", "data_parallel_size", "nodes_per_replica"):
         if getattr(cfg, name) < 1:
@@ -537,7 +537,7 @@ def _validate_sizes(cfg: EngineConfig) -> list[Problem]:
     return problems
 
 
-def _validate_topology(cfg: EngineConfig, product: GpuProduct) -> list[Problem]:
+def _validate_topology(cfg: EngineConfig, product: GpuProduct) -> list[EngineProblem]:
     gpn = gpus_per_node(cfg)
     tp, dp, nodes = cfg.tensor_parallel_size, cfg.data_parallel_size, cfg.nodes_per_replica
     if min(tp, dp, nodes) < 1:
@@ -565,7 +565,7 @@ def _validate_topology(cfg: EngineConfig, product: GpuProduct) -> list[Problem]:
     return problems
 
 
-def _validate_memory(cfg: EngineConfig, product: GpuProduct) -> list[Problem]:
+def _validate_memory(cfg: EngineConfig, product: GpuProduct) -> list[EngineProblem]:
     total = product.replica_hbm_gb(replica_gpus(cfg))
     if total >= ENGRAM_OFFLOADED_MINIMUM_GB or min(cfg.tensor_parallel_size, cfg.data_parallel_size) < 1:
         return []
@@ -576,12 +576,12 @@ def _validate_memory(cfg: EngineConfig, product: GpuProduct) -> list[Problem]:
              f"{VRAM_MINIMUM_GB} GB with them resident)")]
 
 
-def validate_eplb(cfg: EngineConfig) -> list[Problem]:
+def validate_eplb(cfg: EngineConfig) -> list[EngineProblem]:
     """vLLM 0.33.0 ParallelConfig/EPLBConfig/FusedMoE rules for expert-parallel load balancing."""
     eplb = cfg.eplb
     if eplb is None:
         return []
-    problems: list[Problem] = []
+    problems: list[EngineProblem] = []
     if not eplb.enabled:
         if eplb.num_redundant_experts != 0:
             problems.append(("eplb.num_redundant_experts",
@@ -611,7 +611,7 @@ def validate_eplb(cfg: EngineConfig) -> list[Problem]:
     return problems
 
 
-def _validate_pd(cfg: EngineConfig) -> list[Problem]:
+def _validate_pd(cfg: EngineConfig) -> list[EngineProblem]:
     kv = cfg.kv_transfer
     if cfg.role == "aggregated":
         return [("kv_transfer", "an aggregated engine has no KV transfer")] if kv else []
@@ -626,7 +626,7 @@ def _validate_pd(cfg: EngineConfig) -> list[Problem]:
     return problems
 
 
-def _validate_ports(cfg: EngineConfig) -> list[Problem]:
+def _validate_ports(cfg: EngineConfig) -> list[EngineProblem]:
     problems = []
     if not 1024 <= cfg.port <= 65535:
         problems.append(("port", "must be in 1024..65535"))
@@ -650,7 +650,7 @@ def _validate_ports(cfg: EngineConfig) -> list[Problem]:
     return problems
 
 
-def _validate_rendered(cfg: EngineConfig) -> list[Problem]:
+def _validate_rendered(cfg: EngineConfig) -> list[EngineProblem]:
     """The final argv must pass vLLM 0.33.0's parser snapshot; blame extra_args when they add it."""
     own = set(_parser_problems(replace(cfg, extra_args=())))
     return [("args" if message in own else "extra_args", message)

@@ -27,7 +27,7 @@ import numpy as np
 from v41flash.planner.profile import CapacityProfile
 from v41flash.roles import ROLES
 from v41flash_bench.sim import oracle as oracle_mod
-from v41flash_bench.sim.engine import EngineConfig, Simulator
+from v41flash_bench.sim.simulator import Simulator, SimulatorConfig
 from v41flash_bench.sim.policies import (
     DynamoPolicy,
     HpaQueuePolicy,
@@ -38,7 +38,7 @@ from v41flash_bench.sim.policies import (
     StaticPolicy,
     operator_default_config,
 )
-from v41flash_bench.sim.scenario import POLICIES, Scenario, profiles
+from v41flash_bench.sim.scenario import POLICIES, AutoscaleScenario, profiles
 from v41flash_bench.sim.workload import Workload, build_workload
 
 
@@ -56,21 +56,21 @@ class RunResult:
     actions: list | None = None  # (t, role, from, to, the policy's reason)
 
 
-def engine_config(sc: Scenario) -> EngineConfig:
-    return EngineConfig(router=sc.deployment.router, prefix_cache_tokens=sc.deployment.prefix_cache_tokens)
+def simulator_config(sc: AutoscaleScenario) -> SimulatorConfig:
+    return SimulatorConfig(router=sc.deployment.router, prefix_cache_tokens=sc.deployment.prefix_cache_tokens)
 
 
-def simulate(sc: Scenario, wl: Workload, truth: CapacityProfile, policy, initial: dict[str, int],
+def simulate(sc: AutoscaleScenario, wl: Workload, truth: CapacityProfile, policy, initial: dict[str, int],
              duration: float) -> tuple[Simulator, float]:
     bounds = {"prefill": tuple(sc.bounds.prefill), "decode": tuple(sc.bounds.decode)}
-    sim = Simulator(wl, truth, policy, duration, initial, engine_config(sc), bounds)
+    sim = Simulator(wl, truth, policy, duration, initial, simulator_config(sc), bounds)
     t, c = time.perf_counter(), time.process_time()
     sim.run()
     sim.cpu_s = time.process_time() - c  # CPU seconds of this run (the machine may be shared)
     return sim, time.perf_counter() - t
 
 
-def minute_windows(sim: Simulator, sc: Scenario, duration: float) -> list[dict]:
+def minute_windows(sim: Simulator, sc: AutoscaleScenario, duration: float) -> list[dict]:
     """Per scored 1-minute window (by arrival): TTFT at the SLO percentile, p95 e2e, verdicts."""
     tel = sim.telemetry
     arrive = np.asarray(tel.arrive_t, dtype=float)
@@ -105,7 +105,7 @@ def _q_inf(sorted_vals: np.ndarray, q: float) -> float:
     return float(sorted_vals[max(0, k)])
 
 
-def score(sim: Simulator, sc: Scenario, duration: float) -> dict:
+def score(sim: Simulator, sc: AutoscaleScenario, duration: float) -> dict:
     tel, slo = sim.telemetry, sc.slo
     windows = minute_windows(sim, sc, duration)
     arrive = np.asarray(tel.arrive_t, dtype=float)
@@ -220,7 +220,7 @@ class _Pool:
             self.ex.shutdown()
 
 
-def run_benchmark(sc: Scenario, out_dir: Path, policies: tuple[str, ...] | None = None,
+def run_benchmark(sc: AutoscaleScenario, out_dir: Path, policies: tuple[str, ...] | None = None,
                   duration: float | None = None, progress: Callable[[str], None] = print,
                   base_dir: Path | None = None, plots: bool = True, jobs: int = 1,
                   planner_overrides: dict | None = None) -> dict:
@@ -348,7 +348,7 @@ def run_benchmark(sc: Scenario, out_dir: Path, policies: tuple[str, ...] | None 
     return report
 
 
-def _schedule_gpu_hours(schedule: dict[str, list[int]], truth: CapacityProfile, sc: Scenario, duration: float) -> float:
+def _schedule_gpu_hours(schedule: dict[str, list[int]], truth: CapacityProfile, sc: AutoscaleScenario, duration: float) -> float:
     """GPU-hours of a per-interval schedule over the scored time, with no start-up or drain time: with
     the perfectly pooled prefill shape, a floor no cache-affine deployment reaches (not simulated)."""
     total = 0.0
@@ -374,7 +374,7 @@ def _code_version() -> dict:
     return {"commit": commit, "uncommitted_changes": bool(dirty)}
 
 
-def _itl_target(sc: Scenario) -> float:
+def _itl_target(sc: AutoscaleScenario) -> float:
     # Dynamo takes an ITL SLA as input: the e2e budget after TTFT spread over a long (p95) answer.
     p95_out = sc.workload.output_tokens.median * math.exp(1.645 * sc.workload.output_tokens.sigma) \
         if hasattr(sc.workload, "output_tokens") else 2000.0

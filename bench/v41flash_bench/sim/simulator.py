@@ -38,7 +38,7 @@ _SESSION, _ARRIVE, _PREFILL_DONE, _DECODE_ARRIVE, _DECODE_CHECK, _READY, _TICK, 
 
 
 @dataclass(frozen=True)
-class EngineConfig:
+class SimulatorConfig:
     router: str = "cache_aware"  # cache_aware | session_hash | round_robin
     prefix_cache_tokens: int | None = None  # per prefill replica; None: the profile's decode KV size
     sample_every_s: float = 10.0  # time-series resolution for plots and policies' gauges
@@ -196,7 +196,7 @@ class Simulator:
         policy: Policy | None,
         duration: float,
         initial: dict[str, int],
-        config: EngineConfig = EngineConfig(),
+        config: SimulatorConfig = SimulatorConfig(),
         bounds: dict[str, tuple[int, int]] | None = None,
     ) -> None:
         self.workload = workload
