@@ -7,14 +7,18 @@ parent's prefix) and the parent waits for it. Text is made of unique words so th
 token for llm-d-inference-sim's dummy tokenizer and no two sessions share anything but the system
 prefix (AgentX replay rule: each session's first turn carries a unique marker).
 
+The sessions' shape (turns, token counts, think times, which turn spawns the sub-agent) comes from the
+shared AgentX generator (v41flash_bench.agentx, ScaledDraws); this module renders it as chat messages.
 Everything here is pure and seeded: the same RoutingScenario gives the same trace on every run.
 """
 from __future__ import annotations
 
-import math
+import itertools
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+
+from v41flash_bench.agentx import AgentSession, ScaledDraws, agent_session
 
 
 @dataclass(frozen=True)
@@ -90,57 +94,44 @@ class Trace:
         return [r for s in self.sessions for r in s.requests()]
 
 
-def _lognormal(rng: random.Random, median: int, mean: int, cap: int) -> int:
-    """Lognormal with the given median and mean (mean > median), clipped to [1, cap]."""
-    mu = math.log(median)
-    sigma = math.sqrt(max(0.0, 2.0 * (math.log(mean) - mu)))
-    return max(1, min(cap, int(round(rng.lognormvariate(mu, sigma)))))
-
-
 def _words(prefix: str, n: int) -> str:
     return " ".join(f"{prefix}{i}" for i in range(n))
 
 
-def _think(rng: random.Random, sc: RoutingScenario) -> float:
-    mean = sc.agentic_think_mean_s if rng.random() < sc.agentic_think_fraction else sc.human_think_mean_s
-    return round(min(rng.expovariate(1.0 / mean), sc.think_cap_s) * sc.time_scale, 4)
-
-
-def _conversation(rng: random.Random, sc: RoutingScenario, sid: str, start: list[tuple[str, str]], first_user: str,
-                  n_turns: int) -> tuple[list[Turn], list[list[tuple[str, str]]]]:
-    """Turns of one session; also returns the context *before* each turn's reply (for sub-agents)."""
-    context = [*start, ("user", first_user)]
+def _conversation(s: AgentSession, name: str,
+                  start: list[tuple[str, str]]) -> tuple[list[Turn], list[list[tuple[str, str]]]]:
+    """A generated session's turns as chat requests; also returns the context sent at each turn (for
+    sub-agents). Turn 0's user message is the task; each later turn appends the previous answer and
+    the new tool result to the whole context it resends."""
+    context = [*start, ("user", _words(f"{name}u", s.new_tokens[0]))]
     turns: list[Turn] = []
     contexts: list[list[tuple[str, str]]] = []
-    for t in range(n_turns):
+    for t in range(s.turns):
         if t > 0:
-            # The previous reply and the new tool result are appended; the whole context is resent.
-            out = turns[-1].max_tokens
-            context = [*context, ("assistant", _words(f"{sid}a{t}w", out)),
-                       ("user", _words(f"{sid}t{t}w", _lognormal(rng, sc.new_tokens_median, sc.new_tokens_mean,
-                                                                   sc.new_tokens_max)))]
-        out_tokens = _lognormal(rng, sc.output_tokens_median, sc.output_tokens_mean, sc.output_tokens_max)
-        turns.append(Turn(tuple(context), out_tokens, 0.0 if t == 0 else _think(rng, sc)))
+            context = [*context, ("assistant", _words(f"{name}a{t}w", s.output_tokens[t - 1])),
+                       ("user", _words(f"{name}t{t}w", s.new_tokens[t]))]
+        turns.append(Turn(tuple(context), s.output_tokens[t], 0.0 if t == 0 else s.think_s[t - 1]))
         contexts.append(list(context))
     return turns, contexts
 
 
 def build_trace(sc: RoutingScenario) -> Trace:
-    rng = random.Random(sc.seed)
+    """The scenario's root sessions (from the shared AgentX generator, ScaledDraws) as chat requests."""
+    draws = ScaledDraws(random.Random(sc.seed), sc)
     system = ("system", _words("sys", sc.system_tokens))
     sessions: list[Session] = []
+    sub_ids = itertools.count(sc.sessions)  # the tree's numbers; requests carry the names s<i>, s<i>.sub
     for i in range(sc.sessions):
         sid = f"s{i}"
-        n_turns = rng.randint(sc.turns_min, sc.turns_max)
-        turns, contexts = _conversation(rng, sc, sid, [system], _words(f"{sid}u", sc.first_turn_tokens), n_turns)
+        tree = agent_session(draws, i, sub_ids.__next__)
+        turns, contexts = _conversation(tree, sid, [system])
         sub, spawn = None, -1
-        if n_turns >= 2 and rng.random() < sc.subagent_fraction:
-            spawn = rng.randint(0, n_turns - 2)
+        if tree.subagents:
+            ((spawn, child),) = tree.subagents  # ScaledDraws spawns at most one
             sub_id = f"{sid}.sub"
             # The sub-agent inherits the parent's context (shared prefix) and gets its own task.
             parent_ctx = [*contexts[spawn], ("assistant", _words(f"{sid}a{spawn}sw", turns[spawn].max_tokens))]
-            sub_turns, _ = _conversation(rng, sc, sub_id, parent_ctx, _words(f"{sub_id}u", sc.subagent_task_tokens),
-                                         rng.randint(sc.subagent_turns_min, sc.subagent_turns_max))
+            sub_turns, _ = _conversation(child, sub_id, parent_ctx)
             sub = Session(sub_id, sid, tuple(sub_turns))
         sessions.append(Session(sid, sid, tuple(turns), sub, spawn))
     return Trace(sc, tuple(sessions))

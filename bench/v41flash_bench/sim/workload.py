@@ -1,4 +1,5 @@
-"""Workloads for the autoscaling simulator: AgentX-like agent sessions, arrival patterns, trace replay.
+"""Workloads for the autoscaling simulator: AgentX-like agent sessions (from v41flash_bench.agentx, the
+generator the routing benchmark uses too), arrival patterns, trace replay.
 
 Everything here is decided before the simulation starts and from the scenario seed only, so every
 policy sees the same sessions (same turns, prompts, outputs, think times, sub-agents, start times).
@@ -16,13 +17,15 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
+
+from v41flash_bench.agentx import AgentSession, SpecDraws, agent_session
 
 # -------------------------------------------------------------------------------------------- specs
 
@@ -212,47 +215,30 @@ def _zipf_weights(n: int, s: float) -> np.ndarray:
     return w / w.sum()
 
 
-def _session(
-    spec: AgentSessionSpec,
-    rng: np.random.Generator,
-    ids: _Ids,
-    sid: int,
-    start: float,
-    prefix_ids: list[int],
-    prefix_tokens: list[int],
-    turns: int,
-    allow_children: bool,
-    next_sid: list[int],
-) -> SessionPlan:
-    new = spec.new_tokens.sample(rng, turns).astype(np.int64)
-    out = spec.output_tokens.sample(rng, turns).astype(np.int64)
-    think = spec.think_s.sample(rng, turns)
-    seg = new.copy()
-    seg[1:] += out[:-1]  # each turn resends the previous answer plus the new tool result
-    # The context limit ends the session: keep the turns whose prompt + answer fit.
-    ctx = sum(prefix_tokens) + np.cumsum(seg) + out
-    keep = max(1, int(np.searchsorted(ctx, spec.max_context_tokens, side="right")))
-    seg, out, think = seg[:keep], out[:keep], think[:keep]
+def _plan(s: AgentSession, ids: _Ids, start: float, prefix_ids: list[int], prefix_tokens: list[int]) -> SessionPlan:
+    """A generated session as prefix-cache segments: the session's prefix, then one segment per turn
+    holding the previous answer and the new tokens; sub-agents share the parent's prefix only."""
+    seg = [s.new_tokens[0]] + [n + o for n, o in zip(s.new_tokens[1:], s.output_tokens)]
     plan = SessionPlan(
-        sid=sid,
+        sid=s.sid,
         start=start,
         prefix_ids=prefix_ids,
         prefix_tokens=prefix_tokens,
-        turn_seg_base=ids.take(keep),
-        turn_seg_tokens=[int(x) for x in seg],
-        output_tokens=[int(x) for x in out],
-        think_s=[float(x) for x in think],
+        turn_seg_base=ids.take(s.turns),
+        turn_seg_tokens=seg,
+        output_tokens=list(s.output_tokens),
+        think_s=list(s.think_s),
     )
-    if allow_children and keep > 1 and rng.random() < spec.subagent_probability:
-        k = 1 + rng.poisson(spec.subagents_per_session - 1.0)
-        for j in sorted(rng.integers(0, keep - 1, size=k).tolist()):
-            cturns = int(spec.subagent_turns.sample(rng, 1)[0])
-            cid = next_sid[0]
-            next_sid[0] += 1
-            # A sub-agent shares the parent's system prompts, then has its own conversation.
-            child = _session(spec, rng, ids, cid, math.nan, prefix_ids, prefix_tokens, cturns, False, next_sid)
-            plan.children.setdefault(j, []).append(child)
+    for j, child in s.subagents:
+        plan.children.setdefault(j, []).append(_plan(child, ids, math.nan, prefix_ids, prefix_tokens))
     return plan
+
+
+def _new_sid(counter: list[int]) -> Callable[[], int]:
+    def take() -> int:
+        counter[0] += 1
+        return counter[0] - 1
+    return take
 
 
 def _shape(arr: ArrivalSpec, duration: float, rng: np.random.Generator):
@@ -304,29 +290,29 @@ def build_agentx_workload(
     rng = np.random.default_rng(seed)
     ids = _Ids(1 + spec.groups + 1)
     group_w = _zipf_weights(spec.groups, spec.group_zipf)
-    next_sid = [0]
+
+    draws = SpecDraws(rng, spec)
+    new_sid = _new_sid([0])
 
     def new_root(start: float) -> SessionPlan:
         g = int(rng.choice(spec.groups, p=group_w))
         sp = ids.take(1)
         prefix_ids = [0, 1 + g, sp]
         prefix_tokens = [spec.global_prefix_tokens, spec.group_prefix_tokens, spec.session_prefix_tokens]
-        sid = next_sid[0]
-        next_sid[0] += 1
-        turns = int(spec.turns.sample(rng, 1)[0])
-        return _session(spec, rng, ids, sid, start, prefix_ids, prefix_tokens, turns, True, next_sid)
+        tree = agent_session(draws, new_sid(), new_sid, prefix_tokens=sum(prefix_tokens),
+                             max_context_tokens=spec.max_context_tokens)
+        return _plan(tree, ids, start, prefix_ids, prefix_tokens)
 
     # Size concurrency from a calibration sample drawn from its own stream (keeps the seed's sessions).
     cal_rng = np.random.default_rng([seed, 1])
     think = spec.think_s.sample(cal_rng, 20000)
     cycle = float(think.mean()) + arrivals.nominal_turn_latency_s
-    cal = AgentSessionSpec(**spec.model_dump())
-    sample_ids, cal_sid = _Ids(10**12), [0]
-    reqs = [
-        _session(cal, cal_rng, sample_ids, 0, 0.0, [0], [spec.global_prefix_tokens],
-                 int(spec.turns.sample(cal_rng, 1)[0]), True, cal_sid).requests()
-        for _ in range(400)
-    ]
+    cal_draws, cal_sid = SpecDraws(cal_rng, spec), _new_sid([0])
+    reqs = []
+    for _ in range(400):
+        tree = agent_session(cal_draws, 0, cal_sid, prefix_tokens=spec.global_prefix_tokens,
+                             max_context_tokens=spec.max_context_tokens)
+        reqs.append(tree.turns + sum(c.turns for _, c in tree.subagents))
     lifetime = float(np.mean(reqs)) * cycle
     peak_live = arrivals.peak_rps * cycle
     shape = _shape(arrivals, duration, rng)
