@@ -20,14 +20,19 @@ from pathlib import Path
 LOOPBACK = "127.0.0.1"
 
 
-def proc_start_ticks(pid: int) -> int | None:
-    """Kernel start time of a live (non-zombie) process, None when gone."""
+def _stat(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat after "pid (comm)": state, ppid, ... (field 3 of proc(5) first); None when gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
+    except OSError:
         return None
-    fields = stat[stat.rindex(")") + 2:].split()
-    if fields[0] in ("Z", "X"):
+    return stat[stat.rindex(")") + 2:].split()
+
+
+def proc_start_ticks(pid: int) -> int | None:
+    """Kernel start time of a live (non-zombie) process, None when gone."""
+    fields = _stat(pid)
+    if fields is None or fields[0] in ("Z", "X"):
         return None
     return int(fields[19])
 
@@ -152,12 +157,10 @@ def rss_bytes(pid: int) -> int | None:
 
 def cpu_seconds(pid: int) -> float | None:
     """utime + stime of a process (all its threads) from /proc/<pid>/stat."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+    fields = _stat(pid)
+    if fields is None:
         return None
-    rest = stat[stat.rindex(")") + 2:].split()  # fields after "pid (comm)"; utime, stime = fields 14, 15
-    return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # proc(5) fields 14, 15
 
 
 def free_ports(n: int, host: str = LOOPBACK) -> list[int]:
