@@ -1,11 +1,11 @@
 """Fixtures for the e2e suite (run with `.venv/bin/pytest e2e`).
 
-* `cluster` (session): brings the local control plane up unless it already runs (then reuses it), yields a
-  e2e.kit.ClusterHandle (kubeconfig, kubernetes clients, kubectl, supervised simulators); copies component logs
-  to e2e/.state/artifacts/ when a test failed; tears the cluster down only if it started it (set
+* `cluster` (session): brings the local control plane up unless it already runs (then reuses it), yields an
+  e2e.kit.ClusterHandle (kubeconfig, kubernetes clients, kubectl, supervised simulators); copies component
+  logs to e2e/.state/artifacts/ when a test failed; tears the cluster down only if it started it (set
   V41F_E2E_KEEP=1 to leave it running).
-* `operator_process` (session): e2e.kit.OperatorProcess, `.venv/bin/v41flash operator --kubeconfig <path>`, logging to
-  <state>/logs/operator.log, stopped by PID at the end; `.restart()` / `.stop()` for restart tests.
+* `operator_process` (session): an e2e.kit.OperatorProcess, `.venv/bin/v41flash operator --kubeconfig <path>`
+  as a process logging to <state>/logs/operator.log, stopped by PID at the end; `.restart()` / `.stop()`.
 """
 from __future__ import annotations
 
