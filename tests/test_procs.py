@@ -25,11 +25,20 @@ def _live_members(pgid: int) -> list[int]:
     return out
 
 
+def _wait_for_line(log: Path, text: str) -> None:
+    deadline = time.monotonic() + 5
+    while text not in log.read_text():
+        assert time.monotonic() < deadline, f"{text!r} never written to {log}"
+        time.sleep(0.02)
+
+
 def test_stop_procs_stops_the_whole_group_and_keeps_the_exit_code(tmp_path):
     # a shell whose child would outlive a plain kill of the shell
-    p = spawn("sh", ["/bin/sh", "-c", "echo started; sleep 300 & wait"], tmp_path / "sh.log")
+    p = spawn("sh", ["/bin/sh", "-c", "sleep 300 & echo started; wait"], tmp_path / "sh.log")
     assert p.alive() and p.exit_code() is None and p.start == proc_start_ticks(p.pid)
     assert os.getpgid(p.pid) == p.pid  # its own session
+    _wait_for_line(tmp_path / "sh.log", "started")  # the sleep runs
+    assert len(_live_members(p.pid)) == 2
     stop_procs([p], timeout=5)
     assert not p.alive()
     assert p.exit_code() == -15  # SIGTERM
@@ -37,15 +46,12 @@ def test_stop_procs_stops_the_whole_group_and_keeps_the_exit_code(tmp_path):
     while _live_members(p.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _live_members(p.pid) == []
-    assert "started" in (tmp_path / "sh.log").read_text()
 
 
 def test_stop_procs_kills_what_ignores_sigterm(tmp_path):
     p = spawn("stubborn", ["/bin/sh", "-c", "trap '' TERM; echo ready; while :; do sleep 0.05; done"],
               tmp_path / "s.log")
-    deadline = time.monotonic() + 5
-    while "ready" not in (tmp_path / "s.log").read_text() and time.monotonic() < deadline:
-        time.sleep(0.02)
+    _wait_for_line(tmp_path / "s.log", "ready")
     t0 = time.monotonic()
     stop_procs([p], timeout=0.5)
     assert not p.alive() and p.exit_code() == -9 and time.monotonic() - t0 < 5
