@@ -2,7 +2,9 @@
 test corpora, and compare with the snapshot-based `check_serve_args`.
 
 Runs in the same scratch venv as dump.py (see docs/2026-11-30-vllm-flag-snapshot.md); it imports
-`v41flash.vllm` from operator/ (stdlib-only) and the test corpora from tests/test_vllm_flags.py.
+`v41flash.vllm` from operator/ (stdlib-only) and the test corpora from tests/test_vllm_flags.py. The
+rendered corpus is the whole catalog: shapes x roles x options, GPU x shape x role x agent feature set,
+and every AgentX preset point per role.
 
     /tmp/vllm-flags-venv/bin/python tools/vllm_flags/crosscheck.py
 
@@ -59,10 +61,10 @@ def load_test_corpora() -> tuple[dict[str, list[str]], list[tuple[list[str], str
 
 def rendered_commands() -> dict[str, list[str]]:
     from v41flash.vllm.args import build_replica, expand_k8s_vars
-    from v41flash.vllm.catalog import reference_configs
+    from v41flash.vllm.catalog import feature_configs, preset_configs, reference_configs
 
     out = {}
-    for name, cfg in reference_configs().items():
+    for name, cfg in {**reference_configs(), **feature_configs(), **preset_configs()}.items():
         replica = build_replica(cfg)
         out[f"{name} leader"] = expand_k8s_vars(replica.leader.args, {"LWS_LEADER_ADDRESS": "l.svc"})
         for index in range(1, cfg.nodes_per_replica):
