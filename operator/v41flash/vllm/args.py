@@ -8,6 +8,10 @@ pd_cluster) with their per-GPU hardware overrides, and the gb300_agentx_pd prese
 with DEP. Dev-image-only parts of the AgentX lanes (push_as_nixl, VLLM_MAX_ASYNC_KV_ADMITS_PER_STEP,
 the "symm_mem" EPLB communicator) are not rendered: vLLM 0.33.0 does not have them.
 
+Agent features (tool/reasoning parsers, DSpark, text-only), the host KV tier and the AgentX presets come
+from features.py and agentx.py; the order is: recipe rows, P/D rows, preset and point, KV transfer / host
+tier, KV events, features (the recipe emits them last), explicit knobs, extra_args.
+
 Every argv built here is checked against the snapshot of vLLM 0.33.0's own parser (flags.py).
 """
 
@@ -20,8 +24,8 @@ from typing import Any, Literal
 
 from . import agentx, flags
 from .features import (
-    FEATURE_FLAGS, HOST_KV_GPU_MEMORY_UTILIZATION, KV_OFFLOAD_BACKENDS, DSPARK_BLOCK, EngineFeatures, KvOffload,
-    SpeculativeDecoding, feature_args, offload_connector, with_host_tier,
+    DSPARK_BLOCK, FEATURE_FLAGS, HOST_KV_GPU_MEMORY_UTILIZATION, KV_OFFLOAD_BACKENDS, EngineFeatures, KvOffload,
+    feature_args, offload_connector, with_host_tier,
 )
 from .gpus import ENGRAM_OFFLOADED_MINIMUM_GB, VRAM_MINIMUM_GB, GpuProduct, gpu
 
