@@ -1,6 +1,7 @@
 """The operator on the real control plane: examples become Ready, admission refuses bad specs naming the
 field, spec changes converge, re-applying changes nothing, deletion garbage-collects, a request crosses
-router → prefill → decode simulators, and an operator killed mid-reconcile converges without duplicates."""
+router → prefill → decode simulators (a plain and an agent's tools request), and an operator killed
+mid-reconcile converges without duplicates."""
 from __future__ import annotations
 
 import copy
@@ -248,6 +249,29 @@ def test_chat_completion_through_router_hits_prefill_and_decode(cluster, operato
     counters = httpx.get(f"http://{router['ip']}:{router['port']}/proxy/metrics", timeout=5).text
     assert _counter_with(counters, "v41flash_session_proxy_session_keys", source="client") >= 1
     assert _counter_with(counters, "v41flash_session_proxy_session_keys", source="derived") >= 1
+
+    # An agent's request: tools + chat_template_kwargs (thinking). The engines were started with the tool and
+    # reasoning parsers and DSpark (spec.features defaults, both roles); the simulator does not call tools, so
+    # what is asserted is that the request is accepted end to end, by prefill and by decode.
+    for role in ("prefill", "decode"):
+        args = by_role[role]["spec"]["containers"][0]["args"]
+        for flag, value in (("--tool-call-parser", "deepseek_v41"), ("--reasoning-parser", "deepseek_v41")):
+            assert args[args.index(flag) + 1] == value, (role, args)
+        assert "--enable-auto-tool-choice" in args and '"method":"dspark"' in args[args.index("--speculative-config") + 1]
+    before = {role: served(role) for role in sims}
+    tools = [{"type": "function", "function": {
+        "name": "run_shell", "description": "Run a shell command in the repository",
+        "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}}}]
+    agent = httpx.post(f"http://{router['ip']}:{router['port']}/v1/chat/completions", timeout=30,
+                       headers={"x-session-id": "e2e-agent"},
+                       json={"model": model, "max_tokens": 16, "tools": tools, "tool_choice": "auto",
+                             "messages": [{"role": "user", "content": "List the files in the repository"}],
+                             "chat_template_kwargs": {"thinking": True, "reasoning_effort": 25}})
+    assert agent.status_code == 200, agent.text
+    message = agent.json()["choices"][0]["message"]
+    assert message.get("content") or message.get("tool_calls"), message
+    wait_for(lambda: all(served(role) > before[role] for role in sims), 20,
+             "both simulators counting the tools request")
 
 
 def _counter_with(text: str, name: str, **labels: str) -> float:

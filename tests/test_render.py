@@ -17,6 +17,9 @@ from v41flash.render.yamlout import to_yaml
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "manifests" / "examples").glob("*.yaml"))
 GOLDEN = ROOT / "tests" / "golden"
+# one fixture per agent feature (spec.features, kvOffload, preset/point); golden files in golden/features/
+FEATURE_FIXTURES = sorted((ROOT / "tests" / "fixtures" / "features").glob("*.yaml"))
+FEATURE_GOLDEN = GOLDEN / "features"
 K8S_VERSION = "1.36.0"
 LWS_VERSION = versions()["LWS_VERSION"]
 
@@ -43,6 +46,20 @@ def test_render_matches_golden(path):
 
 def test_every_example_has_a_golden_file_and_no_stale_ones():
     assert {p.stem for p in EXAMPLES} == {p.stem for p in GOLDEN.glob("*.yaml")}
+    assert {p.stem for p in FEATURE_FIXTURES} == {p.stem for p in FEATURE_GOLDEN.glob("*.yaml")}
+
+
+@pytest.mark.parametrize("path", FEATURE_FIXTURES, ids=lambda p: p.stem)
+def test_feature_fixture_renders_its_golden_file_and_validates(path):
+    from v41flash.cli.manifests import _problems
+    assert _problems(yaml.safe_load(path.read_text())) == []
+    text = dump(render(example(path)))
+    golden = FEATURE_GOLDEN / f"{path.stem}.yaml"
+    if os.environ.get("UPDATE_GOLDEN"):
+        FEATURE_GOLDEN.mkdir(exist_ok=True)
+        golden.write_text(text)
+    assert golden.exists(), f"no golden file: run UPDATE_GOLDEN=1 .venv/bin/pytest {__file__}"
+    assert text == golden.read_text(), "rendered objects changed: review, then UPDATE_GOLDEN=1"
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)

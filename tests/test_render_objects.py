@@ -10,7 +10,9 @@ from vllm_router.launch_router import parse_router_args
 from v41flash.api import v1alpha1 as api
 from v41flash.api.validation import Problem
 from v41flash.render import render
-from v41flash.render.checks import engine_problems, gpu_budget_problems, operator_checks, spec_path
+from v41flash.render.checks import (
+    engine_problems, gpu_budget_problems, host_memory_problems, operator_checks, spec_path,
+)
 from v41flash.render.timing import PodTiming
 from v41flash.render.router import intra_node_dp_size
 from v41flash.render.resolve import resolve
@@ -443,7 +445,7 @@ def test_config_map_holds_the_exact_commands():
 # --- operator checks ------------------------------------------------------------------------------
 
 def test_operator_checks_are_registered():
-    assert operator_checks() == [engine_problems, gpu_budget_problems]
+    assert operator_checks() == [engine_problems, gpu_budget_problems, host_memory_problems]
 
 
 def test_gpu_budget_problem():

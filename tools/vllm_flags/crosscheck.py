@@ -2,7 +2,9 @@
 test corpora, and compare with the snapshot-based `check_serve_args`.
 
 Runs in the same scratch venv as dump.py (see docs/2026-11-30-vllm-flag-snapshot.md); it imports
-`v41flash.vllm` from operator/ (stdlib-only) and the test corpora from tests/test_vllm_flags.py.
+`v41flash.vllm` from operator/ (stdlib-only) and the test corpora from tests/test_vllm_flags.py. The
+rendered corpus is the whole catalog: shapes x roles x options, GPU x shape x role x agent feature set,
+and every AgentX preset point per role.
 
     /tmp/vllm-flags-venv/bin/python tools/vllm_flags/crosscheck.py
 
@@ -48,6 +50,24 @@ def real_parse(parser, argv: list[str]) -> str | None:
     return None
 
 
+def build_kv_transfer(parser, argv: list[str]) -> str | None:
+    """The KV connector configs vLLM builds from a parsed argv: --kv-transfer-config, and one per
+    MultiConnector child (as MultiConnector does); None when all construct, else the error."""
+    from vllm.config.kv_transfer import KVTransferConfig
+
+    try:
+        kv = parser.parse_args(list(argv)).kv_transfer_config
+        if kv is None:
+            return None
+        if not isinstance(kv, KVTransferConfig):
+            kv = KVTransferConfig(**kv)
+        for child in kv.kv_connector_extra_config.get("connectors", []):
+            KVTransferConfig(**{"engine_id": kv.engine_id, **child})
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}".splitlines()[0]
+    return None
+
+
 def load_test_corpora() -> tuple[dict[str, list[str]], list[tuple[list[str], str]], str]:
     sys.modules.setdefault("pytest", MagicMock())  # the module only decorates with pytest.mark
     spec = importlib.util.spec_from_file_location("test_vllm_flags", ROOT / "tests/test_vllm_flags.py")
@@ -59,10 +79,10 @@ def load_test_corpora() -> tuple[dict[str, list[str]], list[tuple[list[str], str
 
 def rendered_commands() -> dict[str, list[str]]:
     from v41flash.vllm.args import build_replica, expand_k8s_vars
-    from v41flash.vllm.catalog import reference_configs
+    from v41flash.vllm.catalog import feature_configs, preset_configs, reference_configs
 
     out = {}
-    for name, cfg in reference_configs().items():
+    for name, cfg in {**reference_configs(), **feature_configs(), **preset_configs()}.items():
         replica = build_replica(cfg)
         out[f"{name} leader"] = expand_k8s_vars(replica.leader.args, {"LWS_LEADER_ADDRESS": "l.svc"})
         for index in range(1, cfg.nodes_per_replica):
@@ -85,6 +105,8 @@ def main() -> int:
             real = real_parse(parser, argv)
             if real is not None or check_serve_args(argv):
                 failures.append(f"{group} {name}: real parser: {real}; check: {check_serve_args(argv)}")
+            elif group == "rendered" and (kv_error := build_kv_transfer(parser, argv)):
+                failures.append(f"rendered {name}: KVTransferConfig: {kv_error}")
     for tail, expected in bad:
         argv = [model, *tail]
         counts["bad"] += 1
@@ -99,7 +121,8 @@ def main() -> int:
     for line in failures:
         print("DISAGREE", line)
     print(f"{'corpus':<10} {'cases':>6}  result")
-    print(f"{'rendered':<10} {counts['rendered']:>6}  real parser accepts all: {not any(f.startswith('rendered') for f in failures)}")
+    print(f"{'rendered':<10} {counts['rendered']:>6}  real parser accepts all: {not any(f.startswith('rendered') for f in failures)}"
+          f" (and every KVTransferConfig, MultiConnector children included, constructs)")
     print(f"{'recipe+ok':<10} {counts['recipe']:>6}  real parser accepts all: {not any(f.startswith('recipe') for f in failures)}")
     print(f"{'bad':<10} {counts['bad']:>6}  real parser rejects {counts['bad'] - counts['bad_stricter']}, "
           f"{counts['bad_stricter']} stricter-by-design (duplicates / later-stage checks)")

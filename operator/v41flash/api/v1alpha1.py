@@ -17,8 +17,9 @@ from pydantic.alias_generators import to_camel
 
 from .. import defaults
 from ..roles import ROLES
-from ..vllm import gpus
+from ..vllm import lanes, gpus
 from ..vllm.args import DEFAULT_CHECKPOINT, EPLB_COMMUNICATORS, KV_LOAD_FAILURE_POLICIES, ROUTED_EXPERTS
+from ..vllm.features import DSPARK_BLOCK
 from ..vllm.flags import EPLB_SYNC_ONLY_COMMUNICATORS
 
 GROUP = "v41flash.io"
@@ -41,6 +42,14 @@ DEFAULT_ROUTER_IMAGE = "v41flash/vllm-router:0.1.17"
 DEFAULT_OPERATOR_IMAGE = "v41flash/operator:0.1.0"  # also runs the router pod's session proxy
 SESSION_KEYS = ("derive", "client")
 HEADER_KEYED_POLICIES = ("consistent_hash", "sticky_least_loaded")
+# The recipe's InferenceX AgentX lanes (vllm/lanes.py is their home): name -> (GPU product, profile, points).
+AGENTX_PRESETS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    name: (lane.gpu_product, lanes.PROFILE_OF_STRATEGY[lane.strategy], tuple(p.name for p in lane.points))
+    for name, lane in lanes.PRESETS.items()
+}
+PRESET_NAMES = ("", *AGENTX_PRESETS)
+_AMD = [name for name, p in gpus.GPU_PRODUCTS.items() if p.vendor == "amd"]
+_AMD_PRODUCTS = "[" + ", ".join(f"'{n}'" for n in _AMD) + "]"
 
 
 def cel(rule: str, message: str | None = None, *, field_path: str | None = None,
@@ -176,11 +185,34 @@ class EnvVar(Model):
     value: str = Field("", description="Value.")
 
 
+class KVOffloadSpec(Model):
+    model_config = ConfigDict(json_schema_extra=validations(
+        cel("self.backend == 'simple' || !self.lazy", "lazy offload is a SimpleCPUOffloadConnector setting: set "
+            "backend: simple or lazy: false", field_path=".lazy"),
+    ))
+    backend: Literal["native", "simple"] = Field(
+        "native", description="native: vLLM's CPU offloading (OffloadingConnector; the recipe's --kv-offloading-backend "
+                              "native, b200_agentx_dep host-KV points). simple: SimpleCPUOffloadConnector (the "
+                              "b300_agentx_dep host-KV points). In P/D either sits next to NIXL in a MultiConnector.")
+    size_gib: float = Field(
+        alias="sizeGiB", gt=0, le=4096,
+        description="Host DRAM for KV per DP rank, GiB (the recipe's lanes: 32 native, 50 simple). Costs pod memory: "
+                    "sizeGiB x DP ranks in the pod + Engram tables in host memory + shmSize + memoryHeadroom must fit "
+                    "resources.memory. Frees HBM pressure: blocks evicted from HBM are reloaded instead of recomputed, "
+                    "so more agent sessions keep their prefix; the planner counts it as KV capacity. GPU memory "
+                    "utilization is capped at 0.955 (recipe: headroom for the indexer logits) unless set explicitly.")
+    lazy: bool = Field(False, description="simple only: write a block to DRAM only when HBM evicts it (the b300 lane).")
+
+
 class Resources(Model):
     cpu: str = Field("32", description="CPU request (and limit) of an engine container.")
     memory: str = Field("512Gi", description="Memory request (and limit) of an engine container.")
     shm_size: str = Field("64Gi", description="/dev/shm (memory-backed emptyDir) size; DP ranks and "
                                               "Engram share memory through it.")
+    memory_headroom: str = Field(
+        "64Gi", description="Host memory kept free beside the Engram tables, host KV and /dev/shm for the API "
+                            "server, tokenizer, CUDA/NCCL host buffers and the weight loader (an estimate; the "
+                            "operator refuses a memory that leaves less).")
 
 
 # Per-GPU default parallel sizes as the descriptions below state them, from the GPU table.
@@ -219,6 +251,13 @@ class RoleSpec(Model):
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="--gpu-memory-utilization.")
     eplb: EPLBSpec = Field(default_factory=EPLBSpec, description="Expert-parallel load balancing.")
     resources: Resources = Field(default_factory=Resources, description="Non-GPU container resources.")
+    kv_offload: KVOffloadSpec | None = Field(
+        None, description="Host-DRAM KV tier of this role; unset = none (or the preset point's, e.g. dep2_kv_c64).")
+    point: str = Field(
+        "", max_length=32, pattern=r"^[a-z0-9_]*$",
+        description="AgentX point of spec.preset for this role (e.g. dep2_c32); '' = the point measured at the role's "
+                    "TP x DP whose --max-num-seqs is the smallest holding maxNumSeqs (else the lane's default). "
+                    "Explicit fields (maxNumSeqs, gpuMemoryUtilization, ...) still override the point.")
     extra_args: list[str] = Field(default_factory=list, description="Extra vLLM arguments (escape hatch; "
                                                                     "checked against vLLM 0.33.0's parser).")
     extra_env: list[EnvVar] = Field(default_factory=list, description="Extra environment (escape hatch).")
@@ -255,6 +294,55 @@ def _role_rules(role: str) -> list[dict[str, str]]:
             "ranks (tensor x data parallel size)",
             field_path=f".{role}.eplb.numRedundantExperts"),
     ]
+
+
+def _preset_rules() -> list[dict[str, str]]:
+    """A preset runs on its GPU and profile; a role's point must be one of that preset's."""
+    rules = [cel("self.preset != '' || (self.prefill.point == '' && self.decode.point == '')",
+                 "a role's point selects from spec.preset: set a preset or clear point", field_path=".preset")]
+    for name, (product, profile, points) in AGENTX_PRESETS.items():
+        rules.append(cel(f"self.preset != '{name}' || (self.gpu.product == '{product}' && self.profile == '{profile}')",
+                         f"preset {name} is the {product} {profile} lane: set gpu.product {product} and profile "
+                         f"{profile}", field_path=".preset"))
+        allowed = ", ".join(f"'{p}'" for p in ("", *points))
+        for role in ROLES:
+            rules.append(cel(f"self.preset != '{name}' || self.{role}.point in [{allowed}]",
+                             f"{role}.point must be one of {name}'s points: {', '.join(points)} ('' = automatic)",
+                             field_path=f".{role}.point"))
+    return rules
+
+
+# --- agent features ------------------------------------------------------------------------------
+
+class SpeculativeDecodingSpec(Model):
+    enabled: bool = Field(
+        True, description="DSpark speculative decoding (--speculative-config method dspark): ~3.45 tokens per decode "
+                          "step instead of 1 on agent traffic (the capacity profiles' tokensPerStep), so lower ITL "
+                          "and more output per GPU. Costs the drafter's ~14B parameters of memory and verify compute "
+                          "per step. Runs in both P/D roles (recipe: so the transferred KV stays compatible). Off: "
+                          "the planner sizes decode at 1 token per step.")
+    num_speculative_tokens: int = Field(
+        DSPARK_BLOCK, ge=1, le=DSPARK_BLOCK,
+        description="Draft tokens per step (DSpark's trained block is 5; the planner caps tokens per step at this + 1).")
+    adaptive_verification: bool = Field(
+        False, description="Verify only high-scoring draft slots within a profiled compute budget (NVIDIA only: vLLM "
+                           "refuses it on ROCm). Off (every AgentX lane): the whole block is verified.")
+
+
+class FeaturesSpec(Model):
+    tool_calling: bool = Field(
+        True, description="OpenAI tool calls (--tool-call-parser deepseek_v41 --enable-auto-tool-choice): on by default "
+                          "because this model's users are agents; off, a request with tools/tool_choice auto is "
+                          "refused and V4.1's DSML tool blocks come back as text. Costs nothing on requests without tools.")
+    reasoning: bool = Field(
+        True, description="Reasoning parser (--reasoning-parser deepseek_v41): thinking goes to reasoning_content instead "
+                          "of content. Thinking itself is per request (chat_template_kwargs thinking/reasoning_effort; "
+                          "on at effort 50 when a request sets nothing).")
+    speculative_decoding: SpeculativeDecodingSpec = Field(
+        default_factory=SpeculativeDecodingSpec, description="DSpark speculative decoding.")
+    text_only: bool = Field(
+        True, description="Skip the vision encoder (--language-model-only): frees its VRAM for KV cache; image inputs "
+                          "are refused. Every AgentX lane runs text-only; set false to serve images.")
 
 
 # --- GPU topology, KV transfer, routing, SLO, autoscaling -----------------------------------------
@@ -392,6 +480,10 @@ class V41FlashDeploymentSpec(Model):
                                     "prefill off (spec.prefill.enabled: false), not decode",
             field_path=".decode.enabled"),
         *(rule for role in ROLES for rule in _role_rules(role)),
+        *_preset_rules(),
+        cel(f"!(self.gpu.product in {_AMD_PRODUCTS} && self.features.speculativeDecoding.adaptiveVerification)",
+            f"vLLM refuses DSpark adaptive verification on ROCm ({', '.join(_AMD)}): set adaptiveVerification: false "
+            "(DSpark then verifies the whole block)", field_path=".features.speculativeDecoding.adaptiveVerification"),
     ))
     model: ModelSpec = Field(default_factory=ModelSpec, description="Checkpoint and weights.")
     image: str = Field(DEFAULT_IMAGE, description="vLLM image (pinned).")
@@ -402,6 +494,12 @@ class V41FlashDeploymentSpec(Model):
         "low-latency", description="low-latency: TP4 per replica. high-throughput: DEP2 (data-parallel "
                                    "attention + expert parallel).")
     gpu: GPUSpec = Field(default_factory=GPUSpec, description="GPU product and node topology.")
+    features: FeaturesSpec = Field(default_factory=FeaturesSpec, description="What agents need from the engines "
+                                                                             "(both roles).")
+    preset: Literal[PRESET_NAMES] = Field(  # type: ignore[valid-type]
+        "", description="An InferenceX AgentX lane of the vLLM 0.33.0 recipe, applied to every role on top of the "
+                        "recipe rows: b200_agentx_tp, mi355x_agentx (profile low-latency), b200_agentx_dep, "
+                        "b300_agentx_dep (high-throughput); each role picks a point (its `point`). '' = none.")
     prefill: RoleSpec = Field(default_factory=RoleSpec, description="Prefill role.")
     decode: RoleSpec = Field(default_factory=RoleSpec, description="Decode role.")
     kv_transfer: KVTransferSpec = Field(default_factory=KVTransferSpec, description="P/D KV transfer.")

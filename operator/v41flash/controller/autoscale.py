@@ -28,10 +28,13 @@ from ..metrics.window import PodSnapshot, SnapshotHistory
 from ..planner import drain
 from ..planner.datatypes import Decision, PlannerConfig, PlannerState
 from ..planner.plan import plan
-from ..planner.profile import CapacityProfile, find_profile, profile_from_dict
+from ..planner.profile import CapacityProfile, find_profile, for_rendered_engines, profile_from_dict
 from ..render import labels as L
+from ..render.engine import engine_config
 from ..render.resolve import Resolved, resolve
 from ..roles import ROLES
+from ..vllm import args as vargs
+from ..vllm import features as vfeatures
 from .kube import Kube
 from .observation import (  # noqa: F401  (observed_slo_status: re-exported)
     PodView, observe, observed_slo_status, planner_bounds, planner_slo, pod_view, scrape_targets,
@@ -75,10 +78,23 @@ def profile_for(spec: api.V41FlashDeploymentSpec, resolved: Resolved, kube: Kube
         cm = kube.core.read_namespaced_config_map(spec.autoscaling.capacity_profile, namespace)
         return profile_from_dict(yaml.safe_load((cm.data or {}).get("profile.yaml", "")) or {})
     roles = resolved.roles
-    return find_profile(
+    shipped = find_profile(
         spec.profile, spec.gpu.product,
         _parallelism(roles["prefill"]) if roles["prefill"].enabled else None,
         _parallelism(roles["decode"]))
+    return None if shipped is None else follow_rendered_features(shipped, spec, resolved)
+
+
+def follow_rendered_features(profile: CapacityProfile, spec: api.V41FlashDeploymentSpec, resolved: Resolved
+                             ) -> CapacityProfile:
+    """The shipped profile as the decode engines run: DSpark on/off and the host KV tier, read from the argv the
+    renderer builds (a ConfigMap profile describes the user's own measured deployment and is taken as is)."""
+    try:
+        args = vargs.build_replica(engine_config(spec, resolved, "decode")).leader.args
+    except vargs.InvalidEngineConfig:  # the deployment is Stalled for that reason; plan on the profile alone
+        return profile
+    return for_rendered_engines(profile, vfeatures.speculative_tokens(args),
+                                vfeatures.host_kv_bytes_per_rank(args) // vfeatures.KV_BYTES_PER_TOKEN)
 
 
 _DIGITS = re.compile(r"[0-9][0-9.,]*")

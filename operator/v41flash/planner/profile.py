@@ -193,6 +193,25 @@ class CapacityProfile(_Frozen):
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
 
+def for_rendered_engines(profile: CapacityProfile, speculative_tokens: int, host_kv_tokens_per_rank: int
+                         ) -> CapacityProfile:
+    """A shipped profile adjusted to what the decode engines were actually rendered with.
+
+    - tokensPerStep: the shipped profiles assume DSpark (5-token drafts, 3.45 tokens per step). Without
+      speculative decoding a step emits 1 token; with k draft tokens a step emits at most k + 1.
+    - kvCacheTokens: a host KV tier (kvOffload) adds its tokens per rank (bytes / 890 B per token): preempted
+      and evicted blocks reload from host memory instead of being recomputed, so a rank keeps that much more
+      session context.
+    """
+    d = profile.decode
+    tokens_per_step = 1.0 if speculative_tokens <= 0 else min(d.tokens_per_step, speculative_tokens + 1.0)
+    kv_tokens = d.kv_cache_tokens + max(0, host_kv_tokens_per_rank)
+    if (tokens_per_step, kv_tokens) == (d.tokens_per_step, d.kv_cache_tokens):
+        return profile
+    decode = d.model_copy(update={"tokens_per_step": tokens_per_step, "kv_cache_tokens": kv_tokens})
+    return profile.model_copy(update={"decode": decode})
+
+
 def profile_from_dict(data: dict) -> CapacityProfile:
     return CapacityProfile.model_validate(data)
 

@@ -2,17 +2,21 @@
 
 - every engine command the renderer would run passes vLLM 0.33.0's parser snapshot and the argument
   builder's own rules (v41flash.vllm.args.validate_engine_config), each problem mapped to its spec field;
-- the GPU budget covers every enabled role at its minReplicas.
+- the GPU budget covers every enabled role at its minReplicas;
+- each engine pod's host memory holds what it pins: the Engram tables when they are in host memory, the
+  host KV tier of every DP rank in the pod, /dev/shm, and a headroom (host_memory_problems).
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from kubernetes.utils.quantity import parse_quantity
 from pydantic.alias_generators import to_camel
 
 from ..api import v1alpha1 as api
 from ..api.validation import Problem
 from ..vllm import args as vargs
+from ..vllm import features as vfeatures
 from .engine import engine_config
 from .resolve import resolve
 
@@ -25,6 +29,8 @@ _SPEC_PATHS = {
     "served_model_name": "spec.model.servedModelName",
     "kv_transfer": "spec.kvTransfer",
     "kv_events": "spec.routing.kvEvents",
+    "features": "spec.features",
+    "preset": "spec.preset",
     # derived from dataParallelSize / nodesPerReplica by the renderer
     "data_parallel_size_local": "{role}.nodesPerReplica",
     # the renderer's own choices (not user fields): blamed on the role as a whole
@@ -74,5 +80,48 @@ def gpu_budget_problems(obj: api.V41FlashDeployment) -> list[Problem]:
                     f"raise gpuBudget to at least {need} or lower minReplicas")]
 
 
+def _gib(quantity: str) -> float:
+    return float(parse_quantity(quantity)) / vfeatures.GIB
+
+
+def host_memory_gib(args: tuple[str, ...], pod_share: float, dp_ranks_in_pod: int) -> dict[str, float]:
+    """GiB an engine pod pins in host memory, by part, read from its rendered args.
+
+    Engram: the recipe's 183.1 GiB of FP8 tables when --engram-config cpu_offload is on, sharded evenly over
+    the replica's pods (pod_share = the pod's GPUs / the replica's). Host KV: cpu_bytes_to_use of each DP rank.
+    """
+    engram = vfeatures.ENGRAM_TABLES_GIB * pod_share if vfeatures.engram_in_host_memory(args) else 0.0
+    return {"engram": engram,
+            "hostKV": vfeatures.host_kv_bytes_per_rank(args) / vfeatures.GIB * dp_ranks_in_pod}
+
+
+def host_memory_problems(obj: api.V41FlashDeployment) -> list[Problem]:
+    spec = obj.spec
+    res = resolve(spec)
+    problems: list[Problem] = []
+    for rr in res.enabled_roles:
+        cfg = engine_config(spec, res, rr.role)
+        if vargs.validate_engine_config(cfg):
+            continue  # engine_problems reports why it cannot render
+        rs: api.RoleSpec = getattr(spec, rr.role)
+        parts = host_memory_gib(vargs.build_replica(cfg).leader.args, rr.gpus_per_pod / rr.gpus_per_replica,
+                                rr.data_parallel_size_local)
+        try:
+            memory, shm, headroom = (_gib(q) for q in (rs.resources.memory, rs.resources.shm_size,
+                                                        rs.resources.memory_headroom))
+        except ValueError as exc:
+            problems.append(Problem(f"spec.{rr.role}.resources", f"not a Kubernetes quantity: {exc}"))
+            continue
+        need = parts["engram"] + parts["hostKV"] + shm + headroom
+        if need > memory:
+            problems.append(Problem(
+                f"spec.{rr.role}.resources.memory",
+                f"{rs.resources.memory} does not hold what one {rr.role} pod pins in host memory: Engram tables "
+                f"{parts['engram']:.1f} GiB + host KV {parts['hostKV']:.1f} GiB ({rr.data_parallel_size_local} DP "
+                f"rank(s)) + shmSize {shm:.0f} GiB + memoryHeadroom {headroom:.0f} GiB = {need:.1f} GiB; raise "
+                f"memory to at least {need:.0f}Gi or lower kvOffload.sizeGiB"))
+    return problems
+
+
 def operator_checks() -> list[Callable[[api.V41FlashDeployment], list[Problem]]]:
-    return [engine_problems, gpu_budget_problems]
+    return [engine_problems, gpu_budget_problems, host_memory_problems]

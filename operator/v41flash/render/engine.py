@@ -11,6 +11,7 @@ from typing import Any
 
 from ..api import v1alpha1 as api
 from ..vllm import args as vargs
+from ..vllm import features as vfeatures
 from . import labels as L
 from .resolve import LEADER_WORKER_SET, Resolved, RoleResolved
 from .timing import PodTiming
@@ -29,6 +30,20 @@ def model_path(spec: api.V41FlashDeploymentSpec) -> str:
         return spec.model.checkpoint
     sub = pvc.sub_path.strip("/")
     return f"{MODELS_DIR}/{sub}" if sub else MODELS_DIR
+
+
+def engine_features(spec: api.V41FlashDeploymentSpec) -> vfeatures.EngineFeatures:
+    f = spec.features
+    sd = f.speculative_decoding
+    return vfeatures.EngineFeatures(
+        tool_calling=f.tool_calling, reasoning=f.reasoning, text_only=f.text_only,
+        speculative_decoding=(vfeatures.SpeculativeDecoding(sd.num_speculative_tokens, sd.adaptive_verification)
+                              if sd.enabled else None))
+
+
+def engine_kv_offload(r: api.RoleSpec) -> vfeatures.KvOffload | None:
+    kv = r.kv_offload
+    return None if kv is None else vfeatures.KvOffload(kv.backend, kv.size_gib, kv.lazy)
 
 
 def engine_config(spec: api.V41FlashDeploymentSpec, res: Resolved, role: str) -> vargs.EngineConfig:
@@ -66,6 +81,10 @@ def engine_config(spec: api.V41FlashDeploymentSpec, res: Resolved, role: str) ->
         port=ENGINE_PORT,
         extra_args=tuple(r.extra_args),
         extra_env={e.name: e.value for e in r.extra_env},
+        features=engine_features(spec),
+        kv_offload=engine_kv_offload(r),
+        preset=spec.preset,
+        point=r.point,
     )
 
 

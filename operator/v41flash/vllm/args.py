@@ -8,6 +8,10 @@ pd_cluster) with their per-GPU hardware overrides, and the gb300_agentx_pd prese
 with DEP. Dev-image-only parts of the AgentX lanes (push_as_nixl, VLLM_MAX_ASYNC_KV_ADMITS_PER_STEP,
 the "symm_mem" EPLB communicator) are not rendered: vLLM 0.33.0 does not have them.
 
+Agent features (tool/reasoning parsers, DSpark, text-only), the host KV tier and the AgentX presets come
+from features.py and lanes.py; the order is: recipe rows, P/D rows, preset and point, KV transfer / host
+tier, KV events, features (the recipe emits them last), explicit knobs, extra_args.
+
 Every argv built here is checked against the snapshot of vLLM 0.33.0's own parser (flags.py).
 """
 
@@ -18,7 +22,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from . import flags
+from . import lanes, flags
+from .features import (
+    DSPARK_BLOCK, FEATURE_FLAGS, HOST_KV_GPU_MEMORY_UTILIZATION, KV_OFFLOAD_BACKENDS, EngineFeatures, KvOffload,
+    feature_args, offload_connector, with_host_tier,
+)
 from .gpus import ENGRAM_OFFLOADED_MINIMUM_GB, VRAM_MINIMUM_GB, GpuProduct, gpu
 
 Role = Literal["prefill", "decode", "aggregated"]
@@ -120,6 +128,11 @@ class EngineConfig:
     data_parallel_rpc_port: int = DEFAULT_DP_RPC_PORT
     extra_args: tuple[str, ...] = ()
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    # None: no agent features (the builder's neutral form); the API turns them on by default
+    features: EngineFeatures | None = None
+    kv_offload: KvOffload | None = None  # None: no host KV tier unless the preset point brings one
+    preset: str = ""  # an AgentX lane of lanes.PRESETS; "" = none
+    point: str = ""  # the lane's point; "" = chosen from the layout and max_num_seqs (lanes.select_point)
 
 
 # ----------------------------------------------------------------------------------- outputs
@@ -391,6 +404,70 @@ def kv_events_json(events: KvEvents) -> dict[str, Any]:
     }
 
 
+def _rows_max_num_seqs(cfg: EngineConfig) -> int | None:
+    """--max-num-seqs the recipe rows render for this engine before any preset (None: vLLM's default)."""
+    a, env, notes = _Args(), {}, []
+    _hardware_rows(cfg, gpu(cfg.gpu_product), a, env, notes)
+    if cfg.role != "aggregated":
+        _pd_rows(cfg, a, env, notes)
+    values = a._items.get("--max-num-seqs")
+    return int(values[0]) if values else None
+
+
+def selected_point(cfg: EngineConfig) -> lanes.Point | None:
+    """The AgentX point this engine runs (None without a preset); ValueError when none fits."""
+    if not cfg.preset:
+        return None
+    target = cfg.max_num_seqs if cfg.max_num_seqs is not None else _rows_max_num_seqs(cfg)
+    return lanes.select_point(lanes.preset(cfg.preset), cfg.tensor_parallel_size, cfg.data_parallel_size,
+                               cfg.point, target, host_kv=cfg.kv_offload is not None)
+
+
+def effective_kv_offload(cfg: EngineConfig) -> KvOffload | None:
+    """The host KV tier rendered: the explicit one, else the preset point's."""
+    if cfg.kv_offload is not None:
+        return cfg.kv_offload
+    point = selected_point(cfg)
+    if point is not None and point.host_kv is not None:
+        return KvOffload(point.host_kv.backend, point.host_kv.size_gib, point.host_kv.lazy)
+    return None
+
+
+def _preset_rows(cfg: EngineConfig, a: _Args, env: dict, notes: list[str]) -> None:
+    """recipe presets.<lane>: the lane's server args and env, then its point's args (last wins)."""
+    lane = lanes.preset(cfg.preset)
+    point = selected_point(cfg)
+    assert point is not None
+    for flag, values in (*lane.args, *point.args):
+        a.set(flag, *values)
+    env.update(dict(lane.env))
+    notes.append(f"AgentX preset {lane.name}, point {point.name} (concurrency {point.concurrency}; "
+                 f"recipe source {lane.source})")
+
+
+def _host_kv_rows(cfg: EngineConfig, kv: KvOffload, a: _Args) -> None:
+    """Aggregated engines: the recipe's flags (native) or the Simple CPU connector alone."""
+    if kv.backend == "native":
+        a.set("--kv-offloading-backend", "native")
+        a.set("--kv-offloading-size", f"{kv.size_gib:g}")
+    else:
+        a.set_json("--kv-transfer-config", offload_connector(kv))
+
+
+def _host_kv_gpu_memory(cfg: EngineConfig, a: _Args) -> None:
+    """recipe b200_agentx_dep host-KV points: GPU memory at most 0.955, headroom for the indexer logits."""
+    current = a._items.get("--gpu-memory-utilization")
+    if cfg.gpu_memory_utilization is None and current and float(current[0]) > HOST_KV_GPU_MEMORY_UTILIZATION:
+        a.set("--gpu-memory-utilization", HOST_KV_GPU_MEMORY_UTILIZATION)
+
+
+def _feature_rows(cfg: EngineConfig, product: GpuProduct, a: _Args) -> None:
+    # recipe: "Features emit last in resolveCommand"; with DSpark on it runs in both P/D pools
+    if cfg.features is not None:
+        for flag, values in feature_args(cfg.features, product.vendor):
+            a.set(flag, *values)
+
+
 def _user_knobs(cfg: EngineConfig, a: _Args) -> None:
     """Explicit EngineConfig values win over recipe rows (replaced in place)."""
     if cfg.max_num_seqs is not None:
@@ -427,10 +504,21 @@ def _engine_command(cfg: EngineConfig, node_rank: str | None, headless: bool) ->
     _hardware_rows(cfg, product, a, env, notes)
     if cfg.role != "aggregated":
         _pd_rows(cfg, a, env, notes)
-        a.set_json("--kv-transfer-config", kv_transfer_json(cfg))
+    if cfg.preset:
+        _preset_rows(cfg, a, env, notes)
+    host_kv = effective_kv_offload(cfg)
+    if cfg.role != "aggregated":
+        kv_json = kv_transfer_json(cfg)
+        # --kv-offloading-size would replace NIXL (VllmConfig._post_init_kv_transfer_config): a MultiConnector
+        a.set_json("--kv-transfer-config", with_host_tier(kv_json, host_kv) if host_kv else kv_json)
         env_from_field = _pd_env(cfg, product, env)
+    if host_kv is not None:
+        if cfg.role == "aggregated":
+            _host_kv_rows(cfg, host_kv, a)
+        _host_kv_gpu_memory(cfg, a)
     if cfg.kv_events is not None:
         a.set_json("--kv-events-config", kv_events_json(cfg.kv_events))
+    _feature_rows(cfg, product, a)
     _user_knobs(cfg, a)
     if cfg.nodes_per_replica > 1:
         env["VLLM_ENGINE_READY_TIMEOUT_S"] = MULTI_NODE_ENGINE_READY_TIMEOUT_S
@@ -510,6 +598,7 @@ def validate_engine_config(cfg: EngineConfig) -> list[EngineProblem]:
         *validate_eplb(cfg),
         *_validate_pd(cfg),
         *_validate_ports(cfg),
+        *validate_features(cfg, product),
     ]
     if problems:
         return problems
@@ -609,6 +698,67 @@ def validate_eplb(cfg: EngineConfig) -> list[EngineProblem]:
                          f"{eplb.communicator} conflicts with async EPLB (use_async) in vLLM 0.33.0; "
                          "use nixl or torch_gloo, unset it, or turn use_async off"))
     return problems
+
+
+def validate_features(cfg: EngineConfig, product: GpuProduct) -> list[EngineProblem]:
+    """Agent features, the host KV tier and the AgentX preset/point: what vLLM or the lane would refuse."""
+    problems: list[EngineProblem] = []
+    spec = cfg.features.speculative_decoding if cfg.features is not None else None
+    if spec is not None:
+        if not 1 <= spec.num_speculative_tokens <= DSPARK_BLOCK:
+            problems.append(("features.speculative_decoding.num_speculative_tokens",
+                             f"DSpark drafts blocks of {DSPARK_BLOCK} tokens (its trained block size): 1..{DSPARK_BLOCK}"))
+        if spec.adaptive_verification and product.vendor == "amd":
+            problems.append(("features.speculative_decoding.adaptive_verification",
+                             "vLLM refuses DSpark adaptive verification on ROCm (recipe: the V4.1 indexer and sparse "
+                             "SWA backends fail maybe_create_adaptive_verification_manager's checks); leave it off, "
+                             "DSpark then verifies the whole block"))
+    kv = cfg.kv_offload
+    if kv is not None:
+        if kv.backend not in KV_OFFLOAD_BACKENDS:
+            problems.append(("kv_offload.backend", f"one of {', '.join(KV_OFFLOAD_BACKENDS)}"))
+        if not kv.size_gib > 0:
+            problems.append(("kv_offload.size_gib", "must be > 0 (GiB of host KV per DP rank)"))
+        if kv.lazy and kv.backend != "simple":
+            problems.append(("kv_offload.lazy", "lazy offload is a SimpleCPUOffloadConnector setting: backend simple"))
+    problems += _validate_preset(cfg, product)
+    own: set[str] = set()
+    if not problems:
+        try:
+            own = {t.split("=", 1)[0] for t in _build_unchecked(replace(cfg, extra_args=())).leader.args
+                   if t.startswith("--")}
+        except (ValueError, KeyError):  # another rule reports why it cannot render
+            pass
+    for token in cfg.extra_args:
+        flag = token.split("=", 1)[0]
+        if flag in FEATURE_FLAGS and flag in own:
+            problems.append(("extra_args", f"{flag} is rendered from {FEATURE_FLAGS[flag].replace('<role>', cfg.role)}"
+                                           ": change it there, not in extraArgs"))
+        elif flag in ("--kv-offloading-size", "--kv-offloading-backend") and cfg.role != "aggregated":
+            problems.append(("extra_args", f"{flag} makes vLLM 0.33.0 replace the NIXL connector with its offloading "
+                                           "one (P/D would stop handing KV over): use kvOffload, which adds the host "
+                                           "tier next to NIXL"))
+    return problems
+
+
+def _validate_preset(cfg: EngineConfig, product: GpuProduct) -> list[EngineProblem]:
+    if not cfg.preset:
+        return [("point", "a point needs a preset (spec.preset)")] if cfg.point else []
+    try:
+        lane = lanes.preset(cfg.preset)
+    except ValueError as exc:
+        return [("preset", str(exc))]
+    if lane.gpu_product != product.name:
+        return [("preset", f"{lane.name} is the {lane.gpu_product} lane; this deployment runs {product.name}")]
+    if lane.strategy == "dep" and not is_dep(cfg):
+        return [("preset", f"{lane.name} runs data + expert parallel engines: profile high-throughput")]
+    if lane.strategy == "tp" and (cfg.data_parallel_size > 1 or cfg.expert_parallel):
+        return [("preset", f"{lane.name} runs tensor-parallel engines: profile low-latency")]
+    try:
+        selected_point(cfg)
+    except ValueError as exc:
+        return [("point", str(exc))]
+    return []
 
 
 def _validate_pd(cfg: EngineConfig) -> list[EngineProblem]:

@@ -1,5 +1,7 @@
 """Every engine shape the operator supports, as EngineConfigs: the set the tests and the
-cross-check against vLLM's real parser (tools/vllm_flags/crosscheck.py) render and verify.
+cross-check against vLLM's real parser (tools/vllm_flags/crosscheck.py) render and verify:
+reference_configs (GPU x shape x role x KV events x EPLB), feature_configs (GPU x shape x role x agent
+feature set) and preset_configs (every AgentX point of every preset, per role).
 """
 
 from __future__ import annotations
@@ -7,7 +9,9 @@ from __future__ import annotations
 import itertools
 
 from ..roles import ROLES
+from .lanes import PRESETS
 from .args import DEFAULT_CHECKPOINT, EngineConfig, EplbConfig, KvEvents, KvTransfer
+from .features import EngineFeatures, KvOffload, SpeculativeDecoding
 from .gpus import GPU_PRODUCTS, GpuProduct, smallest_fitting_dp
 
 ENGINE_ROLES = ("aggregated", *ROLES)  # vLLM engine roles: an aggregated engine does both
@@ -52,4 +56,49 @@ def reference_configs(model: str = DEFAULT_CHECKPOINT) -> dict[str, EngineConfig
             )
             tags = f"{'-events' if events else ''}{'-eplb' if with_eplb else ''}"
             out[f"{name}-{shape}-{role}{tags}"] = cfg
+    return out
+
+
+# Feature sets of the matrix: the API default (everything on), everything off, each one alone, and the
+# default with a host KV tier of each backend.
+_ON = EngineFeatures()
+FEATURE_SETS: dict[str, tuple[EngineFeatures | None, KvOffload | None]] = {
+    "default": (_ON, None),
+    "off": (EngineFeatures(tool_calling=False, reasoning=False, speculative_decoding=None, text_only=False), None),
+    "parsers": (EngineFeatures(speculative_decoding=None, text_only=False), None),
+    "dspark3": (EngineFeatures(tool_calling=False, reasoning=False, text_only=False,
+                               speculative_decoding=SpeculativeDecoding(num_speculative_tokens=3)), None),
+    "adaptive": (EngineFeatures(speculative_decoding=SpeculativeDecoding(adaptive_verification=True)), None),
+    "hostkv": (_ON, KvOffload("native", 32)),
+    "hostkv-simple": (_ON, KvOffload("simple", 50, lazy=True)),
+}
+
+
+def feature_configs(model: str = DEFAULT_CHECKPOINT) -> dict[str, EngineConfig]:
+    """GPU x shape (TP, single-node DEP, one multi-node DEP) x role x feature set, where the set applies
+    (adaptive verification is NVIDIA only)."""
+    out = {}
+    for name, product in GPU_PRODUCTS.items():
+        shapes = _shapes(product)
+        for (shape, sizes, _eplb), role, (fname, (feats, kv)) in itertools.product(
+            [*shapes[:2], shapes[2]], ENGINE_ROLES, FEATURE_SETS.items()
+        ):
+            if fname == "adaptive" and product.vendor == "amd":
+                continue
+            out[f"{name}-{shape}-{role}-{fname}"] = EngineConfig(
+                role, name, model, kv_transfer=KvTransfer() if role != "aggregated" else None,
+                features=feats, kv_offload=kv, **sizes)
+    return out
+
+
+def preset_configs(model: str = DEFAULT_CHECKPOINT) -> dict[str, EngineConfig]:
+    """Every AgentX point of every preset, per role, at the layout it was measured at (default features)."""
+    out = {}
+    for lane in PRESETS.values():
+        for point, role in itertools.product(lane.points, ENGINE_ROLES):
+            sizes = (dict(tensor_parallel_size=point.tp) if lane.strategy == "tp" else
+                     dict(tensor_parallel_size=1, data_parallel_size=point.dp, expert_parallel=True))
+            out[f"{lane.name}-{point.name}-{role}"] = EngineConfig(
+                role, lane.gpu_product, model, kv_transfer=KvTransfer() if role != "aggregated" else None,
+                features=_ON, preset=lane.name, point=point.name, **sizes)
     return out
