@@ -36,15 +36,37 @@ def planner_overrides(items: list[str]) -> dict:
     return out
 
 
+def _suite(args: argparse.Namespace, policies: tuple[str, ...] | None, overrides: dict) -> int:
+    from v41flash_bench.sim.suite import format_summary, parse_seeds, run_suite
+
+    if args.duration is not None or args.seed is not None:
+        print("error: --duration and --seed apply to --scenario; a suite's scenarios come from --seeds",
+              file=sys.stderr)
+        return 2
+    try:
+        seeds = parse_seeds(args.seeds or "")
+    except ValueError as exc:
+        print(f"error: --seeds: {exc} (e.g. --seeds 101-124)", file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+
+    def progress(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    progress(f"suite {args.suite}: {len(seeds)} scenarios (seeds {args.seeds}), jobs {args.jobs}")
+    report = run_suite(args.suite, seeds, Path(args.out), policies=policies, jobs=max(1, args.jobs),
+                       plots=not args.no_plots, progress=progress, planner_overrides=overrides)
+    print(format_summary(report))
+    if report.get("targets"):
+        print("targets (ours): " + ", ".join(f"{k}={v}" for k, v in report["targets"].items()))
+    print(f"{time.perf_counter() - started:.0f}s; report: {Path(args.out) / 'report.json'}")
+    return 0
+
+
 def _autoscale(args: argparse.Namespace) -> int:
     from v41flash_bench.sim.autoscale_bench import format_table, run_benchmark
     from v41flash_bench.sim.scenario import POLICIES, load_scenario
 
-    try:
-        sc = load_scenario(args.scenario)
-    except (OSError, ValueError) as exc:
-        print(f"error: cannot load scenario {args.scenario}: {exc}", file=sys.stderr)
-        return 2
     policies = None
     if args.policies:
         policies = tuple(p.strip() for p in args.policies.split(",") if p.strip())
@@ -52,6 +74,23 @@ def _autoscale(args: argparse.Namespace) -> int:
         if unknown:
             print(f"error: unknown policies {unknown}; choose from {', '.join(POLICIES)}", file=sys.stderr)
             return 2
+    if (args.scenario is None) == (args.suite is None):
+        print("error: give exactly one of --scenario FILE or --suite NAME --seeds A-B", file=sys.stderr)
+        return 2
+    if args.suite is not None:
+        try:
+            return _suite(args, policies, planner_overrides(args.planner_set or []))
+        except ValueError as exc:
+            print(f"error: --planner-set: {exc}", file=sys.stderr)
+            return 2
+    if args.seeds is not None:
+        print("error: --seeds belongs to --suite (use --seed with --scenario)", file=sys.stderr)
+        return 2
+    try:
+        sc = load_scenario(args.scenario)
+    except (OSError, ValueError) as exc:
+        print(f"error: cannot load scenario {args.scenario}: {exc}", file=sys.stderr)
+        return 2
     if args.seed is not None:
         sc = sc.model_copy(update={"seed": args.seed})
     try:
@@ -99,7 +138,10 @@ def register(subparsers) -> None:
         description="Simulate a scenario (bench/scenarios/*.yaml) under each policy on the same workload and "
         "write DIR/report.json plus PNG plots. Prints the comparison table.",
     )
-    a.add_argument("--scenario", required=True, help="Scenario YAML file.")
+    a.add_argument("--scenario", help="Scenario YAML file (or --suite).")
+    a.add_argument("--suite", help="Run a drawn scenario suite under this name instead of one file "
+                   "(families, ranges and seeds: v41flash_bench/sim/suite.py; tuning seeds 1-24, held-out 101-124).")
+    a.add_argument("--seeds", help="Suite seeds, one scenario each: 'A-B' or a comma list (with --suite).")
     a.add_argument("--out", required=True, help="Output directory (report.json, *.png).")
     a.add_argument("--policies", help="Comma-separated subset of: ours,dynamo,keda,hpa,static,oracle.")
     a.add_argument("--duration", type=float, help="Override the scenario's simulated seconds (quick runs).")

@@ -50,6 +50,8 @@ class DeploymentSpec(_M):
     planner_profile: str | None = Field(default=None, description="CapacityProfile YAML the policies use.")
     planner_profile_error: float = Field(default=1.0, gt=0, description="× on the policies' latency curves.")
     cold_start_s: float | None = Field(default=None, gt=0)
+    planner_knows_cold_start: bool = Field(
+        default=True, description="False: coldStartS applies to the truth only; the policies' profile keeps its own.")
     router: Literal["cache_aware", "session_hash", "round_robin"] = "cache_aware"
     prefix_cache_tokens: int | None = Field(default=None, ge=1, description="Per prefill replica.")
 
@@ -157,5 +159,9 @@ def profiles(sc: AutoscaleScenario, base_dir: Path | None = None) -> tuple[Capac
 
     truth = with_cold_start(resolve(dep.truth_profile), dep.cold_start_s)
     planner = resolve(dep.planner_profile) if dep.planner_profile else truth
-    planner = scaled_profile(with_cold_start(planner, dep.cold_start_s), dep.planner_profile_error)
+    if dep.planner_knows_cold_start:
+        planner = with_cold_start(planner, dep.cold_start_s)
+    elif not dep.planner_profile:
+        planner = resolve(None)  # the shipped profile with its own cold start
+    planner = scaled_profile(planner, dep.planner_profile_error)
     return truth, planner

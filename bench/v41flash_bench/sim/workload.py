@@ -128,6 +128,7 @@ class ArrivalSpec(_Spec):
     # diurnal: a cosine between trough and 1.0, lowest at t=0 and t=period
     trough: float = Field(default=0.55, gt=0, le=1, description="diurnal: lowest fraction of peak.")
     period_s: float | None = Field(default=None, description="diurnal period; default = duration.")
+    phase: float = Field(default=0.0, ge=0, lt=1, description="diurnal: fraction of the period at t=0 (0 = trough).")
     # bursty: base level plus random bursts
     burst_every_s: float = Field(default=600.0, gt=0, description="bursty: mean gap between bursts.")
     burst_s: float = Field(default=120.0, gt=0, description="bursty: burst length.")
@@ -248,7 +249,8 @@ def _shape(arr: ArrivalSpec, duration: float, rng: np.random.Generator):
     if arr.pattern == "diurnal":
         period = arr.period_s or duration
         amp = 1.0 - arr.trough
-        return lambda t: arr.trough + amp * 0.5 * (1.0 - np.cos(2.0 * np.pi * np.asarray(t, dtype=float) / period))
+        return lambda t: arr.trough + amp * 0.5 * (
+            1.0 - np.cos(2.0 * np.pi * (np.asarray(t, dtype=float) / period + arr.phase)))
     if arr.pattern == "surge":
 
         def surge(t):

@@ -1,0 +1,115 @@
+"""The scenario suite's generator: deterministic from the seed, every family, parameters within RANGES."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from v41flash.cli.main import main
+from v41flash_bench.sim import suite
+from v41flash_bench.sim.scenario import profiles
+from v41flash_bench.sim.workload import _shape
+
+SEEDS = list(range(1, 49)) + list(range(101, 125))
+
+
+def within(key: str, value: float) -> bool:
+    lo, hi = suite.RANGES[key]
+    return lo - 1e-6 <= value <= hi + 1e-6
+
+
+def test_same_seed_same_scenario_and_different_seeds_differ():
+    a = [suite.draw_scenario(s)[1].model_dump() for s in SEEDS]
+    b = [suite.draw_scenario(s)[1].model_dump() for s in SEEDS]
+    assert a == b
+    assert len({(d["arrivals"]["peak_rps"], d["deployment"]["cold_start_s"]) for d in a}) == len(a)
+
+
+def test_any_six_consecutive_seeds_cover_every_family():
+    for start in (1, 7, 101, 119):
+        fams = {suite.draw_scenario(s)[0] for s in range(start, start + len(suite.FAMILIES))}
+        assert fams == set(suite.FAMILIES)
+
+
+def test_tuning_and_held_out_seeds_are_disjoint():
+    assert not set(suite.TUNING_SEEDS) & set(suite.HELD_OUT_SEEDS)
+
+
+def test_drawn_parameters_are_within_their_ranges_and_span_products_and_profiles():
+    products, servings, errors, colds, ttfts = set(), set(), [], [], []
+    for s in SEEDS:
+        family, sc = suite.draw_scenario(s)
+        dep, slo, arr = sc.deployment, sc.slo, sc.arrivals
+        products.add(dep.gpu_product)
+        servings.add(dep.serving_profile)
+        errors.append(dep.planner_profile_error)
+        colds.append(dep.cold_start_s)
+        ttfts.append(slo.ttft_s)
+        assert within("planner_profile_error", dep.planner_profile_error)
+        assert within("cold_start_s", dep.cold_start_s)
+        assert within("ttft_s", slo.ttft_s) and within("e2e_p95_s", slo.e2e_p95_s)
+        assert within("ttft_percentile", slo.ttft_percentile)
+        peak = arr.peak_rps / (suite.BURST_PEAK_FACTOR if arr.pattern == "bursty" else 1.0)
+        assert within("peak_rps", peak)
+        assert within("duration_s", sc.duration_s) and within("warmup_s", sc.warmup_s)
+        truth, planner = profiles(sc)  # every drawn product/profile pair exists
+        assert truth.prefill.cold_start_seconds == dep.cold_start_s
+        assert planner.prefill.cold_start_seconds == 600.0  # the planner has to measure it
+        if family == "steady":
+            assert arr.pattern == "steady" and within("steady_level", arr.level)
+        elif family == "diurnal":
+            assert arr.pattern == "diurnal" and within("diurnal_trough", arr.trough)
+            assert 0 < arr.period_s <= suite.MAX_SIM_PERIOD_S
+        elif family.startswith("surge"):
+            assert arr.pattern == "surge" and within("surge_base", arr.base) and within("surge_at_s", arr.surge_at_s)
+            assert within("surge_ramp_s", arr.surge_ramp_s)
+            if family == "surge_ends":
+                assert within("surge_length_s", arr.surge_end_s - arr.surge_at_s)
+            else:
+                assert arr.surge_end_s is None
+        else:
+            assert arr.pattern == "bursty" and within("burst_every_s", arr.burst_every_s) and within("burst_cv", arr.cv)
+            frac = arr.burst_s / dep.cold_start_s
+            assert within("burst_short_fraction" if family == "burst_short" else "burst_long_fraction", frac)
+    assert products == set(suite.GPU_PRODUCTS) and servings == set(suite.SERVING_PROFILES)
+    # the ranges are actually spanned, not one corner of them
+    assert min(errors) < 0.8 and max(errors) > 1.25
+    assert min(colds) < 300 and max(colds) > 800
+    assert min(ttfts) < 4 and max(ttfts) > 7
+
+
+def test_diurnal_phase_shifts_the_cosine():
+    sc = suite.draw_scenario(1)[1]
+    arr = sc.arrivals.model_copy(update={"pattern": "diurnal", "trough": 0.5, "period_s": 1000.0, "phase": 0.5})
+    assert float(_shape(arr, 2000, None)(0.0)) == pytest.approx(1.0)
+    assert float(_shape(arr.model_copy(update={"phase": 0.0}), 2000, None)(0.0)) == pytest.approx(0.5)
+
+
+def test_parse_seeds():
+    assert suite.parse_seeds("101-103,7") == [7, 101, 102, 103]
+    with pytest.raises(ValueError):
+        suite.parse_seeds("5-3")
+
+
+def test_summary_distribution_and_targets():
+    rows = []
+    for i, (att, gh) in enumerate([(1.0, 100), (0.9, 120), (0.98, 90)]):
+        rows.append({"family": "steady", "scenario": f"s{i}", "policies": {
+            "ours": {"window_attainment": att, "gpu_hours": gh},
+            "oracle": {"window_attainment": 1.0, "gpu_hours": 100.0},
+            "static": {"window_attainment": 1.0, "gpu_hours": 150.0}}})
+    s = suite.summarize(rows, ("ours", "oracle", "static"))
+    d = s["overall"]["ours"]["window_attainment"]
+    assert d["median"] == pytest.approx(0.98) and d["worst"] == pytest.approx(0.9)
+    assert s["steady"]["ours"]["gpu_hours_vs_oracle"]["worst"] == pytest.approx(1.2)
+    t = suite.targets(rows, s)
+    assert t["median_windows_ge_99"] is False and t["median_gpu_hours_le_1.10_oracle"] is True
+    assert t["median_gpu_hours_below_static_where_static_holds"] == {"steady": True}
+    assert t["scenarios_more_than_1pt_below_static"] == ["s1", "s2"]
+
+
+def test_cli_refuses_suite_without_seeds_and_both_modes(tmp_path, capsys):
+    assert main(["bench", "autoscale", "--suite", "x", "--out", str(tmp_path)]) == 2
+    assert main(["bench", "autoscale", "--suite", "x", "--scenario", "a.yaml", "--seeds", "1", "--out", str(tmp_path)]) == 2
+    assert main(["bench", "autoscale", "--suite", "x", "--seeds", "1", "--seed", "3", "--out", str(tmp_path)]) == 2
+    assert math.isfinite(1.0)
