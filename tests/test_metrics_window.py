@@ -173,3 +173,23 @@ def test_router_window_gives_user_facing_latency():
     assert r.requests == 100 and r.request_rate == pytest.approx(100 / 60)
     assert r.e2e_p95_s == pytest.approx(10 + 50 * 15 / 20)
     assert r.e2e_mean_s == pytest.approx(12.0) and r.errors == 3
+
+
+def test_router_window_reads_the_session_proxys_leading_signals():
+    from v41flash.metrics.parse import parse_metrics
+    from v41flash.metrics.window import PodSnapshot, compute_router_window
+
+    def page(arrivals, new, tokens):
+        return parse_metrics(
+            "# TYPE v41flash_session_proxy_arrivals_total counter\n"
+            f"v41flash_session_proxy_arrivals_total {arrivals}\n"
+            "# TYPE v41flash_session_proxy_new_sessions_total counter\n"
+            f"v41flash_session_proxy_new_sessions_total {new}\n"
+            "# TYPE v41flash_session_proxy_prompt_tokens_estimated_total counter\n"
+            f"v41flash_session_proxy_prompt_tokens_estimated_total {tokens}\n")
+
+    snaps = {"r-0/proxy": [PodSnapshot("r-0/proxy", "router", 0.0, page(10, 2, 1e6)),
+                           PodSnapshot("r-0/proxy", "router", 60.0, page(130, 8, 7e6))]}
+    fig = compute_router_window(snaps, 60.0, 60.0)
+    assert fig.arrival_rate == pytest.approx(2.0) and fig.new_session_rate == pytest.approx(0.1)
+    assert fig.prompt_tokens_arriving_rate == pytest.approx(1e5)

@@ -177,3 +177,24 @@ def test_body_limit_and_upstream_down_are_json_errors():
         err = (await r.json())["error"]
         assert err["type"] == "bad_gateway" and "unreachable" in err["message"]
     asyncio.run(_with_proxy(down, upstream_up=False))
+
+
+def test_leading_signals_arrivals_new_sessions_and_estimated_prompt_tokens():
+    async def t(client, base, up, proxy):
+        raw = json.dumps(CHAT).encode()
+        for _ in range(3):  # one session, three turns
+            await client.post(f"{base}/v1/chat/completions", data=raw)
+        await client.post(f"{base}/v1/chat/completions", data=raw, headers={"x-session-id": "other"})
+        await client.post(f"{base}/v1/embeddings", data=raw)  # not an inference request: not counted
+        value = lambda name: proxy.registry.get_sample_value(name) or 0.0  # noqa: E731
+        assert value("v41flash_session_proxy_arrivals_total") == 4
+        assert value("v41flash_session_proxy_new_sessions_total") == 2
+        assert value("v41flash_session_proxy_prompt_tokens_estimated_total") == pytest.approx(
+            4 * len(raw) / sp.BODY_BYTES_PER_TOKEN)
+    asyncio.run(_with_proxy(t))
+
+
+def test_a_session_idle_past_the_limit_counts_as_new_again():
+    proxy = sp.SessionProxy(sp.ProxyConfig(upstream="http://u"))
+    assert proxy.remember("a", 0.0) and not proxy.remember("a", 10.0)
+    assert proxy.remember("a", 10.0 + sp.SESSION_IDLE_S + 1)

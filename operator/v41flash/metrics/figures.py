@@ -67,3 +67,7 @@ class RouterFigures:
     errors: float = 0.0  # request errors in the window
     pods_observed: int = 0
     missing_pods: tuple[str, ...] = ()
+    # leading signals from the session proxy on the router pod (None: no proxy answered)
+    arrival_rate: float | None = None  # requests/s arriving (before any engine queues them)
+    new_session_rate: float | None = None  # new sessions/s
+    prompt_tokens_arriving_rate: float | None = None  # estimated prompt tokens/s arriving

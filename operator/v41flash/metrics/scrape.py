@@ -18,6 +18,7 @@ from v41flash.metrics.window import PodSnapshot
 from v41flash.render.engine import ENGINE_PORT as VLLM_METRICS_PORT  # vLLM serves /metrics on its API port
 from v41flash.render.labels import ROUTER
 from v41flash.render.router import METRICS_PORT as ROUTER_METRICS_PORT
+from v41flash.render.router import ROUTER_PORT
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,12 @@ def vllm_target(pod: str, role: str, pod_ip: str, port: int = VLLM_METRICS_PORT)
 
 def router_target(pod: str, pod_ip: str, port: int = ROUTER_METRICS_PORT) -> ScrapeTarget:
     return ScrapeTarget(pod, ROUTER, f"http://{_host(pod_ip)}:{port}/metrics")
+
+
+def proxy_target(pod: str, pod_ip: str, port: int = ROUTER_PORT) -> ScrapeTarget:
+    """The session proxy on the router pod: its leading signals (arrivals, new sessions, prompt tokens).
+    Its snapshots are kept under '<pod>/proxy' so they never mix with the router's own."""
+    return ScrapeTarget(f"{pod}/proxy", "router", f"http://{_host(pod_ip)}:{port}/proxy/metrics")
 
 
 def _host(ip: str) -> str:

@@ -257,6 +257,11 @@ def role_windows(
 # vllm-router 0.1.17 histograms of whole-request latency: the P/D one when it serves disaggregated
 ROUTER_DURATIONS = ("vllm_router_pd_request_duration_seconds", "vllm_router_request_duration_seconds")
 ROUTER_ERRORS = ("vllm_router_pd_errors", "vllm_router_request_errors")
+# the session proxy's leading signals (scraped from the router pod's /proxy/metrics)
+PROXY_ARRIVALS = "v41flash_session_proxy_arrivals"
+PROXY_NEW_SESSIONS = "v41flash_session_proxy_new_sessions"
+PROXY_PROMPT_TOKENS = "v41flash_session_proxy_prompt_tokens_estimated"
+PROXY_COUNTERS = (PROXY_ARRIVALS, PROXY_NEW_SESSIONS, PROXY_PROMPT_TOKENS)
 
 
 def compute_router_window(snapshots: Mapping[str, list[PodSnapshot]], end: float, window_s: float, tolerance_s: float | None = None) -> RouterFigures:
@@ -265,6 +270,7 @@ def compute_router_window(snapshots: Mapping[str, list[PodSnapshot]], end: float
     start = end - window_s
     hist: dict[str, Histogram] = {}
     errors = 0.0
+    leading: dict[str, float] = {}
     missing: list[str] = []
     observed = 0
     for pod, series in sorted(snapshots.items()):
@@ -287,6 +293,9 @@ def compute_router_window(snapshots: Mapping[str, list[PodSnapshot]], end: float
             for name in ROUTER_ERRORS:
                 if name in em.counters:
                     errors += _increase(em.counters[name], before.counters.get(name, 0.0))
+            for name in PROXY_COUNTERS:
+                if name in em.counters:
+                    leading[name] = leading.get(name, 0.0) + _increase(em.counters[name], before.counters.get(name, 0.0))
     h = next((hist[n] for n in ROUTER_DURATIONS if n in hist and hist[n].count > 0), EMPTY_HISTOGRAM)
     return RouterFigures(
         start=start,
@@ -298,4 +307,7 @@ def compute_router_window(snapshots: Mapping[str, list[PodSnapshot]], end: float
         errors=errors,
         pods_observed=observed,
         missing_pods=tuple(missing),
+        arrival_rate=leading[PROXY_ARRIVALS] / window_s if PROXY_ARRIVALS in leading and window_s > 0 else None,
+        new_session_rate=leading[PROXY_NEW_SESSIONS] / window_s if PROXY_NEW_SESSIONS in leading and window_s > 0 else None,
+        prompt_tokens_arriving_rate=leading[PROXY_PROMPT_TOKENS] / window_s if PROXY_PROMPT_TOKENS in leading and window_s > 0 else None,
     )

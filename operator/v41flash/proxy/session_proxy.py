@@ -23,6 +23,8 @@ import hashlib
 import json
 import logging
 import signal
+import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +38,12 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from v41flash.proxy import DEFAULT_MAX_BODY_BYTES, DEFAULT_PROMPT_KEY_CHARS
 
 SESSION_HEADER = "x-session-id"
+# Leading signals: the proxy sees a request before any engine queues it. Prompt tokens are estimated from
+# the request body's bytes (no parse, no tokenizer): BPE tokenizers average ~4 bytes of UTF-8 text per
+# token on English and code, and the JSON around an agent's prompt is a few percent of it.
+BODY_BYTES_PER_TOKEN = 4.0
+SESSIONS_REMEMBERED = 100_000  # keys held to tell a new session from a returning one (LRU)
+SESSION_IDLE_S = 3600.0  # a key unseen this long counts as a new session when it comes back
 KEYED_PATHS = ("/v1/chat/completions", "/v1/completions")
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
                         "trailers", "transfer-encoding", "upgrade", "proxy-connection"})
@@ -127,10 +135,28 @@ class SessionProxy:
                             "Inference requests by where x-session-id came from (client: sent by the client; "
                             "header: copied from the configured header; derived: computed; none/unparsable: "
                             "not set)", ["source"], registry=self.registry)
+        self.arrivals = Counter("v41flash_session_proxy_arrivals",
+                                "Inference requests arriving (counted on arrival, before forwarding)",
+                                registry=self.registry)
+        self.new_sessions = Counter("v41flash_session_proxy_new_sessions",
+                                    "Inference requests whose session key was not seen in the last "
+                                    f"{SESSION_IDLE_S:.0f}s (a new session's first turn)", registry=self.registry)
+        self.prompt_tokens = Counter("v41flash_session_proxy_prompt_tokens_estimated",
+                                     f"Prompt tokens arriving, estimated as request body bytes / "
+                                     f"{BODY_BYTES_PER_TOKEN:g}", registry=self.registry)
+        self.seen: OrderedDict[str, float] = OrderedDict()
         self.upstream_errors = Counter("v41flash_session_proxy_upstream_errors",
                                        "Requests the upstream router could not be reached for (502)",
                                        registry=self.registry)
         self.session: aiohttp.ClientSession | None = None
+
+    def remember(self, session: str, now: float) -> bool:
+        """Record a session key; True when it is new (never seen, or idle over SESSION_IDLE_S)."""
+        last = self.seen.pop(session, None)
+        self.seen[session] = now
+        while len(self.seen) > SESSIONS_REMEMBERED:
+            self.seen.popitem(last=False)
+        return last is None or now - last > SESSION_IDLE_S
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.cfg.max_body_bytes)
@@ -170,6 +196,11 @@ class SessionProxy:
             self.keys.labels(source).inc()
             if key is not None:
                 headers[SESSION_HEADER] = key
+            self.arrivals.inc()
+            self.prompt_tokens.inc(len(body) / BODY_BYTES_PER_TOKEN)
+            session = key or request.headers.get(SESSION_HEADER)
+            if session and self.remember(session, time.monotonic()):
+                self.new_sessions.inc()
         assert self.session is not None
         url = self.upstream + str(request.rel_url)  # path and query as the client sent them
         try:
