@@ -266,6 +266,7 @@ def run_benchmark(sc: AutoscaleScenario, out_dir: Path, policies: tuple[str, ...
             if initial is None:
                 initial = {r: shape[r][0] for r in ROLES}
                 pending = {p: pool.submit("policy", p, {}, initial) for p in online}
+        if need_oracle and any(p in policies for p in ("oracle", "static")):
             steps = []
 
             def record(label: str, res: RunResult) -> None:

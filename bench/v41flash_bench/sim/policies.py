@@ -101,7 +101,8 @@ class SchedulePolicy:
 def operator_default_config() -> PlannerConfig:
     """What the operator runs for a V41FlashDeployment with default spec.autoscaling."""
     a = AutoscalingSpec()
-    return PlannerConfig.for_spec(a.interval_seconds, a.scale_down_stabilization_seconds)
+    return PlannerConfig.for_spec(a.interval_seconds, a.scale_down_stabilization_seconds,
+                                  a.scale_up_stabilization_seconds)
 
 
 class PlannerPolicy:

@@ -11,10 +11,12 @@ Latency percentiles are exact over the window (the real scraper interpolates his
 from __future__ import annotations
 
 import bisect
+import math
 
 import numpy as np
 
 from v41flash.metrics.figures import RouterFigures, WindowFigures
+from v41flash.planner import headroom
 from v41flash.planner.datatypes import Observation, RoleObservation, RoleReplicas
 
 
@@ -129,16 +131,29 @@ def router_figures(sim, window_s: float) -> RouterFigures:
     """The router's view: requests it completed in the window and their whole latency."""
     tel, now = sim.telemetry, sim.now
     a, b = _slice(tel.done_t, now - window_s, now)
+    i, j = _slice(tel.arr_t, now - window_s, now)  # what the session proxy counts on arrival
     return RouterFigures(
         start=now - window_s, end=now, requests=float(b - a), request_rate=(b - a) / window_s,
         e2e_p95_s=_pct(tel.e2e, a, b, 0.95), e2e_mean_s=_mean(tel.e2e, a, b), pods_observed=1,
+        arrival_rate=(j - i) / window_s,
     )
+
+
+def measured_cold_start(sim, role: str) -> float | None:
+    """What the controller reads off pod timestamps: created → Ready of the role's newest replicas (the
+    initial ones are Ready at t=0 here; on a cluster their pods went through the same cold start)."""
+    cold = getattr(sim.truth, role).cold_start_seconds
+    samples = [(r.requested, r.ready - r.requested if r.ready > r.requested else cold) for r in sim.replicas[role]
+               if math.isfinite(r.ready)]
+    return headroom.measured_cold_start(samples)
 
 
 def observation(sim, window_s: float, ttft_percentile: float) -> Observation:
     """What the operator's controller would hand the planner at this moment."""
     return Observation(
-        prefill=RoleObservation(role_replicas(sim, "prefill"), window_figures(sim, "prefill", window_s, ttft_percentile)),
-        decode=RoleObservation(role_replicas(sim, "decode"), window_figures(sim, "decode", window_s, ttft_percentile)),
+        prefill=RoleObservation(role_replicas(sim, "prefill"), window_figures(sim, "prefill", window_s, ttft_percentile),
+                                cold_start_s=measured_cold_start(sim, "prefill")),
+        decode=RoleObservation(role_replicas(sim, "decode"), window_figures(sim, "decode", window_s, ttft_percentile),
+                               cold_start_s=measured_cold_start(sim, "decode")),
         router=router_figures(sim, window_s),
     )

@@ -24,6 +24,9 @@ class RoleReplicas:
     ready: int  # Ready pods/replicas
     starting: int = 0  # created but not Ready yet (weights loading); they count as coming capacity
     starting_for_s: tuple[float, ...] = ()  # how long each starting replica has been starting
+    # Pending because no node can take them (PodScheduled=False, Unschedulable): part of ``desired``,
+    # never of ``starting`` — they are not capacity on its way
+    unschedulable: int = 0
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,7 @@ class RoleObservation:
     replicas: RoleReplicas
     window: WindowFigures | None  # None: no metrics at all for this role
     rolling_out: bool = False  # a template/spec rollout is in progress (pods being replaced)
+    cold_start_s: float | None = None  # measured pod created → Ready on this cluster; None: the profile's
 
 
 @dataclass(frozen=True)
@@ -103,12 +107,29 @@ class PlannerConfig:
     # squared coefficient of variation of prefill service times in the queueing tail: 1.2 measured in a
     # steady agent run; 2.0 also covers the re-prefill storms of moved sessions (docs/2026-11-30-autoscale-bench.md)
     service_cv2: float = 2.0
+    # Headroom from the deployment's own demand (planner/headroom.py): size for this quantile of the
+    # demand rises seen over one cold start (+ one interval), times the current demand; 0 turns it off
+    headroom_quantile: float = 0.9
+    headroom_bucket_s: float = 60.0  # demand history resolution
+    headroom_history_s: float = 4 * 3600.0  # how far back rises are learned from
+    headroom_min_samples: int = 10  # fewer past moments than this: no learned headroom yet (one rise is no quantile)
+    headroom_max: float = 2.0  # the learned rise is capped at this (a forecast, not a panic)
+    # prefill sizing never assumes prefill more than this × dearer than its measured service time (0: no cap)
+    max_tail_over_service: float = 1.3
+    use_arrivals: bool = True  # prompt demand ≥ the session proxy's arrival rate (a leading signal), when known
+    # a scale-down followed by a breach within this long teaches a larger scale-down margin: the ratio of the
+    # replicas before it to the need the model saw (re-prefill storms the queueing model does not see)
+    learn_down_margin: bool = True
+    down_breach_window_s: float = 300.0
+    scale_up_stabilization_s: float = 0.0  # scale up only to the lowest need of this long (HPA semantics)
 
     @classmethod
-    def for_spec(cls, interval_s: float, scale_down_stabilization_s: float) -> PlannerConfig:
+    def for_spec(cls, interval_s: float, scale_down_stabilization_s: float,
+                 scale_up_stabilization_s: float = 0.0) -> PlannerConfig:
         """The knobs a V41FlashDeployment's spec.autoscaling sets (the operator and the benchmark both use it)."""
         return cls(
             interval_s=float(interval_s),
+            scale_up_stabilization_s=float(scale_up_stabilization_s),
             scale_down_stabilization_s=float(scale_down_stabilization_s),
             # a user's shorter scaleDownStabilizationSeconds also shortens the post-scale-up cooldown and
             # the spacing of scale-downs
@@ -132,6 +153,11 @@ class RoleState:
     rate_time: float | None = None  # time of the last rate update
     last_waiting: float | None = None  # queued requests at the last update (queue growth → arrivals)
     hit_level: float | None = None  # smoothed prefix-cache hit rate of the role that computes prompts
+    demand_history: tuple[tuple[float, float, int], ...] = ()  # (bucket start, mean req/s, samples)
+    up_recommendations: tuple[tuple[float, int], ...] = ()
+    last_down_from: int | None = None  # replicas before the last scale-down
+    last_down_need: float | None = None  # the need the model saw then (None: already judged)
+    down_margin_learned: float = 0.0  # learned scale-down margin (replicas ÷ need), 0: none  # (time, replicas) within scale-up stabilization
 
 
 @dataclass(frozen=True)
@@ -157,7 +183,8 @@ class PlannerState:
 
         def role(d: dict | None) -> RoleState:
             d = dict(d or {})
-            d["recommendations"] = tuple(tuple(r) for r in d.get("recommendations", ()))
+            for key in ("recommendations", "demand_history", "up_recommendations"):
+                d[key] = tuple(tuple(r) for r in d.get(key, ()))
             known = {f for f in RoleState.__dataclass_fields__}
             return RoleState(**{k: v for k, v in d.items() if k in known})
 

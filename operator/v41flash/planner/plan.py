@@ -24,7 +24,9 @@ from dataclasses import replace
 
 from v41flash.planner.datatypes import Bounds, Decision, Observation, PlannerConfig, PlannerState, RoleDecision, Slo
 from v41flash.planner.profile import CapacityProfile
-from v41flash.planner.steps import Claim, act, clamp, forecast, judge, learn, predict, size, split_slo, workload_demand
+from v41flash.planner.steps import (
+    Claim, act, clamp, cold_start_of, forecast, judge, learn, predict, size, split_slo, workload_demand,
+)
 from v41flash.roles import ROLES, Role
 
 
@@ -48,11 +50,12 @@ def plan(
     new_state, claims, rates = learned.state, [], {}
     for role in roles:
         obs, role_bounds, role_profile = getattr(observed, role), getattr(bounds, role), getattr(profile, role)
-        fc = forecast(judged.role(role), demand, role == "prefill" or not disagg, role_profile.cold_start_seconds,
-                      new_state.role(role), now, config)
+        arrivals = observed.router.arrival_rate if observed.router is not None else None
+        fc = forecast(judged.role(role), demand, role == "prefill" or not disagg, cold_start_of(obs, role_profile),
+                      new_state.role(role), now, config, arrivals)
         sizing = size(role, fc.demand_rate, obs, disagg, learned, budgets, profile, slo, config)
         acted = act(role, obs, role_bounds, judged.role(role), fc.demand_rate, sizing, learned, disagg, slo, budgets,
-                    fc.state, now, config)
+                    fc.state, now, config, fc.headroom_note)
         new_state = new_state.with_role(role, acted.state)
         rates[role] = fc.demand_rate
         claims.append(Claim(role, acted.verdict, obs.replicas.desired, role_bounds, role_profile.gpus_per_replica,
@@ -70,6 +73,9 @@ def plan(
         v, j = verdicts[role], judged.role(role)
         if v.action != "hold":  # the last scale action gates the next scale-down (cooldown, spacing)
             new_state = new_state.with_role(role, replace(new_state.role(role), last_scale_time=now, last_action=v.action))
+        if v.action == "scale_down" and claim.need:  # judged if a breach follows (a learned scale-down margin)
+            new_state = new_state.with_role(role, replace(new_state.role(role), last_down_from=claim.current,
+                                                          last_down_need=claim.need))
         decisions[role] = RoleDecision(
             role=role, current=claim.current, desired=v.desired, action=v.action, reason=v.why,
             needed=None if claim.need is None else round(claim.need, 3),

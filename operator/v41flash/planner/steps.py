@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from v41flash.metrics.figures import WindowFigures
-from v41flash.planner import capacity
+from v41flash.planner import capacity, headroom
 from v41flash.planner.datatypes import (
     Action,
     Observation,
@@ -163,6 +163,12 @@ def data_status(obs: RoleObservation, now: float, cfg: PlannerConfig) -> tuple[D
     return "ok", ""
 
 
+def cold_start_of(obs: RoleObservation, role_profile) -> float:
+    """Seconds until a replica ordered now serves: measured on this cluster when known, else the profile's."""
+    measured = obs.cold_start_s
+    return measured if measured is not None and measured > 0 else role_profile.cold_start_seconds
+
+
 def judge(observed: Observation, profile: CapacityProfile, slo: Slo, budgets: Budgets, now: float,
           config: PlannerConfig) -> Judgement:
     """Judge each role's data, measure the user-facing figures and attribute a breach to the role that can fix it."""
@@ -195,7 +201,7 @@ def judge(observed: Observation, profile: CapacityProfile, slo: Slo, budgets: Bu
 
     def one(role: Role, obs: RoleObservation) -> RoleJudgement:
         status, why = data_status(obs, now, cfg)
-        cold_start = (profile.prefill if role == "prefill" else profile.decode).cold_start_seconds
+        cold_start = cold_start_of(obs, profile.prefill if role == "prefill" else profile.decode)
         stuck = [s for s in obs.replicas.starting_for_s if s > 2 * cold_start]
         if stuck:  # still counted as coming capacity, but a human should look (unschedulable? crash loop?)
             notes.append(
@@ -311,6 +317,10 @@ def learn(observed: Observation, judgement: Judgement, demand: Demand, budgets: 
     # heavy-tailed and session-affine): sizing never assumes prefill cheaper than that floor.
     ks = prefill_state.service_correction
     kp = max(prefill_state.correction, ks if ks is not None else cfg.min_throughput_correction)
+    if ks is not None and cfg.max_tail_over_service > 0:
+        # ... nor much dearer than measured: when the TTFT tail is the service time of the longest prompts, more
+        # replicas do not shorten it, and a tail fit that keeps rising with them orders replicas without end
+        kp = min(kp, max(ks, cfg.min_throughput_correction) * cfg.max_tail_over_service)
     # Size for the cache-hit level that will hold when new replicas are Ready, not for one window's miss
     # storm (a scale-down or a wave of new sessions): the smoothed level, when there is one.
     front_role: Role = "prefill" if disagg else "decode"
@@ -327,8 +337,9 @@ def learn(observed: Observation, judgement: Judgement, demand: Demand, budgets: 
 # ---------------------------------------------------------------- 3. forecast
 @dataclass(frozen=True)
 class RoleForecast:
-    state: RoleState  # Holt level and trend, and the queue length, updated
+    state: RoleState  # Holt level and trend, the queue length and the demand history, updated
     demand_rate: float | None  # req/s to size for; None when the data cannot be used
+    headroom_note: str = ""  # set when the learned headroom raised the demand
 
 
 def _holt(rs: RoleState, rate: float | None, now: float, horizon: float, cfg: PlannerConfig) -> tuple[RoleState, float]:
@@ -354,7 +365,7 @@ def _holt(rs: RoleState, rate: float | None, now: float, horizon: float, cfg: Pl
 
 
 def forecast(judged: RoleJudgement, demand: Demand, computes_prompts: bool, cold_start_s: float, state: RoleState,
-             now: float, config: PlannerConfig) -> RoleForecast:
+             now: float, config: PlannerConfig, arrival_rate: float | None = None) -> RoleForecast:
     """Demand over the role's cold-start horizon: damped Holt trend of the rate plus the backlog, never
     below what is observed now while users suffer. ``computes_prompts``: prefill, or an aggregated role."""
     cfg = config
@@ -365,15 +376,36 @@ def forecast(judged: RoleJudgement, demand: Demand, computes_prompts: bool, cold
     rs = state
     # arrivals = completions + queue growth (completions alone understate demand when saturated)
     observed_rate = completed
+    if cfg.use_arrivals and computes_prompts and arrival_rate is not None:
+        # the session proxy counts requests as they arrive: ahead of completions, which cap when saturated
+        observed_rate = max(observed_rate, arrival_rate)
     if cfg.arrivals_from_queue_growth and usable and rs.last_waiting is not None and rs.rate_time is not None and now > rs.rate_time:
         observed_rate = max(0.0, completed + (backlog - rs.last_waiting) / (now - rs.rate_time))
     rs, predicted = _holt(rs, observed_rate if usable else None, now, horizon, cfg)
     rs = replace(rs, last_waiting=backlog if usable else None)
+    rise, note = 1.0, ""
+    if usable and cfg.headroom_quantile > 0:
+        # what this deployment's demand has done within one cold start before (headroom.py); demand only:
+        # a backlog is what too little capacity did, not what the traffic does
+        rs = replace(rs, demand_history=headroom.record(
+            rs.demand_history, now, observed_rate, cfg.headroom_bucket_s, cfg.headroom_history_s))
+        within = cold_start_s + cfg.interval_s
+        rise, samples = headroom.rise_quantile(rs.demand_history, within, cfg.headroom_quantile)
+        rise = min(rise, cfg.headroom_max) if samples >= cfg.headroom_min_samples else 1.0
+        if rise > 1.0:
+            note = (f"headroom ×{rise:.2f} (p{cfg.headroom_quantile * 100:g} of demand rises within {within:.0f}s, "
+                    f"{samples} samples)")
     if not usable:
         return RoleForecast(state=rs, demand_rate=None)
     # smoothed demand normally (noise must not scale); the raw rate too when users already suffer
     rate = (max(observed_rate, predicted) if judged.breached else predicted) + backlog / cfg.backlog_drain_s
-    return RoleForecast(state=rs, demand_rate=rate)
+    if rise > 1.0:
+        # the upper forecast: the smoothed demand level (not the trend forecast: the learned rises already
+        # include trends) times the rise this deployment has shown, never above the highest demand it has seen
+        level = rs.rate_level if rs.rate_level is not None else predicted
+        seen = max((h[1] for h in rs.demand_history), default=level)
+        rate = max(rate, min(level * rise, max(level, seen)) + backlog / cfg.backlog_drain_s)
+    return RoleForecast(state=rs, demand_rate=rate, headroom_note=note)
 
 
 # ---------------------------------------------------------------- 4. size
@@ -521,7 +553,7 @@ def _stabilization_reset(rs: RoleState) -> RoleState:
 
 def act(role: Role, observed: RoleObservation, bounds: RoleBounds, judged: RoleJudgement, demand_rate: float | None,
         sizing: Sizing, learned: Learned, disaggregated: bool, slo: Slo, budgets: Budgets, state: RoleState,
-        now: float, config: PlannerConfig) -> Acted:
+        now: float, config: PlannerConfig, headroom_note: str = "") -> Acted:
     """Asymmetric: scale up at once to the need (counting replicas still starting), scale down one step at a
     time, only to the highest recommendation of the stabilization window, never while metrics are incomplete,
     a change is rolling out, or the SLO is breached. Bounds and the GPU budget come after (``clamp``)."""
@@ -546,6 +578,10 @@ def act(role: Role, observed: RoleObservation, bounds: RoleBounds, judged: RoleJ
         need_txt += f" (tail fit {learned.state.prefill.correction:.2f}, measured prefill time {ks:.2f})"
     if sizing.kv_note:
         need_txt += f"; {sizing.kv_note} needs {need.replicas:.1f}"
+    if headroom_note:
+        need_txt += f"; {headroom_note}"
+    if observed.replicas.unschedulable:
+        need_txt += f"; {observed.replicas.unschedulable} replica(s) unschedulable (not counted as capacity on its way)"
     up_target = math.ceil(need.replicas - 1e-9)
     if not judged.breached and need.replicas <= cur * (1 + cfg.up_tolerance):
         up_target = min(up_target, cur)  # the SLO holds and the need is within noise of what runs
@@ -553,9 +589,25 @@ def act(role: Role, observed: RoleObservation, bounds: RoleBounds, judged: RoleJ
     if judged.breached and up_target <= cur and starting == 0 and judged.data == "ok" and (stuck_correction or not need.feasible):
         up_target = cur + 1  # model cannot learn further: step up on the observed breach alone
         need_txt += " (model at its correction limit; +1 on the observed breach)"
-    rec = max(lo, min(hi, math.ceil(need.replicas * (1 + cfg.down_margin) - 1e-9)))
-    # stabilization window bookkeeping (only complete windows count as evidence for scale-down)
     rs = state
+    if cfg.scale_up_stabilization_s > 0 and judged.data == "ok":
+        # HPA semantics: scale up only to the lowest recommendation of the window
+        ups = tuple(x for x in rs.up_recommendations if x[0] > now - cfg.scale_up_stabilization_s) + ((now, up_target),)
+        rs = replace(rs, up_recommendations=ups)
+        if min(x[1] for x in ups) < up_target:
+            need_txt += f" (scale-up stabilization {cfg.scale_up_stabilization_s:.0f}s: {min(x[1] for x in ups)})"
+        up_target = min(x[1] for x in ups)
+    if (cfg.learn_down_margin and judged.breached and rs.last_action == "scale_down" and rs.last_scale_time is not None
+            and now - rs.last_scale_time <= cfg.down_breach_window_s and rs.last_down_need):
+        # that scale-down broke the SLO: the replicas it left were too few for what the model called the need
+        # (re-prefill storms of moved sessions, a need the model misses): keep that ratio from now on
+        ratio = min(cfg.headroom_max, rs.last_down_from / rs.last_down_need)
+        rs = replace(rs, down_margin_learned=max(rs.down_margin_learned, ratio), last_down_need=None)
+    margin = max(1 + cfg.down_margin, rs.down_margin_learned)
+    if margin > 1 + cfg.down_margin:
+        need_txt += f"; scale-down margin ×{margin:.2f} (learned: a scale-down to that ratio breached)"
+    rec = max(lo, min(hi, math.ceil(need.replicas * margin - 1e-9)))
+    # stabilization window bookkeeping (only complete windows count as evidence for scale-down)
     if judged.data == "ok":
         recs = tuple(x for x in rs.recommendations if x[0] > now - cfg.scale_down_stabilization_s) + ((now, rec),)
         rs = replace(rs, recommendations=recs, tracking_since=rs.tracking_since if rs.tracking_since is not None else now)
