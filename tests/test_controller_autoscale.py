@@ -175,3 +175,84 @@ def test_a_repeated_hold_keeps_the_recorded_decision_and_state_is_compact(server
     assert again.status["plannerState"] == first.status["plannerState"]
     assert set(first.status["plannerState"]["prefill"]) == {"correction", "corrections_learned", "service_correction", "last_scale_time",
                                                              "last_action"}
+
+
+def unschedulable_pod(name: str, role: str) -> SimpleNamespace:
+    p = pod(name, role, ready=False)
+    p.status = SimpleNamespace(pod_ip=None, conditions=[SimpleNamespace(
+        type="PodScheduled", status="False", reason="Unschedulable",
+        message="0/3 nodes are available: 3 Insufficient nvidia.com/gpu. preemption: 0/3 nodes are available: "
+                "3 No preemption victims found for incoming pod.")])
+    return p
+
+
+def test_unschedulable_pods_are_not_starting_capacity_and_show_in_a_condition_and_event(servers):
+    kube = FakeKube()
+    kube.pods += [unschedulable_pod("p-1", "prefill"), unschedulable_pod("p-2", "prefill")]
+    scaler = Autoscaler(kube)
+    body = {**BODY, "status": {**BODY["status"], "prefill": {"desiredReplicas": 3, "readyReplicas": 1, "replicas": 3}}}
+    seen = {}
+    import v41flash.controller.autoscale as autoscale_mod
+    real_plan = autoscale_mod.plan
+
+    def spy(observation, *args, **kwargs):
+        seen["obs"] = observation
+        return real_plan(observation, *args, **kwargs)
+
+    autoscale_mod.plan = spy
+    try:
+        out = scaler.step(body, SPEC)
+    finally:
+        autoscale_mod.plan = real_plan
+    rep = seen["obs"].prefill.replicas
+    assert (rep.desired, rep.ready, rep.starting, rep.unschedulable) == (3, 1, 0, 2)
+    msg = "2 prefill pods unschedulable: Insufficient nvidia.com/gpu"
+    assert out.conditions == [("CapacityPending", "Unschedulable", msg)]
+    assert ("Warning", "Unschedulable", msg) in out.events
+    # the same news again: the condition stays, no second Event
+    body2 = {**body, "status": {**body["status"], "conditions": [
+        {"type": "CapacityPending", "status": "True", "reason": "Unschedulable", "message": msg}]}}
+    scaler.states["u1"] = replace(scaler.states["u1"], last_decision_time=0.0)
+    again = scaler.step(body2, SPEC)
+    assert again.conditions == out.conditions and not [e for e in again.events if e[1] == "Unschedulable"]
+
+
+def test_advisory_mode_decides_and_reports_but_writes_no_replicas(servers):
+    scaler = Autoscaler(FakeKube())
+    now = time.time()
+    seed_history(scaler, {"prefill": busy_page(100, 0.05), "decode": busy_page(100, 0.05)}, now - 60)
+    servers.text[IPS["prefill"]] = busy_page(1000, 4.5)
+    servers.text[IPS["decode"]] = busy_page(1000, 0.05)
+    spec = SPEC.model_copy(update={"autoscaling": SPEC.autoscaling.model_copy(update={"mode": "advisory"})})
+    out = scaler.step(BODY, spec)
+    assert out.desired == {}  # nothing to write
+    last = out.status["lastDecision"]
+    assert last["advisory"] is True and last["action"] == "scale_up" and last["prefill"] > 1
+    assert last["reason"].startswith("advisory (not applied): ")
+    assert [e[1] for e in out.events] == ["WouldScale"]
+    assert desired_replicas(spec, BODY["status"], out.desired)["prefill"] == 1  # replicas stay
+    assert scaler.metrics.advisory.labels("ns", "x")._value.get() == 1
+
+
+def test_throughput_status_counts_prompt_and_output_tokens_per_gpu_and_dollar():
+    from v41flash.controller.observation import throughput_status
+    pre = SimpleNamespace(prompt_tokens_rate=90_000.0, generation_tokens_rate=0.0)
+    dec = SimpleNamespace(prompt_tokens_rate=90_000.0, generation_tokens_rate=10_000.0)
+    st = throughput_status({"prefill": pre, "decode": dec}, {"prefill": 2, "decode": 3}, {"prefill": 4, "decode": 4}, 2.0)
+    assert st == {"tokensPerSecond": 100_000.0, "tokensPerSecondPerGPU": 5_000.0,
+                  "tokensPerDollar": pytest.approx(100_000 * 3600 / (20 * 2.0))}
+    assert "tokensPerDollar" not in throughput_status({"decode": dec}, {"decode": 1}, {"decode": 4}, 0.0)
+
+
+def test_measured_cold_start_from_pod_timestamps():
+    from v41flash.controller.observation import measured_cold_start, pod_view
+    t0 = datetime(2026, 12, 1, tzinfo=timezone.utc).timestamp()
+    pods = []
+    for i, secs in enumerate((500, 700, 600)):
+        p = pod(f"p-{i}", "prefill")
+        p.metadata.creation_timestamp = datetime.fromtimestamp(t0 + 60 * i, timezone.utc)
+        p.status.conditions = [SimpleNamespace(type="Ready", status="True", last_transition_time=datetime.fromtimestamp(
+            t0 + 60 * i + secs, timezone.utc))]
+        pods.append(pod_view(p))
+    assert measured_cold_start(pods) == pytest.approx(600.0)
+    assert measured_cold_start([pod_view(pod("x", "prefill"))]) is None  # no Ready transition time: nothing measured

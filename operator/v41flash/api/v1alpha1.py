@@ -463,15 +463,23 @@ class AutoscalingSpec(Model):
             field_path=".scaleDownStabilizationSeconds"),
     ))
     enabled: bool = Field(True, description="Run the SLO planner for roles whose replicas the operator manages.")
+    mode: Literal["active", "advisory"] = Field(
+        "active", description="active: the planner writes replicas. advisory: it decides and reports what it would "
+                              "do (status.lastDecision, Events WouldScale, metrics) but writes no replicas (a trial).")
     interval_seconds: int = Field(defaults.PLANNER_INTERVAL_SECONDS, ge=5, le=3600,
                                   description="Planner cadence.")
-    scale_up_stabilization_seconds: int = Field(0, ge=0, description="Wait before acting on a scale-up.")
+    scale_up_stabilization_seconds: int = Field(
+        0, ge=0, description="Scale up only to the lowest need of this many seconds (HPA semantics: trades SLO "
+                             "attainment for fewer scale-ups on spiky load; 0 = act on the need at once).")
     scale_down_stabilization_seconds: int = Field(defaults.SCALE_DOWN_STABILIZATION_SECONDS, ge=0,
                                                   description="Demand must stay low this long before a "
                                                               "scale-down.")
     gpu_budget: int = Field(0, ge=0, description="Most GPUs all roles may use together; 0 = no budget.")
     capacity_profile: str = Field("", description="ConfigMap holding a capacity profile (profile.yaml); "
                                                   "'' = the shipped profile for profile + GPU.")
+    cost_per_gpu_hour: float = Field(
+        0.0, ge=0, description="Modelled TCO in $ per GPU-hour; with it status.slo.tokensPerDollar and the "
+                               "v41flash_tokens_per_dollar metric report tokens served per dollar. 0 = not reported.")
 
 
 class V41FlashDeploymentSpec(Model):
@@ -543,6 +551,16 @@ class ObservedSLO(Model):
     request_rate: float | None = None
     prefix_cache_hit_rate: float | None = None
     load_imbalance: float | None = Field(None, description="max/mean running requests over engines.")
+    arrival_rate: float | None = Field(None, description="Requests/s arriving at the session proxy.")
+    new_sessions_per_second: float | None = Field(None, description="New sessions/s seen by the session proxy.")
+    prompt_tokens_arriving_per_second: float | None = Field(
+        None, description="Prompt tokens/s arriving at the session proxy (estimated: request body bytes / 4).")
+    tokens_per_second: float | None = Field(
+        None, description="Tokens served per second: prompt tokens (cached + computed) + output tokens.")
+    tokens_per_second_per_gpu: float | None = Field(None, alias="tokensPerSecondPerGPU",
+                                                    description="tokensPerSecond ÷ GPUs of Ready replicas.")
+    tokens_per_dollar: float | None = Field(
+        None, description="tokensPerSecond × 3600 ÷ (GPUs of Ready replicas × costPerGpuHour).")
 
 
 class PlannerDecision(Model):
@@ -552,6 +570,7 @@ class PlannerDecision(Model):
     prefill: int | None = None
     decode: int | None = None
     reason: str = ""
+    advisory: bool | None = Field(None, description="True: advisory mode, the decision was reported, not applied.")
 
 
 class V41FlashDeploymentStatus(Model):

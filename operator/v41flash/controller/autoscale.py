@@ -32,6 +32,7 @@ from ..planner.profile import CapacityProfile, find_profile, for_rendered_engine
 from ..render import labels as L
 from ..render.engine import engine_config
 from ..render.resolve import Resolved, resolve
+from ..render.router import uses_session_proxy
 from ..roles import ROLES
 from ..vllm import args as vargs
 from ..vllm import features as vfeatures
@@ -49,6 +50,13 @@ class PlannerOutcome:
     desired: dict[str, int] = field(default_factory=dict)
     status: dict[str, Any] = field(default_factory=dict)  # slo, lastDecision, plannerState
     events: list[tuple[str, str, str]] = field(default_factory=list)
+    # conditions the planner owns: (type, reason, message) present while true; every other planner-owned
+    # type (PLANNER_CONDITIONS) is absent
+    conditions: list[tuple[str, str, str]] = field(default_factory=list)
+
+
+CAPACITY_PENDING = "CapacityPending"  # replicas that cannot be scheduled (no free GPUs, taints, ...)
+PLANNER_CONDITIONS = (CAPACITY_PENDING,)
 
 
 STATUS_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # RFC 3339 in UTC, as Kubernetes writes times
@@ -141,21 +149,41 @@ def no_profile_outcome(spec: api.V41FlashDeploymentSpec, slo_status: dict[str, A
                           events=[("Warning", "NoCapacityProfile", reason)])
 
 
-def planner_outcome(decision: Decision, slo_status: dict[str, Any], now: float, previous: dict[str, Any]
-                    ) -> PlannerOutcome:
-    """Replicas to write, status.slo / lastDecision / plannerState, and a Scaled Event when something moved."""
+def planner_outcome(decision: Decision, slo_status: dict[str, Any], now: float, previous: dict[str, Any],
+                    advisory: bool = False) -> PlannerOutcome:
+    """Replicas to write, status.slo / lastDecision / plannerState, and a Scaled Event when something moved.
+
+    ``advisory``: the same decision is reported (lastDecision with advisory: true, a WouldScale Event) and
+    no replicas are written."""
     out = PlannerOutcome(status={"slo": slo_status, "plannerState": durable_state(decision.state)})
     reasons = []
     for d in decision.roles():
-        out.desired[d.role] = d.desired
+        if not advisory:
+            out.desired[d.role] = d.desired
         reasons.append(f"{d.role} {d.current}->{d.desired}: {d.reason}")
-    last = {"time": iso_time(now), "action": decision.action, "reason": "; ".join(reasons)[:2000]}
+    reason = "; ".join(reasons)
+    if advisory:
+        reason = f"advisory (not applied): {reason}"
+    last = {"time": iso_time(now), "action": decision.action, "reason": reason[:2000]}
     for d in decision.roles():
         last[d.role] = d.desired
+    if advisory:
+        last["advisory"] = True
     # The same decision again (only its figures moved) keeps the recorded one: no status churn.
     out.status["lastDecision"] = previous if same_decision(previous, last) else last
     if decision.action != "hold":
-        out.events.append(("Normal", "Scaled", last["reason"]))
+        out.events.append(("Normal", "WouldScale" if advisory else "Scaled", last["reason"]))
+    return out
+
+
+def with_pending(out: PlannerOutcome, pending: str | None, status: Mapping[str, Any]) -> PlannerOutcome:
+    """The CapacityPending condition while pods cannot be scheduled, and a Warning when that news changes."""
+    if pending is None:
+        return out
+    out.conditions.append((CAPACITY_PENDING, "Unschedulable", pending))
+    before = next((c for c in status.get("conditions") or [] if c.get("type") == CAPACITY_PENDING), None)
+    if before is None or before.get("message") != pending:
+        out.events.append(("Warning", "Unschedulable", pending))
     return out
 
 
@@ -200,7 +228,7 @@ class Autoscaler:
         ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
         resolved = resolve(spec)
         pods = [pod_view(p) for p in self.kube.list_pods(ns, L.label_selector(L.serving_pods_selector(name)))]
-        targets = scrape_targets(pods)
+        targets = scrape_targets(pods, session_proxy=uses_session_proxy(spec))
         t0 = time.monotonic()
         snapshots = asyncio.run(scrape(targets)) if targets else []
         self.metrics.record_scrape(ns, name, snapshots, time.monotonic() - t0)
@@ -213,22 +241,27 @@ class Autoscaler:
             return None
         profile = profile_for(spec, resolved, self.kube, ns)
         observed = observe(spec, resolved, pods, history, status, now)
+        self.metrics.record_throughput(ns, name, observed.slo_status)
         previous = status.get("lastDecision") or {}
         state = known or PlannerState.from_dict(status.get("plannerState"))
         if profile is None:
             self.states[uid] = replace(state, last_decision_time=now)
-            return no_profile_outcome(spec, observed.slo_status, previous, now)
+            return with_pending(no_profile_outcome(spec, observed.slo_status, previous, now), observed.pending, status)
 
         slo = planner_slo(spec)
         config = self.config or PlannerConfig.for_spec(spec.autoscaling.interval_seconds,
-                                                       spec.autoscaling.scale_down_stabilization_seconds)
+                                                       spec.autoscaling.scale_down_stabilization_seconds,
+                                                       spec.autoscaling.scale_up_stabilization_seconds)
+        advisory = spec.autoscaling.mode == "advisory"
         self.metrics.record_slo(ns, name, slo.ttft_s, slo.e2e_p95_s)
         decision = plan(observed.observation, profile, slo, planner_bounds(spec), state, now, config)
         # costs first: if the apiserver is unreachable the pass fails before the decision is remembered
-        self._annotate(ns, removal_annotations(decision, pods, snapshots))
+        if not advisory:  # advisory: replicas (and pod deletion costs) stay as they are
+            self._annotate(ns, removal_annotations(decision, pods, snapshots))
         self.states[uid] = decision.state
-        self.metrics.record_decision(ns, name, decision)
-        return planner_outcome(decision, observed.slo_status, now, previous)
+        self.metrics.record_decision(ns, name, decision, advisory=advisory)
+        return with_pending(planner_outcome(decision, observed.slo_status, now, previous, advisory),
+                            observed.pending, status)
 
     def _annotate(self, ns: str, annotations: list[tuple[str, dict[str, str | None]]]) -> None:
         """Deletion costs are a preference: a scale-down goes ahead without them (the ReplicaSet picks)."""

@@ -7,14 +7,15 @@ figures for ``status.slo``; from the spec, the planner's bounds and SLO.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..api import v1alpha1 as api
-from ..metrics.scrape import ScrapeTarget, router_target, vllm_target
+from ..metrics.scrape import ScrapeTarget, proxy_target, router_target, vllm_target
 from ..metrics.window import SnapshotHistory, compute_router_window, role_windows
-from ..planner import drain
+from ..planner import drain, headroom
 from ..planner.datatypes import Bounds, Observation, RoleBounds, RoleObservation, RoleReplicas, Slo
 from ..render import labels as L
 from ..render.resolve import Resolved
@@ -32,6 +33,8 @@ class PodView:
     deleting: bool = False  # has a deletionTimestamp
     created: float | None = None  # unix seconds
     deletion_cost: int | None = None  # the controller.kubernetes.io/pod-deletion-cost annotation, if an int
+    ready_since: float | None = None  # unix seconds of the Ready condition's last transition (Ready pods)
+    unschedulable: str | None = None  # the scheduler's message while PodScheduled=False (Unschedulable)
 
 
 def pod_view(pod: Any) -> PodView:
@@ -41,15 +44,69 @@ def pod_view(pod: Any) -> PodView:
         cost: int | None = int((meta.annotations or {})[drain.POD_DELETION_COST])
     except (KeyError, ValueError):
         cost = None
+    conditions = pod.status.conditions or []
+    ready = next((c for c in conditions if c.type == "Ready" and c.status == "True"), None)
+    since = getattr(ready, "last_transition_time", None) if ready is not None else None
+    stuck = next((c for c in conditions if c.type == "PodScheduled" and c.status == "False"
+                  and getattr(c, "reason", "") == "Unschedulable"), None)
     return PodView(
         name=meta.name,
         role=(meta.labels or {}).get(L.ROLE_LABEL),
-        ready=any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or [])),
+        ready=ready is not None,
         ip=pod.status.pod_ip,
         deleting=bool(meta.deletion_timestamp),
         created=meta.creation_timestamp.timestamp() if meta.creation_timestamp else None,
         deletion_cost=cost,
+        ready_since=since.timestamp() if since is not None else None,
+        unschedulable=(getattr(stuck, "message", "") or "no reason given") if stuck is not None else None,
     )
+
+
+_INSUFFICIENT = re.compile(r"Insufficient ([\w/-]+(?:\.[\w/-]+)*)")  # a resource name, not the sentence's dot
+
+
+def _why_unschedulable(messages: list[str]) -> str:
+    """'0/3 nodes are available: 3 Insufficient nvidia.com/gpu. preemption: ...' → 'Insufficient nvidia.com/gpu'."""
+    found = sorted({f"Insufficient {m}" for msg in messages for m in _INSUFFICIENT.findall(msg)})
+    if found:
+        return ", ".join(found)
+    first = messages[0].strip()
+    return first if len(first) <= 200 else first[:197] + "..."
+
+
+def capacity_pending(pods: Sequence[PodView], roles: Sequence[str]) -> str | None:
+    """'2 prefill pods unschedulable: Insufficient nvidia.com/gpu; ...' for roles with pods no node can take."""
+    parts = []
+    for role in roles:
+        msgs = [p.unschedulable for p in pods if p.role == role and not p.deleting and p.unschedulable]
+        if msgs:
+            parts.append(f"{len(msgs)} {role} pod{'s' if len(msgs) != 1 else ''} unschedulable: {_why_unschedulable(msgs)}")
+    return "; ".join(parts) or None
+
+
+def measured_cold_start(pods: Sequence[PodView]) -> float | None:
+    """Median pod created → Ready of the newest Ready pods (planner/headroom.py), from pod timestamps."""
+    return headroom.measured_cold_start([(p.created, p.ready_since - p.created) for p in pods
+                                         if p.ready and p.created is not None and p.ready_since is not None
+                                         and p.ready_since > p.created])
+
+
+def throughput_status(windows: Mapping, ready: Mapping[str, int], gpus_per_replica: Mapping[str, int],
+                      cost_per_gpu_hour: float) -> dict[str, Any]:
+    """Tokens served per second (prompt tokens, cached + computed, where prompts are computed + output
+    tokens of decode), per GPU of Ready replicas, and per TCO dollar — the seed's unit."""
+    front = windows.get("prefill") or windows.get("decode")
+    dec = windows.get("decode")
+    if front is None and dec is None:
+        return {}
+    tps = (front.prompt_tokens_rate if front else 0.0) + (dec.generation_tokens_rate if dec else 0.0)
+    gpus = sum(ready.get(r, 0) * gpus_per_replica.get(r, 0) for r in ROLES)
+    out: dict[str, Any] = {"tokensPerSecond": float(f"{tps:.3g}")}
+    if gpus > 0:
+        out["tokensPerSecondPerGPU"] = float(f"{tps / gpus:.3g}")
+        if cost_per_gpu_hour > 0:
+            out["tokensPerDollar"] = float(f"{tps * 3600.0 / (gpus * cost_per_gpu_hour):.3g}")
+    return out
 
 
 def serving(pods: Sequence[PodView]) -> dict[str, list[PodView]]:
@@ -58,10 +115,13 @@ def serving(pods: Sequence[PodView]) -> dict[str, list[PodView]]:
             for role in (*ROLES, L.ROUTER)}
 
 
-def scrape_targets(pods: Sequence[PodView]) -> list[ScrapeTarget]:
+def scrape_targets(pods: Sequence[PodView], session_proxy: bool = False) -> list[ScrapeTarget]:
     ready = serving(pods)
     targets = [vllm_target(p.name, role, p.ip) for role in ROLES for p in ready[role]]
-    return targets + [router_target(p.name, p.ip) for p in ready[L.ROUTER]]
+    targets += [router_target(p.name, p.ip) for p in ready[L.ROUTER]]
+    if session_proxy:  # the proxy sees arrivals and new sessions before any engine queues them
+        targets += [proxy_target(p.name, p.ip) for p in ready[L.ROUTER]]
+    return targets
 
 
 def _fmt_s(x: float | None) -> str:
@@ -80,7 +140,10 @@ def observed_slo_status(windows: dict, router_figs: Any) -> dict[str, Any]:
                        ("requestRate", router_figs.request_rate if router_figs is not None and router_figs.requests
                         else (windows["decode"].request_rate if windows.get("decode") else None)),
                        ("prefixCacheHitRate", overall.prefix_cache_hit_rate if overall else None),
-                       ("loadImbalance", overall.load_spread if overall else None)):
+                       ("loadImbalance", overall.load_spread if overall else None),
+                       ("arrivalRate", getattr(router_figs, "arrival_rate", None)),
+                       ("newSessionsPerSecond", getattr(router_figs, "new_session_rate", None)),
+                       ("promptTokensArrivingPerSecond", getattr(router_figs, "prompt_tokens_arriving_rate", None))):
         if value is not None and math.isfinite(value):
             out[key] = float(f"{float(value):.3g}")  # 3 significant digits: no status churn from noise
     return out
@@ -90,6 +153,7 @@ def observed_slo_status(windows: dict, router_figs: Any) -> dict[str, Any]:
 class Observed:
     observation: Observation  # the planner's input
     slo_status: dict[str, Any]  # status.slo
+    pending: str | None = None  # pods no node can take, for the CapacityPending condition
 
 
 def observe(spec: api.V41FlashDeploymentSpec, resolved: Resolved, pods: Sequence[PodView], history: SnapshotHistory,
@@ -111,20 +175,30 @@ def observe(spec: api.V41FlashDeploymentSpec, resolved: Resolved, pods: Sequence
 
     def role_obs(role: str) -> RoleObservation:
         rs = status.get(role) or {}
-        starting = [p for p in live if p.role == role and not p.ready]
+        role_pods = [p for p in live if p.role == role]
+        # pods no node can take are not capacity on its way (a multi-node replica needs all its pods)
+        stuck = [p for p in role_pods if p.unschedulable]
+        unschedulable = math.ceil(len(stuck) / max(1, resolved.roles[role].nodes_per_replica))
+        starting = [p for p in role_pods if not p.ready and not p.unschedulable]
         created = [p.created for p in starting if p.created is not None]
         desired = rs.get("desiredReplicas") or getattr(spec, role).min_replicas
         return RoleObservation(
             replicas=RoleReplicas(desired=desired, ready=rs.get("readyReplicas", len(ready[role])),
-                                  starting=max(0, desired - rs.get("readyReplicas", 0)),
-                                  starting_for_s=tuple(max(0.0, now - c) for c in created)),
+                                  starting=max(0, desired - rs.get("readyReplicas", 0) - unschedulable),
+                                  starting_for_s=tuple(max(0.0, now - c) for c in created),
+                                  unschedulable=unschedulable),
             window=windows.get(role),
-            rolling_out=rs.get("replicas", 0) > desired)
+            rolling_out=rs.get("replicas", 0) > desired,
+            cold_start_s=measured_cold_start(role_pods))
 
     observation = Observation(decode=role_obs("decode"),
                               prefill=role_obs("prefill") if resolved.roles["prefill"].enabled else None,
                               router=router_figs)
-    return Observed(observation=observation, slo_status=observed_slo_status(windows, router_figs))
+    slo_status = observed_slo_status(windows, router_figs)
+    slo_status.update(throughput_status(windows, {r: len(ready[r]) for r in ROLES},
+                                        {r: resolved.roles[r].gpus_per_replica for r in ROLES},
+                                        spec.autoscaling.cost_per_gpu_hour))
+    return Observed(observation=observation, slo_status=slo_status, pending=capacity_pending(live, enabled))
 
 
 def planner_bounds(spec: api.V41FlashDeploymentSpec) -> Bounds:

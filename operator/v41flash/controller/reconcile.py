@@ -23,9 +23,9 @@ from ..render.checks import operator_checks
 from ..render.resolve import DEPLOYMENT, LEADER_WORKER_SET, resolve
 from ..render.router import service_address
 from ..roles import ROLES
-from .autoscale import PlannerOutcome, iso_time
+from .autoscale import PLANNER_CONDITIONS, PlannerOutcome, iso_time
 from .kube import ChildRef, Kube, KindNotInstalled, is_conflict
-from .status import Stall, WorkloadState, compute_status, workload_state
+from .status import Stall, WorkloadState, _condition, compute_status, workload_state
 
 log = logging.getLogger(__name__)
 
@@ -194,6 +194,8 @@ def _status(obj: api.V41FlashDeployment | None, body: dict[str, Any], live: dict
         router_service=service_address(name, namespace), stall=stall, previous=previous, now=now)
     if planner is not None and stall is None:
         status.update(planner.status)
+    status["conditions"] = _planner_conditions(status["conditions"], previous, planner if stall is None else None,
+                                               generation, now)
     return status
 
 
@@ -201,6 +203,17 @@ def _gpus_per_replica(previous_role_status: dict[str, Any]) -> int:
     """GPUs per replica as the last status counted them (total over the replicas it counted), for when the spec
     cannot say; dividing by the replicas running now would be wrong while their number changes."""
     return previous_role_status.get("gpus", 0) // max(1, previous_role_status.get("replicas", 0))
+
+
+def _planner_conditions(conditions: list[dict[str, Any]], previous: dict[str, Any], planner: PlannerOutcome | None,
+                        generation: int, now: str) -> list[dict[str, Any]]:
+    """Add the planner's conditions (abnormal polarity: present and True only while so). Between planner
+    passes (no outcome) the recorded ones are kept, like status.lastDecision."""
+    prev = previous.get("conditions") or []
+    if planner is None:
+        return conditions + [c for c in prev if c.get("type") in PLANNER_CONDITIONS]
+    return conditions + [_condition(prev, type_, "True", reason, message, generation, now)
+                         for type_, reason, message in planner.conditions]
 
 
 __all__ = ["reconcile", "desired_replicas", "Outcome", "WorkloadState"]

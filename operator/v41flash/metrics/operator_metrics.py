@@ -58,6 +58,22 @@ class PlannerMetrics:
             "v41flash_planner_clamped_decisions", "Decisions changed by replica bounds or the GPU budget.",
             _ROLE, registry=registry,
         )
+        self.advisory = Gauge(
+            "v41flash_planner_advisory", "1 when the planner runs in advisory mode (decides, writes no replicas).",
+            _DEP, registry=registry,
+        )
+        self.tokens_per_second = Gauge(
+            "v41flash_tokens_per_second", "Tokens served per second (prompt tokens, cached + computed, + output).",
+            _DEP, registry=registry,
+        )
+        self.tokens_per_second_per_gpu = Gauge(
+            "v41flash_tokens_per_second_per_gpu", "Tokens served per second per GPU of Ready replicas.",
+            _DEP, registry=registry,
+        )
+        self.tokens_per_dollar = Gauge(
+            "v41flash_tokens_per_dollar", "Tokens served per TCO dollar (spec.autoscaling.costPerGpuHour).",
+            _DEP, registry=registry,
+        )
         self.scrape_errors = Counter(
             "v41flash_metrics_scrape_errors", "Failed /metrics scrapes of vLLM or router pods.", _ROLE, registry=registry
         )
@@ -66,7 +82,8 @@ class PlannerMetrics:
             _DEP, registry=registry, buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30),
         )
 
-    def record_decision(self, namespace: str, deployment: str, decision: Decision) -> None:
+    def record_decision(self, namespace: str, deployment: str, decision: Decision, advisory: bool = False) -> None:
+        self.advisory.labels(namespace, deployment).set(1 if advisory else 0)
         for d in decision.roles():
             labels = (namespace, deployment, d.role)
             self.decisions.labels(*labels, d.action).inc()
@@ -96,6 +113,14 @@ class PlannerMetrics:
             if not s.ok:
                 self.scrape_errors.labels(namespace, deployment, s.role).inc()
 
+    def record_throughput(self, namespace: str, deployment: str, slo_status: dict) -> None:
+        """The status.slo throughput figures (absent ones leave their series alone)."""
+        for key, gauge in (("tokensPerSecond", self.tokens_per_second),
+                           ("tokensPerSecondPerGPU", self.tokens_per_second_per_gpu),
+                           ("tokensPerDollar", self.tokens_per_dollar)):
+            if slo_status.get(key) is not None:
+                gauge.labels(namespace, deployment).set(slo_status[key])
+
     def record_slo(self, namespace: str, deployment: str, ttft_s: float, e2e_p95_s: float) -> None:
         self.slo_target.labels(namespace, deployment, "ttft").set(ttft_s)
         self.slo_target.labels(namespace, deployment, "e2e_p95").set(e2e_p95_s)
@@ -105,7 +130,8 @@ class PlannerMetrics:
         for metric in (
             self.decisions, self.desired_replicas, self.current_replicas, self.needed_replicas, self.demand,
             self.predicted_latency, self.observed_latency, self.correction, self.slo_breached, self.clamped,
-            self.scrape_errors, self.scrape_duration, self.slo_target,
+            self.scrape_errors, self.scrape_duration, self.slo_target, self.advisory, self.tokens_per_second,
+            self.tokens_per_second_per_gpu, self.tokens_per_dollar,
         ):
             for labels in list(metric._metrics):  # prometheus_client keeps children keyed by label tuples
                 if labels[:2] == (namespace, deployment):
