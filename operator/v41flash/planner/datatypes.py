@@ -116,7 +116,9 @@ class PlannerConfig:
     headroom_max: float = 2.0  # the learned rise is capped at this (a forecast, not a panic)
     # prefill sizing never assumes prefill more than this × dearer than its measured service time (0: no cap)
     max_tail_over_service: float = 1.3
-    use_arrivals: bool = True  # prompt demand ≥ the session proxy's arrival rate (a leading signal), when known
+    # prompt demand ≥ the session proxy's arrival rate (a leading signal), when known; off: in the closed-loop
+    # simulator arrivals track completions and it cost the shipped diurnal scenario a window (suite doc)
+    use_arrivals: bool = False
     # a scale-down followed by a breach within this long teaches a larger scale-down margin: the ratio of the
     # replicas before it to the need the model saw (re-prefill storms the queueing model does not see)
     learn_down_margin: bool = True
