@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from kit import wait_for
+from e2e.kit import wait_for
 
 pytestmark = pytest.mark.e2e
 

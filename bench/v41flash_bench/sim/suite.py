@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from v41flash_bench.sim.scenario import POLICIES, Scenario
+from v41flash_bench.sim.scenario import POLICIES, AutoscaleScenario
 
 FAMILIES = ("steady", "diurnal", "surge_stays", "surge_ends", "burst_short", "burst_long")
 GPU_PRODUCTS = ("H200", "B200", "B300", "GB300")
@@ -94,7 +94,7 @@ def parse_seeds(text: str) -> list[int]:
     return sorted(seeds)
 
 
-def draw_scenario(seed: int, suite: str = "mixed") -> tuple[str, Scenario]:
+def draw_scenario(seed: int, suite: str = "mixed") -> tuple[str, AutoscaleScenario]:
     """(family, scenario) for one suite seed; the same seed always gives the same scenario."""
     family = FAMILIES[seed % len(FAMILIES)]
     rng = np.random.default_rng([seed, 4111])
@@ -139,7 +139,7 @@ def draw_scenario(seed: int, suite: str = "mixed") -> tuple[str, Scenario]:
                 f"~{arrivals['burst_every_s']:.0f}s, CV {arrivals['cv']:.1f}")
     arrivals["peak_rps"] = round(peak, 2)
     name = f"{suite}-{seed:03d}-{family}"
-    sc = Scenario.model_validate({
+    sc = AutoscaleScenario.model_validate({
         "name": name,
         "description": (f"{desc}; {product} {serving}; peak {peak:.1f} req/s; TTFT p{pct * 100:g} ≤ {ttft:.2f}s, "
                         f"e2e p95 ≤ {e2e:.0f}s; profile error ×{error:.2f}; cold start {cold:.0f}s"),
@@ -157,7 +157,7 @@ def draw_scenario(seed: int, suite: str = "mixed") -> tuple[str, Scenario]:
     return family, sc
 
 
-def draw_suite(seeds: list[int], suite: str = "mixed") -> list[tuple[str, Scenario]]:
+def draw_suite(seeds: list[int], suite: str = "mixed") -> list[tuple[str, AutoscaleScenario]]:
     return [draw_scenario(s, suite) for s in seeds]
 
 
@@ -165,7 +165,7 @@ def draw_suite(seeds: list[int], suite: str = "mixed") -> list[tuple[str, Scenar
 
 
 def _run_one(args) -> dict:
-    from v41flash_bench.sim.runner import run_benchmark
+    from v41flash_bench.sim.autoscale_bench import run_benchmark
 
     family, sc, out_dir, policies, plots, overrides = args
     t = time.perf_counter()
