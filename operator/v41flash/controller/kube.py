@@ -5,6 +5,7 @@ Everything else in the controller is pure and takes what this module reads.
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -35,6 +36,10 @@ CHILD_KINDS: tuple[tuple[str, str], ...] = (
 )
 
 
+class NotLeader(Exception):
+    """This replica's leadership term may have ended: it writes nothing until it leads again."""
+
+
 class KindNotInstalled(Exception):
     """The cluster lacks a kind the deployment needs (e.g. the LeaderWorkerSet CRD)."""
 
@@ -50,20 +55,47 @@ class ChildRef:
         return cls(obj["apiVersion"], obj["kind"], obj["metadata"]["name"])
 
 
+# Every call to the apiserver has a deadline (connect, read seconds): a hung connection fails the pass, which
+# is retried, instead of holding a worker forever. Watches are kopf's and have their own timeouts.
+REQUEST_TIMEOUT: tuple[float, float] = (5.0, 30.0)
+CONNECTION_POOL = 32  # concurrent applies across deployments share these connections
+APPLY_WORKERS = 16  # one pool for every deployment's child applies: bounded however many reconcile at once
+
+
+class TimeoutApiClient(client.ApiClient):
+    """An ApiClient whose every request carries REQUEST_TIMEOUT unless the caller passes its own."""
+
+    def call_api(self, *args: Any, _request_timeout: Any = None, **kwargs: Any):  # type: ignore[override]
+        return super().call_api(*args, _request_timeout=_request_timeout or REQUEST_TIMEOUT, **kwargs)
+
+
 def load_config(kubeconfig: str | None = None) -> client.ApiClient:
+    """A client for the given kubeconfig, else in-cluster, else ~/.kube/config (or $KUBECONFIG).
+
+    The configuration is our own object, never the library's process-wide default, and the path is
+    passed explicitly: the library reads $KUBECONFIG once at import, so setting it later does nothing.
+    """
+    cfg = client.Configuration()
     if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig)
+        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
     else:
         try:
-            config.load_incluster_config()
+            config.load_incluster_config(client_configuration=cfg)
         except config.ConfigException:
-            config.load_kube_config()
-    return client.ApiClient()
+            config.load_kube_config(client_configuration=cfg)
+    cfg.connection_pool_maxsize = CONNECTION_POOL
+    return TimeoutApiClient(cfg)
 
 
 class Kube:
     def __init__(self, api_client: client.ApiClient | None = None):
-        self.api_client = api_client or client.ApiClient()
+        self.api_client = api_client or TimeoutApiClient()
+        self._pool = ThreadPoolExecutor(APPLY_WORKERS, thread_name_prefix="apply")
+        self.fence: Any = None  # () -> bool: may we write? (leader election); None = always
+
+    def _may_write(self) -> None:
+        if self.fence is not None and not self.fence():
+            raise NotLeader("not the leader (or the Lease could not be renewed in time): not writing")
         self.dynamic = DynamicClient(self.api_client)
         self.core = client.CoreV1Api(self.api_client)
         self.custom = client.CustomObjectsApi(self.api_client)
@@ -88,28 +120,53 @@ class Kube:
     def apply(self, obj: dict[str, Any], namespace: str) -> dict[str, Any]:
         """Server-side apply under our field manager; force: the operator fully owns its children's fields."""
         res = self._resource(obj["apiVersion"], obj["kind"])
+        self._may_write()
         out = res.server_side_apply(body=obj, name=obj["metadata"]["name"], namespace=namespace,
                                     field_manager=FIELD_MANAGER, force_conflicts=True)
         return out.to_dict()
 
+    def apply_many(self, objs: list[dict[str, Any]], namespace: str) -> list[dict[str, Any] | BaseException]:
+        """Apply objects concurrently; each result is the applied object or the exception it raised."""
+        def one(obj: dict[str, Any]) -> dict[str, Any] | BaseException:
+            try:
+                return self.apply(obj, namespace)
+            except Exception as exc:  # the caller decides per object (stall, retry)
+                return exc
+        if len(objs) <= 1:
+            return [one(o) for o in objs]
+        return list(self._pool.map(one, objs))
+
     def list_children(self, namespace: str, instance: str, owner_uid: str) -> list[dict[str, Any]]:
-        """Our children of one deployment: labelled by us AND owned by this very CR (uid)."""
+        """Our children of one deployment: labelled by us AND owned by this very CR (uid); kinds listed concurrently."""
         selector = L.label_selector(L.owned_selector(instance))
-        found: list[dict[str, Any]] = []
-        for api_version, kind in CHILD_KINDS:
+
+        def of_kind(kind_ref: tuple[str, str]) -> list[dict[str, Any]]:
+            api_version, kind = kind_ref
             try:
                 res = self._resource(api_version, kind)
             except KindNotInstalled:
-                continue
+                return []
+            out = []
             for item in res.get(namespace=namespace, label_selector=selector).to_dict().get("items", []):
                 owners = item["metadata"].get("ownerReferences") or []
                 if any(o.get("uid") == owner_uid for o in owners):
                     item.setdefault("apiVersion", api_version)
                     item.setdefault("kind", kind)
-                    found.append(item)
-        return found
+                    out.append(item)
+            return out
+        return [item for items in self._pool.map(of_kind, CHILD_KINDS) for item in items]
+
+    def get(self, ref: ChildRef, namespace: str) -> dict[str, Any] | None:
+        try:
+            out = self._resource(ref.api_version, ref.kind).get(name=ref.name, namespace=namespace).to_dict()
+        except (NotFoundError, KindNotInstalled):
+            return None
+        out.setdefault("apiVersion", ref.api_version)
+        out.setdefault("kind", ref.kind)
+        return out
 
     def delete(self, ref: ChildRef, namespace: str) -> None:
+        self._may_write()
         try:
             self._resource(ref.api_version, ref.kind).delete(
                 name=ref.name, namespace=namespace, body={"propagationPolicy": "Background"})
@@ -120,14 +177,17 @@ class Kube:
         return self.core.list_namespaced_pod(namespace, label_selector=selector).items
 
     def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
+        self._may_write()
         self.core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": annotations}})
 
-    def patch_status(self, namespace: str, name: str, status: dict[str, Any], resource_version: str) -> None:
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any], resource_version: str
+                     ) -> dict[str, Any]:
         """Replace the status with an optimistic lock: a stale view fails the `test` op (422/409) and the next
-        pass retries from a fresh read."""
+        pass retries from a fresh read. Returns the object as written."""
+        self._may_write()
         body = [{"op": "test", "path": "/metadata/resourceVersion", "value": resource_version},
                 {"op": "add", "path": "/status", "value": status}]
-        self.custom.patch_namespaced_custom_object_status(api.GROUP, api.VERSION, namespace, api.PLURAL, name, body,
+        return self.custom.patch_namespaced_custom_object_status(api.GROUP, api.VERSION, namespace, api.PLURAL, name, body,
                                                           _content_type="application/json-patch+json")
 
 
@@ -145,7 +205,10 @@ class Kube:
             source=client.V1EventSource(component=FIELD_MANAGER), reporting_component=FIELD_MANAGER,
             reporting_instance=FIELD_MANAGER)
         try:
+            self._may_write()
             self.core.create_namespaced_event(meta["namespace"], event)
+        except NotLeader:
+            return
         except ApiException as exc:  # an Event is best effort: never fail a reconcile over it
             log.warning("could not post event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], exc.reason)
 
