@@ -97,7 +97,7 @@ def check_installed_operator(cluster, tmp_path: Path, example_ns: str) -> None:
     """Run the installed identity, make the example Ready, then delete it and see its children go."""
     deploy = operator_deployment(cluster)
     pod = deploy["spec"]["template"]["spec"]
-    assert deploy["spec"]["replicas"] == 1 and deploy["spec"]["strategy"]["type"] == "Recreate"
+    assert deploy["spec"]["replicas"] == 2 and deploy["spec"]["strategy"]["type"] == "RollingUpdate"
     sa = pod["serviceAccountName"]
     kubeconfig = sa_kubeconfig(cluster, OP_NS, sa, tmp_path / "sa.kubeconfig")
     can_i = lambda *a: subprocess.run(  # noqa: E731
@@ -106,6 +106,8 @@ def check_installed_operator(cluster, tmp_path: Path, example_ns: str) -> None:
     # Least privilege as the apiserver sees it: what the operator needs, and nothing like admin.
     assert can_i("patch", "v41flashdeployments.v41flash.io", "-n", example_ns) == "yes"
     assert can_i("create", "deployments.apps", "-n", example_ns) == "yes"
+    assert can_i("update", "leases.coordination.k8s.io/v41flash-operator", "-n", OP_NS) == "yes"
+    assert can_i("update", "leases.coordination.k8s.io/someone-else", "-n", OP_NS) == "no"
     for verb, what in (("get", "secrets"), ("create", "clusterroles"), ("delete", "namespaces"),
                        ("update", "deployments.apps"), ("escalate", "roles")):
         assert can_i(verb, what, "-n", example_ns) == "no", f"the operator may {verb} {what}"

@@ -68,13 +68,14 @@ Server-side apply is a PATCH that creates a missing object, so it needs both pat
 - apiGroups: ["v41flash.io"]
   resources: ["v41flashdeployments/finalizers"]
   verbs: ["update"]
-# Children: server-side apply, list by label to prune, delete what is no longer desired.
+# Children: server-side apply, list by label to prune, delete what is no longer desired; the workloads
+# are watched too (their status, without reading them every pass) and read by name when a cache is cold.
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["list", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: ["leaderworkerset.x-k8s.io"]
   resources: ["leaderworkersets"]
-  verbs: ["list", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["services", "serviceaccounts"]
   verbs: ["list", "create", "patch", "delete"]
