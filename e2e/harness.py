@@ -43,7 +43,7 @@ GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
 # Each cluster's pods live in 127.<N>.0.0/16 (all of 127.0.0.0/8 is on the loopback interface, so pod IPs
 # are bindable). N is claimed per cluster (claim_pod_network), so several clusters on one machine never
 # share pod IPs; node i gets 127.<N>.<i>.0/24 and 127.<N>.0.0/24 is kwok's fallback pool.
-SERVICE_CIDR = "10.0.0.0/24"
+SERVICE_CIDR = "10.0.0.0/16"  # 65k Service IPs: 500+ deployments (3 Services each) and room to spare
 LWS_NAMESPACE = "lws-system"
 CORE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "supervisor")
 
@@ -394,6 +394,30 @@ class Cluster:
             data = self.info()
             data["procs"] = [asdict(p) for p in procs]
             write_json(self.pids_file, data)
+
+    def restart(self, name: str, down_seconds: float = 0.0, sig: int = signal.SIGKILL) -> Proc:
+        """Kill one component (SIGKILL: a crash) and start it again with the same command line and log, after
+        `down_seconds`; returns the new process. Fault tests use it on kube-apiserver and etcd."""
+        with self._locked():
+            procs = self.procs()
+        (old,) = [p for p in procs if p.name == name]
+        if old.alive():
+            try:
+                os.killpg(old.pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 30
+        while old.alive() and time.monotonic() < deadline:
+            if old.pid in _children and _children[old.pid].poll() is not None:
+                _reap(old.pid)
+            time.sleep(0.05)
+        if old.alive():
+            raise RuntimeError(f"{name} (pid {old.pid}) did not die")
+        _reap(old.pid)
+        time.sleep(down_seconds)
+        new = spawn(name, old.argv, Path(old.log), port=old.port, extra=old.extra)
+        self.register(new)
+        return new
 
     def unregister(self, name: str) -> None:
         with self._locked():

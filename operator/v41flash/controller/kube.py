@@ -14,6 +14,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
+from prometheus_client import Counter
 
 from ..api import v1alpha1 as api
 from ..render import labels as L
@@ -62,11 +63,17 @@ CONNECTION_POOL = 32  # concurrent applies across deployments share these connec
 APPLY_WORKERS = 16  # one pool for every deployment's child applies: bounded however many reconcile at once
 
 
+API_REQUESTS = Counter("v41flash_api_requests_total",
+                       "Requests to the apiserver from the operator's own client (kopf's watches not included)",
+                       ["verb"])
+
+
 class TimeoutApiClient(client.ApiClient):
     """An ApiClient whose every request carries REQUEST_TIMEOUT unless the caller passes its own."""
 
-    def call_api(self, *args: Any, _request_timeout: Any = None, **kwargs: Any):  # type: ignore[override]
-        return super().call_api(*args, _request_timeout=_request_timeout or REQUEST_TIMEOUT, **kwargs)
+    def call_api(self, method: str, *args: Any, _request_timeout: Any = None, **kwargs: Any):  # type: ignore[override]
+        API_REQUESTS.labels(method).inc()
+        return super().call_api(method, *args, _request_timeout=_request_timeout or REQUEST_TIMEOUT, **kwargs)
 
 
 def load_config(kubeconfig: str | None = None) -> client.ApiClient:
