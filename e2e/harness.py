@@ -408,12 +408,10 @@ class Cluster:
                 pass
         deadline = time.monotonic() + 30
         while old.alive() and time.monotonic() < deadline:
-            if old.pid in _children and _children[old.pid].poll() is not None:
-                _reap(old.pid)
+            old.exit_code()  # reaps it when this process started it
             time.sleep(0.05)
         if old.alive():
             raise RuntimeError(f"{name} (pid {old.pid}) did not die")
-        _reap(old.pid)
         time.sleep(down_seconds)
         new = spawn(name, old.argv, Path(old.log), port=old.port, extra=old.extra)
         self.register(new)

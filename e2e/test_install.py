@@ -61,7 +61,7 @@ class ServiceAccountOperator(OperatorProcess):
     name = "operator-install"
 
     def __init__(self, cluster, kubeconfig: Path, container_args: list[str]):
-        super().__init__(SimpleNamespace(cluster=cluster.cluster, kubeconfig=kubeconfig))
+        super().__init__(SimpleNamespace(cluster=cluster.cluster, kubeconfig=kubeconfig), name=self.name)
         self.log_path = cluster.cluster.logs / f"{self.name}.log"  # its own log: checked for permission errors
         self.metrics_port, self.health_port = free_port(), free_port()
         self.container_args = container_args

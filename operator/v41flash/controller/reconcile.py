@@ -173,7 +173,10 @@ def reconcile(kube: Kube, body: dict[str, Any], emit: Emit, *, now: str | None =
                     pruned.append(f"{ref.kind}/{ref.name}")
                     del live[ref]
     if not how.apply or (problems and not prune):  # observe: workloads as they run
-        live.update(how.workloads(namespace, uid) if how.workloads else _read_workloads(kube, namespace, want))
+        cached = how.workloads(namespace, uid) if how.workloads else {}
+        live.update(cached)
+        # one the watch has not delivered yet is read, not reported missing (no status flapping)
+        live.update(_read_workloads(kube, namespace, frozenset(r for r in want if r not in cached)))
 
     status = _status(obj, body, live, previous, stall, generation, now, planner)
     outcome = Outcome(status=status, applied=applied, pruned=pruned, stall=stall, capacity=capacity, desired=want)
