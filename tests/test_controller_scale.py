@@ -258,3 +258,25 @@ def test_the_child_cache_reports_only_what_status_reads():
     assert cache.of("ns", "u1")[ChildRef("apps/v1", "Deployment", "x-decode")]["status"]["readyReplicas"] == 1
     assert cache.update("DELETED", dep) == ("u1", True) and cache.of("ns", "u1") == {}
     assert cache.update("ADDED", {**dep, "metadata": {"name": "foreign"}}) == (None, False)
+
+
+def test_a_workload_changed_by_someone_else_is_reapplied_at_once_and_our_own_change_only_observed(monkeypatch):
+    asked = []
+    monkeypatch.setattr(handlers, "_request", lambda uid, work: asked.append((uid, work.full)))
+    monkeypatch.setattr(handlers, "_children", handlers.ChildCache())
+    monkeypatch.setitem(handlers._bodies, "u1", body())
+    owner = [{"apiVersion": "v41flash.io/v1alpha1", "kind": "V41FlashDeployment", "uid": "u1"}]
+
+    def dep(generation, rv, ready=0):
+        return {"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "x-decode", "generation": generation, "resourceVersion": rv,
+                             "ownerReferences": owner},
+                "spec": {"replicas": 1}, "status": {"readyReplicas": ready}}
+    run = lambda kind, obj: asyncio.run(handlers._child_event({"type": kind}, obj))  # noqa: E731
+    run("ADDED", dep(1, "5"))
+    monkeypatch.setitem(rec._applied_rv, "u1", {ChildRef("apps/v1", "Deployment", "x-decode"): "7"})
+    run("MODIFIED", dep(2, "7"))  # our own apply (the version it returned): status only
+    run("MODIFIED", dep(2, "8", ready=1))  # the workload controller's status: status only
+    run("MODIFIED", dep(3, "9", ready=1))  # someone edited its spec: re-apply
+    run("DELETED", dep(3, "9", ready=1))
+    assert asked == [("u1", False), ("u1", False), ("u1", False), ("u1", True), ("u1", True)]

@@ -49,3 +49,9 @@ def test_leader_election_is_on_by_default():
     args = build_parser().parse_args(["operator", "--kubeconfig", "x"])
     assert args.leader_elect and args.kubeconfig == "x"
     assert not build_parser().parse_args(["operator", "--no-leader-elect"]).leader_elect
+
+
+def test_the_operator_client_has_every_api_it_uses(kubeconfig):
+    kube = Kube(load_config(str(kubeconfig)))
+    assert kube.core.api_client is kube.api_client and kube.custom.api_client is kube.api_client
+    assert callable(kube.apply) and callable(kube.patch_status)

@@ -245,6 +245,25 @@ class Bench:
                 out[key] = out.get(key, 0.0) + v
         return out
 
+    def versions(self, ns: str) -> dict[str, str]:
+        """resourceVersion of every object the operator writes in the namespace (a write changes it; a no-op
+        server-side apply does not), Events included (a new one is a write)."""
+        from kubernetes import client
+        out: dict[str, str] = {}
+        for o in self.custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)["items"]:
+            out[f"V41FlashDeployment/{o['metadata']['name']}"] = o["metadata"]["resourceVersion"]
+        rbac, policy = client.RbacAuthorizationV1Api(self.api_client), client.PolicyV1Api(self.api_client)
+        for kind, fn in (("Deployment", self.apps.list_namespaced_deployment),
+                         ("Service", self.core.list_namespaced_service),
+                         ("ServiceAccount", self.core.list_namespaced_service_account),
+                         ("ConfigMap", self.core.list_namespaced_config_map),
+                         ("Role", rbac.list_namespaced_role), ("RoleBinding", rbac.list_namespaced_role_binding),
+                         ("PodDisruptionBudget", policy.list_namespaced_pod_disruption_budget),
+                         ("Event", self.core.list_namespaced_event)):
+            for o in fn(ns).items:
+                out[f"{kind}/{o.metadata.name}"] = o.metadata.resource_version
+        return out
+
     def cordon(self, on: bool, nodes: list[str]) -> None:
         for n in nodes:
             self.core.patch_node(n, {"spec": {"unschedulable": on}})
@@ -293,7 +312,7 @@ class Bench:
     def wait_converged(self, w: Watcher, sent: dict[str, float], generation: dict[str, int], timeout: float,
                        children: bool = True) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
-        last_report = 0.0
+        last_report = time.monotonic()
         while True:
             obs = {n: w.observed_at(n, generation[n]) for n in sent}
             kids = {n: w.children_at.get(n) for n in sent} if children else {}
@@ -373,14 +392,17 @@ class Bench:
 
             def idle():
                 time.sleep(20)  # let the last status writes of the probes land
-                before = self.apiserver_writes()
+                before, versions = self.apiserver_writes(), self.versions(ns)
                 time.sleep(self.args.idle_seconds)
-                after = self.apiserver_writes()
-                writes = {k: v for k, v in delta(after, before).items() if v}
-                return {"idle_seconds": self.args.idle_seconds, "apiserver_writes": writes,
-                        "apiserver_writes_total": sum(writes.values())}
+                after, versions_after = self.apiserver_writes(), self.versions(ns)
+                requests = {k: v for k, v in delta(after, before).items() if v}
+                changed = sorted(k for k, v in versions_after.items() if versions.get(k) != v)
+                return {"idle_seconds": self.args.idle_seconds,
+                        "objects_written": len(changed), "objects_written_sample": changed[:20],
+                        "apiserver_write_requests": requests,  # includes no-op server-side applies
+                        "apiserver_write_requests_total": sum(requests.values())}
             idle_res = phase("idle", idle)
-            idle_res["operator_writes"] = sum(v for k, v in idle_res["api_requests"].items() if k != "GET")
+            idle_res["operator_write_requests"] = sum(v for k, v in idle_res["api_requests"].items() if k != "GET")
 
             everyone = names + [f"probe-{i:02d}" for i in range(PROBES)]
 
@@ -444,7 +466,12 @@ def plot(runs: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")  # so the operator is stopped and the nodes uncordoned
+
+
 def run(args) -> int:
+    signal.signal(signal.SIGTERM, _interrupt)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     counts = [int(x) for x in str(args.deployments).split(",") if x.strip()]
@@ -475,7 +502,7 @@ def run(args) -> int:
               f"{f(r['one_more']['apply_to_children_s'], 'p50'):>8}/{f(r['one_more']['apply_to_children_s'], 'p99'):<8} "
               f"{f(r['spec_change']['apply_to_observed_s'], 'p99'):>10} "
               f"{r['idle']['periodic_cycle_s'].get('max_le', '-')!s:>9} {r['operator_rss_mb']['peak']:>7.0f} "
-              f"{r['burst']['api_requests_per_deployment']:>7.1f} {r['idle']['apiserver_writes_total']:>6.0f}")
+              f"{r['burst']['api_requests_per_deployment']:>7.1f} {r['idle']['objects_written']:>6}")
     print(f"report: {out / 'report.json'}; plot: {out / 'latency_vs_n.png'}")
     return 0
 

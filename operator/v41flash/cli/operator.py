@@ -65,6 +65,8 @@ def cmd_operator(args: argparse.Namespace) -> int:
 
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat.JSON if args.log_format == "json"
                    else kopf.LogFormat.FULL)
+    if not args.verbose:  # "Handler 'track' succeeded." for every watch event is no news at 500 deployments
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     from ..controller import handlers  # importing registers the kopf handlers (and our login handler)
     from ..controller.kube import Kube, load_config
 

@@ -58,7 +58,10 @@ PERIODIC_CYCLE = Histogram("v41flash_periodic_cycle_seconds",
 QUEUE_DEPTH = Gauge("v41flash_pass_queue_depth", "Deployments waiting for a pass")
 
 TIMER_INTERVAL_SECONDS = 15.0  # status refresh + the planner's scrapes; the planner plans at its own cadence
-DRIFT_EVERY = 4  # ticks: each deployment's children are re-applied (drift repair) once a minute, staggered
+# ticks: each deployment's children are re-applied and strays pruned every 5 min, staggered; a workload
+# changed or deleted by someone else is re-applied at once (its watch event), so this catches the rest
+# (a Service or ConfigMap edited by hand)
+DRIFT_EVERY = 20
 PASS_WORKERS = 8  # reconcile passes at once (each applies its children concurrently on Kube's pool)
 PLANNER_WORKERS = 8  # planner scrapes at once
 PASS_DEADLINE_SECONDS = 60.0  # a pass still running then is left to finish on its own; others go on
@@ -129,6 +132,12 @@ class ChildCache:
             children[ref] = slim
         strip = lambda o: None if o is None else (o["metadata"]["generation"], o["spec"], o["status"])  # noqa: E731
         return owner, strip(old) != strip(slim)
+
+    def get(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        owner = self._owner(body)
+        ref = ChildRef(body["apiVersion"], body["kind"], body["metadata"]["name"])
+        with self._lock:
+            return (self._by_owner.get(owner) or {}).get(ref) if owner else None
 
     def of(self, namespace: str, uid: str) -> dict[ChildRef, dict[str, Any]]:
         with self._lock:
@@ -219,7 +228,7 @@ def run_pass(uid: str, work: Work) -> rec.Outcome | None:
     with RECONCILE_SECONDS.labels(trigger).time():
         try:
             outcome = reconcile(kube(), body, emit, planner=work.planner, how=how)
-            if outcome.conflict:  # our view was stale: read once and pass again
+            if outcome.conflict:  # the CR changed since the watch delivered it: read it once
                 try:
                     fresh = kube().custom.get_namespaced_custom_object(api.GROUP, api.VERSION, ns, api.PLURAL, name)
                 except ApiException as exc:
@@ -229,8 +238,14 @@ def run_pass(uid: str, work: Work) -> rec.Outcome | None:
                 if fresh["metadata"]["uid"] != uid or fresh["metadata"].get("deletionTimestamp"):
                     return None
                 _remember(fresh)
-                body = _bodies[uid]
-                outcome = reconcile(kube(), body, emit, planner=work.planner, how=how)
+                if fresh.get("spec") == body.get("spec") and fresh.get("status") == body.get("status"):
+                    # only metadata moved (kopf's own annotation after a create/update): write what we computed
+                    outcome.body = kube().patch_status(ns, name, outcome.status, fresh["metadata"]["resourceVersion"])
+                    outcome.status_written, outcome.conflict = True, False
+                else:  # the children are applied already: status from a fresh view is all that is left
+                    body = _bodies[uid]
+                    outcome = reconcile(kube(), body, emit, planner=work.planner,
+                                        how=Pass(apply=False, workloads=_children.of) if full else how)
         except Exception:
             RECONCILES.labels(trigger, "error").inc()
             raise
@@ -425,7 +440,10 @@ class Planners:
             return
         outcome = fut.result()
         if outcome is not None:
-            _request(uid, Work(trigger="planner", full=True, planner=outcome))
+            # new replicas are applied; a hold (or the same numbers) only refreshes status
+            status = body.get("status") or {}
+            moved = any(n != (status.get(role) or {}).get("desiredReplicas") for role, n in outcome.desired.items())
+            _request(uid, Work(trigger="planner", full=moved, planner=outcome))
 
 
 _planner_tasks: set[asyncio.Task] = set()
@@ -506,12 +524,18 @@ async def track(event: dict[str, Any], body: kopf.Body, **_: Any) -> None:
 
 
 async def _child_event(event: dict[str, Any], body: kopf.Body, **_: Any) -> None:
-    """A workload of ours changed: its owner's status may have (observe); deleted: re-create it (full)."""
-    owner, changed = _children.update(event.get("type"), body)
+    """A workload of ours changed: its owner's status may have (observe). Deleted, or its spec changed by
+    someone else (a generation our own apply did not return): re-apply at once (drift repair)."""
+    kind = event.get("type")
+    old = _children.get(body)
+    owner, changed = _children.update(kind, body)
     if owner is None or owner not in _bodies or not changed:
         return
-    deleted = event.get("type") == "DELETED"
-    _request(owner, Work(trigger="child", full=deleted))
+    meta = body.get("metadata") or {}
+    ours = rec._applied_rv.get(owner, {}).get(ChildRef(body["apiVersion"], body["kind"], meta.get("name")))
+    drifted = kind == "DELETED" or (old is not None and old["metadata"]["generation"] != meta.get("generation")
+                                    and ours != meta.get("resourceVersion"))
+    _request(owner, Work(trigger="child", full=drifted))
 
 
 _OURS = {"app.kubernetes.io/managed-by": MANAGED_BY}

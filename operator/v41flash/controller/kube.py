@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cached_property
 from datetime import datetime, timezone
 from typing import Any
 
@@ -99,13 +100,16 @@ class Kube:
         self.api_client = api_client or TimeoutApiClient()
         self._pool = ThreadPoolExecutor(APPLY_WORKERS, thread_name_prefix="apply")
         self.fence: Any = None  # () -> bool: may we write? (leader election); None = always
+        self.core = client.CoreV1Api(self.api_client)
+        self.custom = client.CustomObjectsApi(self.api_client)
+
+    @cached_property
+    def dynamic(self) -> DynamicClient:
+        return DynamicClient(self.api_client)  # discovery: a request, so not at construction
 
     def _may_write(self) -> None:
         if self.fence is not None and not self.fence():
             raise NotLeader("not the leader (or the Lease could not be renewed in time): not writing")
-        self.dynamic = DynamicClient(self.api_client)
-        self.core = client.CoreV1Api(self.api_client)
-        self.custom = client.CustomObjectsApi(self.api_client)
 
     def _resource(self, api_version: str, kind: str):
         try:
