@@ -1,7 +1,7 @@
-"""kopf wiring: every trigger (create, update, resume, a child changing, the periodic tick) asks the one
-scheduler for a pass of the same level-triggered reconcile.
+"""kopf wiring: every trigger (a CR's spec moving, first sight of a CR, a child changing, the periodic tick)
+asks the one scheduler for a pass of the same level-triggered reconcile.
 
-* kopf's handlers only record the newest body (what the watch delivered) and ask for a pass; the scheduler
+* kopf's watch handlers only record the newest body (what the watch delivered) and ask for a pass; the scheduler
   runs passes on a bounded pool, one at a time per deployment, each with a deadline, so one stuck
   deployment never delays another, and retries failures with exponential backoff and one log line per
   step (a refused-for-capacity apply also becomes a Stalled condition naming it).
@@ -62,7 +62,7 @@ TIMER_INTERVAL_SECONDS = 15.0  # status refresh + the planner's scrapes; the pla
 # changed or deleted by someone else is re-applied at once (its watch event), so this catches the rest
 # (a Service or ConfigMap edited by hand)
 DRIFT_EVERY = 20
-PASS_WORKERS = 8  # reconcile passes at once (each applies its children concurrently on Kube's pool)
+PASS_WORKERS = 16  # reconcile passes at once (each applies its children concurrently on Kube's pool)
 PLANNER_WORKERS = 8  # planner scrapes at once
 PASS_DEADLINE_SECONDS = 60.0  # a pass still running then is left to finish on its own; others go on
 BACKOFF_SECONDS = (2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 300.0)
@@ -223,7 +223,7 @@ def run_pass(uid: str, work: Work) -> rec.Outcome | None:
     trigger = work.trigger if full or work.trigger != "periodic" else "observe"
 
     def emit(type_: str, reason: str, message: str) -> None:
-        kube().post_event(body, type_, reason, message)
+        kube().post_event_soon(body, type_, reason, message)  # an Event is news, not a step of the pass
 
     with RECONCILE_SECONDS.labels(trigger).time():
         try:
@@ -487,6 +487,7 @@ def connection_info(cfg: Any, settings: kopf.OperatorSettings) -> kopf.Connectio
 
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    # (kopf stores nothing on our objects: we register no change handlers; these names are ours if it ever does)
     settings.persistence.finalizer = f"{api.GROUP}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=api.GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -501,26 +502,32 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.batching.error_delays = (1, 2, 5, 10, 30, 60)
 
 
-@kopf.on.create(api.GROUP, api.VERSION, api.PLURAL)
-@kopf.on.update(api.GROUP, api.VERSION, api.PLURAL)
-@kopf.on.resume(api.GROUP, api.VERSION, api.PLURAL)
-async def on_change(body: kopf.Body, reason: str, **_: Any) -> None:
-    raw = _raw(body)
-    _remember(raw)
-    # create: nothing can be owned by a new uid yet; update/resume: list what exists and prune
-    _request(raw["metadata"]["uid"], Work(trigger=str(reason), full=True, prune=str(reason) != "create"))
-
-
 @kopf.on.event(api.GROUP, api.VERSION, api.PLURAL)
 async def track(event: dict[str, Any], body: kopf.Body, **_: Any) -> None:
-    """The newest body of every live deployment (no re-read); forget a deleted one's in-memory state."""
+    """Every V41FlashDeployment event: keep the newest body (no re-read) and ask for a pass when the spec
+    moved. Level-triggered from the watch alone: no kopf change handlers, so kopf writes nothing on the CR
+    (no diff-base annotation racing our status write).
+
+    First sight in this process: from kopf's initial listing (event type None) it may own children from
+    an earlier process (list and prune: "resume"); a new object (ADDED) owns nothing yet ("create").
+    """
     meta = body["metadata"]
-    if event.get("type") == "DELETED":
+    uid = meta["uid"]
+    kind = event.get("type")
+    if kind == "DELETED":
         if _scheduler is not None:
-            _scheduler.forget(meta["uid"])
-        _forget(meta["uid"], meta["namespace"], meta["name"])
-    else:
-        _remember(_raw(body))
+            _scheduler.forget(uid)
+        _forget(uid, meta["namespace"], meta["name"])
+        return
+    old = _bodies.get(uid)
+    _remember(_raw(body))
+    if meta.get("deletionTimestamp"):
+        return
+    if old is None:
+        reason = "create" if kind == "ADDED" else "resume"
+        _request(uid, Work(trigger=reason, full=True, prune=reason == "resume"))
+    elif old["metadata"].get("generation") != meta.get("generation"):
+        _request(uid, Work(trigger="update", full=True))  # lists only if the desired set moved
 
 
 async def _child_event(event: dict[str, Any], body: kopf.Body, **_: Any) -> None:

@@ -60,8 +60,8 @@ class ChildRef:
 # Every call to the apiserver has a deadline (connect, read seconds): a hung connection fails the pass, which
 # is retried, instead of holding a worker forever. Watches are kopf's and have their own timeouts.
 REQUEST_TIMEOUT: tuple[float, float] = (5.0, 30.0)
-CONNECTION_POOL = 32  # concurrent applies across deployments share these connections
-APPLY_WORKERS = 16  # one pool for every deployment's child applies: bounded however many reconcile at once
+CONNECTION_POOL = 64  # concurrent applies across deployments share these connections
+APPLY_WORKERS = 32  # one pool for every deployment's child applies: bounded however many reconcile at once
 
 
 API_REQUESTS = Counter("v41flash_api_requests_total",
@@ -201,6 +201,11 @@ class Kube:
         return self.custom.patch_namespaced_custom_object_status(api.GROUP, api.VERSION, namespace, api.PLURAL, name, body,
                                                           _content_type="application/json-patch+json")
 
+
+    def post_event_soon(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        """post_event on the pool: the pass does not wait for it (best effort either way)."""
+        self._may_write()
+        self._pool.submit(self.post_event, obj, type_, reason, message)
 
     def post_event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
         """A core/v1 Event about obj (written directly: works from any thread, unlike kopf.event)."""
