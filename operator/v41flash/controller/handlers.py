@@ -36,7 +36,9 @@ from prometheus_client import Counter, Gauge, Histogram
 from ..api import v1alpha1 as api
 from . import reconcile as rec
 from .autoscale import Autoscaler, PlannerOutcome
-from .kube import MANAGED_BY, ChildRef, Kube, NotLeader
+from ..render import labels as L
+from ..render.engine import LWS_API_VERSION
+from .kube import ChildRef, Kube, NotLeader
 from .reconcile import Pass, reconcile
 
 log = logging.getLogger(__name__)
@@ -545,9 +547,9 @@ async def _child_event(event: dict[str, Any], body: kopf.Body, **_: Any) -> None
     _request(owner, Work(trigger="child", full=drifted))
 
 
-_OURS = {"app.kubernetes.io/managed-by": MANAGED_BY}
+_OURS = {L.MANAGED_BY_LABEL: L.MANAGED_BY}
 kopf.on.event("apps", "v1", "deployments", labels=_OURS)(_child_event)
-kopf.on.event("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", labels=_OURS)(_child_event)
+kopf.on.event(*LWS_API_VERSION.split("/"), "leaderworkersets", labels=_OURS)(_child_event)
 
 
 def _raw(body: Any) -> dict[str, Any]:

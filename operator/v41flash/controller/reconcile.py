@@ -133,7 +133,7 @@ def _label(obj: dict[str, Any]) -> str:
     return f"{obj['kind']}/{obj['metadata']['name']}"
 
 
-WORKLOAD_KINDS = ("Deployment", "LeaderWorkerSet")
+WORKLOAD_KINDS = (DEPLOYMENT, LEADER_WORKER_SET)
 
 
 def reconcile(kube: Kube, body: dict[str, Any], emit: Emit, *, now: str | None = None,
