@@ -136,13 +136,29 @@ class FakeKube:
         self.writes.append(("update", what))
         return copy.deepcopy(mine)
 
+    def apply_many(self, objs: list[dict[str, Any]], namespace: str) -> list[dict[str, Any] | BaseException]:
+        """Kube.apply_many: each object's result or the exception it raised (in order; the real one is concurrent)."""
+        out: list[dict[str, Any] | BaseException] = []
+        for obj in objs:
+            try:
+                out.append(self.apply(obj, namespace))
+            except Exception as exc:
+                out.append(exc)
+        return out
+
+    def read(self, ref: ChildRef, namespace: str) -> dict[str, Any] | None:
+        """Kube.read: one object by name (an observe pass reads a workload its watch has not delivered)."""
+        self.calls.append(("read", f"{ref.kind}/{ref.name}"))
+        return copy.deepcopy(self.objects.get((ref.api_version, ref.kind, namespace, ref.name)))
+
     def delete(self, ref: ChildRef, namespace: str) -> None:
         what = f"{ref.kind}/{ref.name}"
         self.calls.append(("delete", what))
         if self.objects.pop((ref.api_version, ref.kind, namespace, ref.name), None) is not None:
             self.writes.append(("delete", what))
 
-    def patch_status(self, namespace: str, name: str, status: dict[str, Any], resource_version: str) -> None:
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any], resource_version: str
+                     ) -> dict[str, Any]:
         self.calls.append(("patch_status", name))
         self._failure("patch_status", name)
         body = self.crs[(namespace, name)]
@@ -151,3 +167,4 @@ class FakeKube:
         body["status"] = copy.deepcopy(status)
         body["metadata"]["resourceVersion"] = str(next(self._rv))
         self.writes.append(("status", f"{api.KIND}/{name}"))
+        return copy.deepcopy(body)

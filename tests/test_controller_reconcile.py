@@ -315,5 +315,5 @@ def test_the_fake_has_the_real_signatures():
 
     from v41flash.controller.kube import Kube
 
-    for method in ("has_kind", "list_children", "apply", "delete", "patch_status"):
+    for method in ("has_kind", "list_children", "apply", "apply_many", "read", "delete", "patch_status"):
         assert inspect.signature(getattr(FakeKube, method)) == inspect.signature(getattr(Kube, method)), method

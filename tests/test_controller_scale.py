@@ -73,7 +73,7 @@ class FakeKube:
             self.in_flight -= len(objs)
         return out
 
-    def get(self, ref, namespace):
+    def read(self, ref, namespace):
         self.calls.append(("get", ref.kind, ref.name))
         return copy.deepcopy(self.store.get(ref))
 

@@ -167,7 +167,7 @@ class Kube:
             return out
         return [item for items in self._pool.map(of_kind, CHILD_KINDS) for item in items]
 
-    def get(self, ref: ChildRef, namespace: str) -> dict[str, Any] | None:
+    def read(self, ref: ChildRef, namespace: str) -> dict[str, Any] | None:
         try:
             out = self._resource(ref.api_version, ref.kind).get(name=ref.name, namespace=namespace).to_dict()
         except (NotFoundError, KindNotInstalled):

@@ -203,7 +203,7 @@ def reconcile(kube: Kube, body: dict[str, Any], emit: Emit, *, now: str | None =
 def _read_workloads(kube: Kube, namespace: str, want: frozenset[ChildRef]) -> dict[ChildRef, dict[str, Any]]:
     out = {}
     for ref in want:
-        if ref.kind in WORKLOAD_KINDS and (obj := kube.get(ref, namespace)) is not None:
+        if ref.kind in WORKLOAD_KINDS and (obj := kube.read(ref, namespace)) is not None:
             out[ref] = obj
     return out
 
