@@ -150,3 +150,24 @@ def test_the_same_identity_after_a_restart_takes_its_lease_back_at_once(world):
 def test_parameters_must_leave_a_gap():
     with pytest.raises(ValueError):
         LeaderElector(FakeCoordination(), "ns", "a", lease_seconds=10, renew_deadline_seconds=10)
+
+
+def test_an_unreachable_apiserver_is_a_failed_renew_and_the_term_ends(world):
+    """Connection errors (urllib3 raises them, not ApiException) must not kill the renew loop: the leader
+    notices its deadline pass and steps down (the process re-executes) instead of lingering fenced."""
+    import urllib3
+
+    api, clock, make = world
+    a = make("a")
+    assert a.try_acquire_or_renew()
+
+    def refused(*_a, **_k):
+        raise urllib3.exceptions.MaxRetryError(None, "/lease", "connection refused")
+    api.read_namespaced_lease = refused
+    clock.t += 11
+    assert a.try_acquire_or_renew() is False and not a.is_leading()
+    lost = []
+    a.retry_seconds = 0.01
+    thread = a.keep(on_lost=lambda: lost.append(True))
+    thread.join(5)
+    assert lost == [True]

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import kopf
+import urllib3
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -406,10 +407,13 @@ def _plan(body: dict[str, Any]) -> PlannerOutcome | None:
         return None
     try:
         return autoscaler().step(body, spec)
-    except Exception:
+    except Exception as exc:
         PLANNER_ERRORS.inc()
-        log.exception("planner pass of %s/%s failed; replicas stay as they are", body["metadata"]["namespace"],
-                      body["metadata"]["name"])
+        # the apiserver away (a restart) is one line; anything else is a bug and keeps its traceback
+        away = isinstance(exc, (ApiException, urllib3.exceptions.HTTPError, OSError))
+        log.warning("planner pass of %s/%s failed (%s: %s); replicas stay as they are",
+                    body["metadata"]["namespace"], body["metadata"]["name"], type(exc).__name__,
+                    getattr(exc, "reason", None) or exc, exc_info=None if away else exc)
         return None
 
 

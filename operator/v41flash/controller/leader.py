@@ -61,6 +61,16 @@ class LeaderElector:
 
     # -- one step
     def try_acquire_or_renew(self) -> bool:
+        """One attempt; False on any failure (an apiserver away raises urllib3/OS errors, not ApiException:
+        they must count as a failed renew, never end the loop)."""
+        try:
+            return self._try_acquire_or_renew()
+        except Exception as exc:  # noqa: BLE001
+            log.warning("leader election: Lease %s/%s unreachable: %s: %s", self.namespace, self.name,
+                        type(exc).__name__, str(exc)[:200])
+            return False
+
+    def _try_acquire_or_renew(self) -> bool:
         started = self.clock()
         try:
             lease = self.api.read_namespaced_lease(self.name, self.namespace)
