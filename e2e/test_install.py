@@ -179,7 +179,8 @@ def test_helm_install_runs_under_the_chart_rbac_and_uninstalls_cleanly(cluster, 
         manifest = subprocess.run([str(helm), kc, "get", "manifest", "v41flash-operator", "-n", OP_NS],
                                   check=True, capture_output=True, text=True).stdout
         kinds = sorted(d["kind"] for d in yaml.safe_load_all(manifest) if d)
-        assert kinds == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "ServiceAccount"]
+        assert kinds == ["ClusterRole", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding",
+                         "Service", "ServiceAccount"]  # Role/RoleBinding: the leader-election Lease
         check_installed_operator(cluster, tmp_path, ns)
     finally:
         subprocess.run([str(helm), kc, "uninstall", "v41flash-operator", "-n", OP_NS, "--wait"],
