@@ -280,3 +280,24 @@ def test_a_workload_changed_by_someone_else_is_reapplied_at_once_and_our_own_cha
     run("MODIFIED", dep(3, "9", ready=1))  # someone edited its spec: re-apply
     run("DELETED", dep(3, "9", ready=1))
     assert asked == [("u1", False), ("u1", False), ("u1", False), ("u1", True), ("u1", True)]
+
+
+def test_a_planner_hold_decided_on_an_older_body_keeps_the_recorded_decision(monkeypatch):
+    """The planner decides from the body at its start; if status meanwhile recorded the same decision (only
+    its time moved), the pass must not write the older record back (it did: a status write per decision)."""
+    from v41flash.controller.autoscale import PlannerOutcome
+    recorded = {"time": "2026-12-01T10:00:30Z", "action": "hold", "reason": "decode 1->1: no metrics", "decode": 1}
+    older = {**recorded, "time": "2026-12-01T10:00:00Z"}
+    seen = []
+
+    def fake_reconcile(kube, body, emit, *, planner=None, how=None, now=None):
+        seen.append(planner.status["lastDecision"])
+        return rec.Outcome(status={"conditions": []})
+    monkeypatch.setattr(handlers, "reconcile", fake_reconcile)
+    monkeypatch.setattr(handlers, "_kube", FakeKube())
+    b = body()
+    b["status"] = {"lastDecision": recorded}
+    monkeypatch.setitem(handlers._bodies, "u1", b)
+    monkeypatch.setitem(handlers._applied_generation, "u1", 1)
+    handlers.run_pass("u1", handlers.Work(trigger="planner", planner=PlannerOutcome(status={"lastDecision": older})))
+    assert seen == [recorded]

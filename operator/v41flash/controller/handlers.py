@@ -26,7 +26,7 @@ import threading
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import kopf
@@ -36,7 +36,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from ..api import v1alpha1 as api
 from . import reconcile as rec
-from .autoscale import Autoscaler, PlannerOutcome
+from .autoscale import Autoscaler, PlannerOutcome, same_decision
 from ..render import labels as L
 from ..render.engine import LWS_API_VERSION
 from .kube import ChildRef, Kube, NotLeader
@@ -224,13 +224,21 @@ def run_pass(uid: str, work: Work) -> rec.Outcome | None:
     if work.trigger == "create" and not work.prune:
         how = Pass(apply=True, prune=False, workloads=_children.of)  # a new uid owns nothing yet
     trigger = work.trigger if full or work.trigger != "periodic" else "observe"
+    planned = work.planner
+    if planned is not None:
+        # the planner decided from the body of its start; if status has since recorded the same decision
+        # (only its figures moved), keep that record: otherwise an older copy would be written back (churn)
+        now_recorded = (body.get("status") or {}).get("lastDecision") or {}
+        decided = planned.status.get("lastDecision")
+        if decided is not None and now_recorded and same_decision(now_recorded, decided):
+            planned = replace(planned, status={**planned.status, "lastDecision": now_recorded})
 
     def emit(type_: str, reason: str, message: str) -> None:
         kube().post_event_soon(body, type_, reason, message)  # an Event is news, not a step of the pass
 
     with RECONCILE_SECONDS.labels(trigger).time():
         try:
-            outcome = reconcile(kube(), body, emit, planner=work.planner, how=how)
+            outcome = reconcile(kube(), body, emit, planner=planned, how=how)
             if outcome.conflict:  # the CR changed since the watch delivered it: read it once
                 try:
                     fresh = kube().custom.get_namespaced_custom_object(api.GROUP, api.VERSION, ns, api.PLURAL, name)
@@ -247,7 +255,7 @@ def run_pass(uid: str, work: Work) -> rec.Outcome | None:
                     outcome.status_written, outcome.conflict = True, False
                 else:  # the children are applied already: status from a fresh view is all that is left
                     body = _bodies[uid]
-                    outcome = reconcile(kube(), body, emit, planner=work.planner,
+                    outcome = reconcile(kube(), body, emit, planner=planned,
                                         how=Pass(apply=False, workloads=_children.of) if full else how)
         except Exception:
             RECONCILES.labels(trigger, "error").inc()
