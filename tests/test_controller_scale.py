@@ -301,3 +301,32 @@ def test_a_planner_hold_decided_on_an_older_body_keeps_the_recorded_decision(mon
     monkeypatch.setitem(handlers._applied_generation, "u1", 1)
     handlers.run_pass("u1", handlers.Work(trigger="planner", planner=PlannerOutcome(status={"lastDecision": older})))
     assert seen == [recorded]
+
+
+def test_a_new_cr_goes_before_the_periodic_refreshes_already_queued(monkeypatch):
+    order = []
+    gate = threading.Event()
+
+    def fake_pass(uid, work):
+        if uid == "busy":
+            assert gate.wait(30)
+        order.append(uid)
+
+    monkeypatch.setattr(handlers, "run_pass", fake_pass)
+
+    async def main():
+        sched = handlers.Scheduler(workers=1)
+        sched.start()
+        sched.request("busy", handlers.Work(trigger="periodic"))
+        await asyncio.sleep(0.05)  # the one worker is now busy
+        for uid in ("a", "b", "c"):
+            sched.request(uid, handlers.Work(trigger="periodic"))
+        sched.request("b", handlers.Work(trigger="child"))  # merged, still background
+        sched.request("new", handlers.Work(trigger="create", full=True))
+        gate.set()
+        while len(order) < 5:
+            await asyncio.sleep(0.01)
+        sched.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+    assert order == ["busy", "new", "a", "b", "c"]

@@ -69,6 +69,7 @@ PASS_WORKERS = 16  # reconcile passes at once (each applies its children concurr
 PLANNER_WORKERS = 8  # planner scrapes at once
 PASS_DEADLINE_SECONDS = 60.0  # a pass still running then is left to finish on its own; others go on
 BACKOFF_SECONDS = (2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 300.0)
+URGENT = ("create", "update", "resume")  # passes that go before periodic, watch-driven and planner ones
 
 _kube: Kube | None = None
 _autoscaler: Autoscaler | None = None
@@ -305,9 +306,12 @@ class Scheduler:
     def __init__(self, workers: int = PASS_WORKERS, deadline: float = PASS_DEADLINE_SECONDS):
         self.workers, self.deadline = workers, deadline
         self.pool = ThreadPoolExecutor(workers * 2, thread_name_prefix="pass")  # room beside stuck passes
-        self.queue: asyncio.Queue[str] = asyncio.Queue()
+        # (priority, sequence, uid): a spec change or a new CR goes before the periodic and watch-driven
+        # refreshes, so one more CR among hundreds does not wait for a whole tick's worth of them
+        self.queue: asyncio.PriorityQueue[tuple[int, int, str]] = asyncio.PriorityQueue()
+        self.seq = 0
         self.pending: dict[str, Work] = {}
-        self.queued: set[str] = set()
+        self.queued: dict[str, int] = {}  # uid -> the best priority it is queued at
         self.running: set[str] = set()
         self.failures: dict[str, int] = {}
         self.not_before: dict[str, float] = {}
@@ -330,27 +334,33 @@ class Scheduler:
         self._enqueue(uid)
 
     def _enqueue(self, uid: str) -> None:
-        if uid not in self.queued and uid not in self.running:
-            self.queued.add(uid)
-            self.queue.put_nowait(uid)
-            QUEUE_DEPTH.set(len(self.queued))
+        if uid in self.running:
+            return  # queued again when the running pass finishes
+        prio = 0 if self.pending[uid].trigger in URGENT else 1
+        if self.queued.get(uid, 2) <= prio:
+            return
+        self.queued[uid] = prio
+        self.seq += 1
+        self.queue.put_nowait((prio, self.seq, uid))
+        QUEUE_DEPTH.set(len(self.queued))
 
     def forget(self, uid: str) -> None:
         work = self.pending.pop(uid, None)
         if work is not None:
             work.done(uid)
+        self.queued.pop(uid, None)
         self.failures.pop(uid, None)
         self.not_before.pop(uid, None)
 
     async def _worker(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            uid = await self.queue.get()
-            self.queued.discard(uid)
+            _, _, uid = await self.queue.get()
+            if uid in self.running or uid not in self.pending:
+                continue  # a stale entry (it was queued again at a better priority)
+            self.queued.pop(uid, None)
             QUEUE_DEPTH.set(len(self.queued))
-            work = self.pending.pop(uid, None)
-            if work is None:
-                continue
+            work = self.pending.pop(uid)
             self.running.add(uid)
             fut = loop.run_in_executor(self.pool, run_pass, uid, work)
             done, _ = await asyncio.wait({fut}, timeout=self.deadline)
