@@ -17,6 +17,7 @@ import base64
 import json
 import os
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
