@@ -219,11 +219,13 @@ def test_kustomize_install_runs_under_its_rbac_and_uninstalls_cleanly(cluster, a
             kubectl("delete", "-k", str(REPO / "manifests"), "--ignore-not-found", "--wait=true", "--timeout=150s",
                     kubeconfig=kc, timeout=200)
         cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
-    crd_gone = cluster.kubectl("get", "crd", "v41flashdeployments.v41flash.io", check=False).returncode != 0
-    if crd_gone:
-        # Put the CRD back as the harness installed it, for the rest of the session.
-        crds = sorted((REPO / "crds").glob("*.yaml"))
-        cluster.kubectl("apply", "--server-side", "--force-conflicts", *[f"-f={c}" for c in crds])
-        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/v41flashdeployments.v41flash.io")
+        crd_gone = cluster.kubectl("get", "crd", "v41flashdeployments.v41flash.io", check=False).returncode != 0
+        if crd_gone:
+            # Put the CRD back as the harness installed it, for the rest of the session (also after a failure:
+            # otherwise every later test of the session fails on a missing CRD instead of on its own).
+            crds = sorted((REPO / "crds").glob("*.yaml"))
+            cluster.kubectl("apply", "--server-side", "--force-conflicts", *[f"-f={c}" for c in crds])
+            cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                            "crd/v41flashdeployments.v41flash.io")
     assert_nothing_left(cluster, ns, "app.kubernetes.io/instance=v41flash-operator")
     assert crd_gone or others, "kubectl delete -k manifests/ left the CRD"

@@ -111,10 +111,33 @@ def test_create_lists_nothing_and_applies_references_before_workloads():
     assert ("list",) not in kube.calls  # a new uid owns nothing: nothing to prune
     applied = kinds(kube.calls, "apply")
     workloads = [i for i, k in enumerate(applied) if k == "Deployment"]
-    others = [i for i, k in enumerate(applied) if k != "Deployment"]
+    others = [i for i, k in enumerate(applied) if k not in ("Deployment", "RoleBinding")]
     assert workloads and others and max(others) < min(workloads)  # ServiceAccount, Role, ... first
     assert out.status_written and out.stall is None
     assert out.desired == frozenset(kube.store)
+
+
+def test_a_rolebinding_is_applied_after_its_role():
+    """The RBAC escalation check resolves the Role when a binding is written (404 before it exists, for any
+    writer short of cluster-admin): the binding goes in the second wave."""
+    kube = FakeKube()
+    reconcile(kube, body(), no_events, how=Pass(prune=False))
+    waves = rec._waves([{"kind": k} for k in kinds(kube.calls, "apply")])
+    first, second = ({o["kind"] for o in w} for w in waves)
+    assert "Role" in first and "ServiceAccount" in first and "RoleBinding" in second and "Role" not in second
+
+
+def test_a_namespace_being_deleted_ends_the_pass_without_a_retry():
+    terminating = ApiException(status=403, reason="Forbidden")
+    terminating.body = json.dumps({"kind": "Status", "code": 403, "reason": "Forbidden", "message": "is forbidden: "
+                                   "unable to create new content in namespace ns because it is being terminated",
+                                   "details": {"causes": [{"reason": "NamespaceTerminating"}]}})
+    with pytest.raises(rec.NamespaceTerminating):
+        reconcile(FakeKube(refuse={"Deployment": terminating}), body(), no_events, how=Pass(prune=False))
+    plain = ApiException(status=403, reason="Forbidden")
+    plain.body = json.dumps({"kind": "Status", "code": 403, "message": "forbidden: no RBAC"})
+    with pytest.raises(ApiException):  # any other refusal is a failure: retried with backoff, logged
+        reconcile(FakeKube(refuse={"Deployment": plain}), body(), no_events, how=Pass(prune=False))
 
 
 def test_an_unchanged_desired_set_is_not_listed_again_and_a_changed_one_is_pruned():

@@ -258,6 +258,9 @@ def run_pass(uid: str, work: Work) -> rec.Outcome | None:
                     body = _bodies[uid]
                     outcome = reconcile(kube(), body, emit, planner=planned,
                                         how=Pass(apply=False, workloads=_children.of) if full else how)
+        except rec.NamespaceTerminating as exc:  # the deployment goes with its namespace: nothing to retry
+            log.info("%s/%s: %s; not reconciling it", ns, name, exc)
+            return None
         except Exception:
             RECONCILES.labels(trigger, "error").inc()
             raise

@@ -223,12 +223,33 @@ def capacity_refusal(exc: ApiException) -> bool:
     return exc.status in (403, 409, 422, 500, 507) and any(sign in text for sign in _CAPACITY_SIGNS)
 
 
-# Objects the workloads refer to (ServiceAccount, Role, ConfigMap...) go first; then the workloads. Within a
-# wave nothing depends on anything else, so each wave is applied concurrently.
+# Objects others refer to (ServiceAccount, Role, ConfigMap...) go first; then the workloads and the
+# RoleBindings. A RoleBinding refers to its Role: the apiserver's RBAC escalation check resolves that Role
+# when the binding is written, and answers 404 for a Role not created yet to any writer that is not
+# cluster-admin (the chart's least-privilege ServiceAccount: found by the install e2e). Within a wave
+# nothing depends on anything else, so each wave is applied concurrently.
+SECOND_WAVE_KINDS = (*WORKLOAD_KINDS, "RoleBinding")
+
+
 def _waves(desired: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    first = [o for o in desired if o["kind"] not in WORKLOAD_KINDS]
-    second = [o for o in desired if o["kind"] in WORKLOAD_KINDS]
+    first = [o for o in desired if o["kind"] not in SECOND_WAVE_KINDS]
+    second = [o for o in desired if o["kind"] in SECOND_WAVE_KINDS]
     return [w for w in (first, second) if w]
+
+
+class NamespaceTerminating(Exception):
+    """The namespace is being deleted: the apiserver refuses new objects in it (403 NamespaceTerminating),
+    and the deployment goes with it. Not a failure to retry."""
+
+
+def namespace_terminating(exc: ApiException) -> bool:
+    if exc.status != 403:
+        return False
+    try:
+        causes = (json.loads(exc.body or "{}").get("details") or {}).get("causes") or []
+    except (ValueError, AttributeError):
+        return False
+    return any(c.get("reason") == "NamespaceTerminating" for c in causes)
 
 
 def _apply_all(kube: Kube, namespace: str, desired: list[dict[str, Any]], live: dict[ChildRef, dict[str, Any]],
@@ -250,6 +271,8 @@ def _apply_all(kube: Kube, namespace: str, desired: list[dict[str, Any]], live: 
                 continue
             if isinstance(exc, KindNotInstalled):
                 return Stall("KindNotInstalled", str(exc)), False
+            if isinstance(exc, ApiException) and namespace_terminating(exc):
+                raise NamespaceTerminating(f"namespace {namespace} is being deleted") from None
             if isinstance(exc, ApiException) and capacity_refusal(exc):
                 return Stall("CapacityExhausted", f"the cluster refused {_label(obj)} for capacity: "
                                                   f"{_api_message(exc) or exc.reason}; retrying with backoff"), True
