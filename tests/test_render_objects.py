@@ -78,6 +78,7 @@ def test_default_pd_objects_names_and_order():
         ("Service", "t-decode"), ("PodDisruptionBudget", "t-decode"), ("Deployment", "t-decode"),
         ("ServiceAccount", "t-router"), ("Role", "t-router"), ("RoleBinding", "t-router"),
         ("Deployment", "t-router"), ("Service", "t-router"), ("PodDisruptionBudget", "t-router"),
+        ("NetworkPolicy", "t-engines"), ("NetworkPolicy", "t-router-ingress"),
     ]
     assert all(o["metadata"]["namespace"] == "ns" for o in objs)
 
@@ -85,13 +86,13 @@ def test_default_pd_objects_names_and_order():
 def test_every_object_carries_the_stable_labels():
     for o in render(example("gb300-pd-dep4-dep16")):
         labels = o["metadata"]["labels"]
-        component = o["metadata"]["name"].rsplit("-", 1)[1]
+        component = "network" if o["kind"] == "NetworkPolicy" else o["metadata"]["name"].rsplit("-", 1)[1]
         assert labels["app.kubernetes.io/name"] == "v41flash"
         assert labels["app.kubernetes.io/instance"] == "gb300-pd-dep4-dep16"
         assert labels["app.kubernetes.io/managed-by"] == "v41flash-operator"
         assert labels["app.kubernetes.io/component"] == component
         assert labels["v41flash.io/deployment"] == "gb300-pd-dep4-dep16"
-        if component != "config":
+        if component not in ("config", "network"):
             assert labels["v41flash.io/role"] == component
 
 

@@ -88,6 +88,10 @@ Server-side apply is a PATCH that creates a missing object, so it needs both pat
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
   verbs: ["list", "create", "patch", "delete"]
+# Per deployment: only its router reaches its engines, only the operator scrapes them.
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["list", "create", "patch", "delete"]
 # Pods: observed for status and metrics, annotated with a deletion cost before a scale-down. get/list/watch
 # are also what the router's Role grants, and RBAC only lets the operator grant what it holds itself.
 - apiGroups: [""]

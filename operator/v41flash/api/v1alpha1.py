@@ -309,6 +309,9 @@ class RoutingSpec(Model):
         cel("self.sessionKey == 'derive' || self.sessionHeader == ''",
             "sessionHeader is read by the session proxy, which runs only with sessionKey: derive",
             field_path=".sessionHeader"),
+        cel("self.sessionKey == 'derive' || !has(self.apiKeySecretRef)",
+            "apiKeySecretRef is checked by the session proxy, which runs only with sessionKey: derive",
+            field_path=".apiKeySecretRef"),
     ))
     session_key: Literal[SESSION_KEYS] = Field(  # type: ignore[valid-type]
         "derive",
@@ -322,6 +325,12 @@ class RoutingSpec(Model):
         "", max_length=128, pattern=r"^[A-Za-z0-9!#$%&'*+.^_`|~-]*$",
         description="Client header whose value the session proxy copies into x-session-id when the client sent "
                     "no x-session-id (e.g. x-conversation-id); '' = none. Needs sessionKey: derive.")
+    api_key_secret_ref: SecretKeyRef | None = Field(
+        None, description="Secret key holding the API key clients must send (Authorization: Bearer <key>) to the "
+                          "router Service's serving paths; the session proxy checks it (constant-time) and drops "
+                          "the header before vllm-router. Health paths stay open for probes. Unset = no client "
+                          "authentication (the NetworkPolicy still lets any pod reach the router). Needs "
+                          "sessionKey: derive.")
     policy: Literal[ROUTER_POLICIES] = Field(  # type: ignore[valid-type]
         "sticky_least_loaded",
         description="vllm-router policy for prefill (or the only role when aggregated). Default chosen by measurement "

@@ -32,6 +32,7 @@ CHILD_KINDS: tuple[tuple[str, str], ...] = (
     ("rbac.authorization.k8s.io/v1", "RoleBinding"),
     ("policy/v1", "PodDisruptionBudget"),
     ("v1", "ConfigMap"),
+    ("networking.k8s.io/v1", "NetworkPolicy"),
 )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -102,7 +103,8 @@ def reconcile(kube: Kube, body: dict[str, Any], emit: Emit, *, now: str | None =
         assert obj is not None
         replicas = desired_replicas(obj.spec, previous, planner.desired if planner else None)
         owner = {"apiVersion": api.API_VERSION, "kind": api.KIND, "name": name, "uid": uid}
-        desired_objs = render(obj, replicas=replicas, owner=owner)
+        desired_objs = render(obj, replicas=replicas, owner=owner,
+                              operator_namespace=os.environ.get("POD_NAMESPACE") or None)
         missing = sorted({f"{o['kind']}.{o['apiVersion']}" for o in desired_objs
                           if not kube.has_kind(o["apiVersion"], o["kind"])})
         if missing:
