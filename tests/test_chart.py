@@ -30,7 +30,7 @@ _spec.loader.exec_module(sync)
 
 # What the operator may do, resource by resource: (apiGroup, resource) -> verbs. Each line is justified in
 # charts/v41flash-operator/templates/_helpers.tpl; a change to the code's API use must change this table.
-CHILD = {"list", "create", "patch", "delete"}  # server-side apply (patch + create), prune by label, delete
+CHILD = {"get", "list", "create", "patch", "delete"}  # apply (patch + create), no adoption (get), prune, delete
 NAMESPACED_RULES = {
     ("v41flash.io", "v41flashdeployments"): {"get", "list", "watch", "patch"},
     ("v41flash.io", "v41flashdeployments/status"): {"patch"},
@@ -39,7 +39,7 @@ NAMESPACED_RULES = {
     ("leaderworkerset.x-k8s.io", "leaderworkersets"): CHILD,
     ("", "services"): CHILD,
     ("", "serviceaccounts"): CHILD,
-    ("", "configmaps"): CHILD | {"get"},
+    ("", "configmaps"): CHILD,
     ("rbac.authorization.k8s.io", "roles"): CHILD,
     ("rbac.authorization.k8s.io", "rolebindings"): CHILD,
     ("policy", "poddisruptionbudgets"): CHILD,

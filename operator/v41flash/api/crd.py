@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from . import formats as F
 from . import v1alpha1 as api
 
 _KEEP = {
@@ -144,11 +145,18 @@ def crd() -> dict[str, Any]:
     root = {
         "type": "object",
         "description": "A DeepSeek-V4.1-Flash deployment on vLLM: prefill and decode engines, a KV-aware "
-                       "P/D router and an SLO autoscaler.",
+                       "P/D router and an SLO autoscaler. Creating one is as powerful as creating pods in its "
+                       "namespace (it chooses images, vLLM arguments and environment that the operator's pods "
+                       "run): grant create/update on v41flashdeployments only to whom you would let create pods.",
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},
-            "metadata": {"type": "object"},
+            # The apiserver allows restricting metadata.name (and generateName) only; children are named
+            # <name>-router, <name>-decode, ...: Service names must be DNS-1035 labels.
+            "metadata": {"type": "object", "properties": {"name": {
+                "type": "string", "maxLength": MAX_NAME_LENGTH, "pattern": F.DNS1035_LABEL,
+                "description": f"At most {MAX_NAME_LENGTH} lowercase letters, digits and '-', starting with a letter "
+                               f"(child Services are named <name>-<role>)."}}},
             "spec": spec,
             "status": status,
         },

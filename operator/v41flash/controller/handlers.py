@@ -23,7 +23,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from ..api import v1alpha1 as api
 from .autoscale import Autoscaler, PlannerOutcome
-from .kube import Kube
+from .kube import REQUEST_TIMEOUT, Kube
 from .reconcile import reconcile
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,8 @@ def _run(trigger: str, ns: str, name: str, uid: str, logger: logging.Logger) -> 
     with _lock(uid), RECONCILE_SECONDS.labels(trigger).time():
         # Reconcile from a fresh read: an event's body can lag behind the newest spec and status.
         try:
-            fresh = kube().custom.get_namespaced_custom_object(api.GROUP, api.VERSION, ns, api.PLURAL, name)
+            fresh = kube().custom.get_namespaced_custom_object(api.GROUP, api.VERSION, ns, api.PLURAL, name,
+                                                               _request_timeout=REQUEST_TIMEOUT)
         except ApiException as exc:
             if exc.status == 404:  # deleted meanwhile: garbage collection takes the children
                 return

@@ -2,7 +2,8 @@
 
 - every engine command the renderer would run passes vLLM 0.33.0's parser snapshot and the argument
   builder's own rules (v41flash.vllm.args.validate_engine_config), each problem mapped to its spec field;
-- the GPU budget covers every enabled role at its minReplicas.
+- the GPU budget covers every enabled role at its minReplicas;
+- the rendered children pass what the apiserver checks of names, labels and int32s (render/preflight.py).
 """
 from __future__ import annotations
 
@@ -75,4 +76,5 @@ def gpu_budget_problems(obj: api.V41FlashDeployment) -> list[Problem]:
 
 
 def operator_checks() -> list[Callable[[api.V41FlashDeployment], list[Problem]]]:
-    return [engine_problems, gpu_budget_problems]
+    from .preflight import node_selector_problems, rendered_problems
+    return [engine_problems, gpu_budget_problems, node_selector_problems, rendered_problems]
