@@ -25,6 +25,7 @@ from ..api import v1alpha1 as api
 from .autoscale import Autoscaler, PlannerOutcome
 from .kube import REQUEST_TIMEOUT, Kube
 from .reconcile import reconcile
+from .redact import RedactingDiffBaseStorage
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,8 @@ def _lock(uid: str) -> threading.Lock:
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.finalizer = f"{api.GROUP}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=api.GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+    # escape-hatch values as digests: the annotation must not carry extraEnv text (controller/redact.py)
+    settings.persistence.diffbase_storage = RedactingDiffBaseStorage(
         prefix=api.GROUP, key="last-handled-configuration")
     settings.watching.server_timeout = 300  # the apiserver ends each watch; kopf re-lists and resumes
     settings.watching.client_timeout = 330

@@ -147,7 +147,9 @@ def router_objects(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpe
             {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
         ],
         "resources": {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "8Gi"}},
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                            "runAsNonRoot": True, "readOnlyRootFilesystem": True},
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
     if proxied:
         # kubelet probes the pod IP, and the router listens on loopback only: its metrics listener (same
@@ -177,6 +179,10 @@ def router_objects(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpe
                         "maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
                         "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": dict(selector)}}],
                     "enableServiceLinks": False,
+                    # Pod Security `restricted`: non-root (the images' nobody), seccomp, read-only roots.
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532,
+                                        "seccompProfile": {"type": "RuntimeDefault"}},
+                    "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
                     # A long request in flight finishes (up to the request timeout) before the pod goes.
                     "terminationGracePeriodSeconds": min(spec.routing.request_timeout_seconds, 600),
                     "containers": containers,
