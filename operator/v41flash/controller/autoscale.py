@@ -34,7 +34,7 @@ from ..render.resolve import Resolved, resolve
 from ..roles import ROLES
 from .kube import Kube
 from .observation import (  # noqa: F401  (observed_slo_status: re-exported)
-    PodView, observe, observed_slo_status, planner_bounds, planner_slo, pod_view, scrape_targets,
+    PodView, observe, observed_slo_status, owned_pod, planner_bounds, planner_slo, pod_view, scrape_targets,
 )
 
 log = logging.getLogger(__name__)
@@ -183,7 +183,9 @@ class Autoscaler:
         meta, status = body["metadata"], body.get("status") or {}
         ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
         resolved = resolve(spec)
-        pods = [pod_view(p) for p in self.kube.list_pods(ns, L.label_selector(L.serving_pods_selector(name)))]
+        # only pods our workloads made: labels alone can be copied onto any pod (observation.owned_pod)
+        pods = [v for v in (pod_view(p) for p in self.kube.list_pods(ns, L.label_selector(L.serving_pods_selector(name))))
+                if owned_pod(v, name)]
         targets = scrape_targets(pods)
         t0 = time.monotonic()
         snapshots = asyncio.run(scrape(targets)) if targets else []

@@ -32,6 +32,7 @@ class PodView:
     deleting: bool = False  # has a deletionTimestamp
     created: float | None = None  # unix seconds
     deletion_cost: int | None = None  # the controller.kubernetes.io/pod-deletion-cost annotation, if an int
+    controller: tuple[str, str] | None = None  # (kind, name) of the controller ownerReference, if any
 
 
 def pod_view(pod: Any) -> PodView:
@@ -49,7 +50,25 @@ def pod_view(pod: Any) -> PodView:
         deleting=bool(meta.deletion_timestamp),
         created=meta.creation_timestamp.timestamp() if meta.creation_timestamp else None,
         deletion_cost=cost,
+        controller=next(((r.kind, r.name) for r in (getattr(meta, "owner_references", None) or [])
+                         if getattr(r, "controller", False)), None),
     )
+
+
+def owned_pod(pod: PodView, name: str) -> bool:
+    """Pods this deployment's workloads made: labels alone can be copied onto any pod (a pod labelled like a
+    decode engine would feed the planner, or flood the scraper). The controller must be the ReplicaSet of
+    one of our Deployments (<name>-<role>-<hash>) or a StatefulSet of our LeaderWorkerSet
+    (<name>-<role>[-<group>]); a forged ownerReference to an owner that does not exist gets the pod
+    garbage-collected."""
+    if pod.role not in (*ROLES, L.ROUTER) or pod.controller is None:
+        return False
+    kind, owner = pod.controller
+    if kind == "ReplicaSet":
+        return owner.startswith(f"{name}-{pod.role}-")
+    if kind == "StatefulSet" and pod.role in ROLES:
+        return owner == f"{name}-{pod.role}" or owner.startswith(f"{name}-{pod.role}-")
+    return False
 
 
 def serving(pods: Sequence[PodView]) -> dict[str, list[PodView]]:
