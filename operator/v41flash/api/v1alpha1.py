@@ -343,7 +343,7 @@ class KVTransferSpec(Model):
     # the values vLLM 0.33.0 accepts (the parser snapshot), listed alphabetically in the CRD
     load_failure_policy: Literal[tuple(sorted(KV_LOAD_FAILURE_POLICIES))] = Field(  # type: ignore[valid-type]
         "fail", description="What decode does when a KV load fails.")
-    ucx_tls: str = Field("", description="UCX_TLS for NIXL; '' = per GPU fabric default "
+    ucx_tls: str = Field("", max_length=256, pattern=r"^[a-z0-9_,^]*$", description="UCX_TLS for NIXL; '' = per GPU fabric default "
                                          "(GB300 MNNVL: cuda_copy,cuda_ipc,tcp).")
     extra_config: dict[str, Any] = Field(
         default_factory=dict, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
