@@ -45,8 +45,7 @@ def test_engine_policy_selects_every_engine_pod_and_admits_only_router_engines_o
     peers = [(r["from"][0], r.get("ports")) for r in eng["ingress"]]
     assert all("from" in r for r in eng["ingress"])  # no rule open to everyone
     router_peer, engines_peer, operator_peer = peers
-    assert _selects(router_peer[0]["podSelector"], pods["demo-router"]) and router_peer[1] == [
-        {"protocol": "TCP", "port": 8000}]
+    assert _selects(router_peer[0]["podSelector"], pods["demo-router"]) and router_peer[1] is None  # + KV events
     assert _selects(engines_peer[0]["podSelector"], pods["demo-decode"]) and engines_peer[1] is None
     assert operator_peer[0] == {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "v41flash-system"}},
                                 "podSelector": {"matchLabels": {"app.kubernetes.io/component": "operator",

@@ -1,7 +1,7 @@
 """NetworkPolicies of one deployment: who may reach its engines and its router.
 
-- Engines (prefill, decode, LWS workers) accept traffic only from the deployment's router pods (serving
-  port), from the deployment's own engine pods (NIXL KV transfer, DP RPC, KV events: any port) and from
+- Engines (prefill, decode, LWS workers) accept traffic only from the deployment's router pods (HTTP and
+  the KV-event publishers kv_aware routing subscribes to), from the deployment's own engine pods (NIXL KV transfer, DP RPC, KV events: any port) and from
   the operator's pods (the planner scrapes /metrics on the serving port). A pod elsewhere cannot send
   prompts to an engine directly, bypassing the proxy's API key, nor talk NIXL to it.
 - The router accepts clients on its Service port from anywhere (client authentication is the proxy's
@@ -45,7 +45,8 @@ def network_policies(cr_name: str, namespace: str, roles: list[str], owner: dict
             "podSelector": engines(),
             "policyTypes": ["Ingress"],
             "ingress": [
-                {"from": [{"podSelector": router()}], "ports": [tcp(ENGINE_PORT)]},
+                # any port: the router also subscribes to the engines' KV-event publishers (ports per DP rank)
+                {"from": [{"podSelector": router()}]},
                 {"from": [{"podSelector": engines()}]},  # P/D KV transfer and DP ranks: every port
                 {"from": [_operator_peer(operator_namespace)], "ports": [tcp(ENGINE_PORT)]},
             ],
