@@ -255,3 +255,32 @@ def test_slow_body_is_cut_and_in_flight_is_capped():
         proxy.in_flight = 0
         assert (await client.post(f"{base}/v1/completions", json={"prompt": "p"})).status == 200
     asyncio.run(_with_proxy(busy, max_in_flight=4))
+
+
+def test_connection_cap_and_header_deadline():
+    async def t():
+        proxy = sp.SessionProxy(sp.ProxyConfig(upstream="http://127.0.0.1:1"))
+        runner = web.AppRunner(proxy.app())
+        await runner.setup()
+        sp.guard_connections(runner.server, max_connections=2, header_timeout_s=0.5)
+        port = _free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        try:
+            # a slowloris: headers never finish -> closed at the deadline
+            r1, w1 = await asyncio.open_connection("127.0.0.1", port)
+            w1.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            await w1.drain()
+            r2, w2 = await asyncio.open_connection("127.0.0.1", port)
+            # over the cap of 2: closed at once
+            r3, w3 = await asyncio.open_connection("127.0.0.1", port)
+            assert await asyncio.wait_for(r3.read(), 2) == b""
+            assert await asyncio.wait_for(r1.read(), 3) == b""  # cut after 0.5 s of incomplete headers
+            # a normal client still gets served once slots free up
+            await asyncio.sleep(0.6)
+            async with aiohttp.ClientSession() as client:
+                assert (await client.get(f"http://127.0.0.1:{port}/healthz")).status == 200
+            for w in (w1, w2, w3):
+                w.close()
+        finally:
+            await runner.cleanup()
+    asyncio.run(t())

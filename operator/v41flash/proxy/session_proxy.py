@@ -123,6 +123,8 @@ class ProxyConfig:
     body_timeout_s: float = 60.0  # a whole request body must arrive within this (slow-body clients)
     max_in_flight: int = 1024  # requests handled at once; more get 503 at once
     upstream_connections: int = 512  # bounded pool to vllm-router
+    max_connections: int = 4096  # client connections open at once; more are closed on accept
+    header_timeout_s: float = 15.0  # a new connection's first request headers must arrive within this
 
 
 def session_key_for(cfg: ProxyConfig, path: str, headers: Any, body: bytes) -> tuple[str | None, str]:
@@ -300,10 +302,34 @@ def run_cli(args: argparse.Namespace) -> int:
     return 0
 
 
+def guard_connections(server: web.Server, max_connections: int, header_timeout_s: float) -> None:
+    """A connection cap and a header deadline on an aiohttp server (aiohttp has neither): a connection over
+    the cap is closed at once; one whose first request's headers are not complete within header_timeout_s
+    (slowloris) is closed then. Later requests on a kept-alive connection are bounded by the body deadline
+    and the in-flight cap."""
+    made = server.connection_made
+    loop = asyncio.get_running_loop()
+
+    def cut_if_silent(handler: Any, transport: asyncio.Transport) -> None:
+        if getattr(handler, "_request_count", 1) == 0 and not transport.is_closing():
+            transport.close()
+
+    def connection_made(handler: Any, transport: asyncio.Transport) -> None:
+        if len(server.connections) >= max_connections:
+            transport.close()
+            return
+        made(handler, transport)
+        loop.call_later(header_timeout_s, cut_if_silent, handler, transport)
+
+    server.connection_made = connection_made  # type: ignore[method-assign]
+
+
 async def serve(cfg: ProxyConfig, host: str, port: int) -> None:
     """Serve until SIGTERM/SIGINT; requests in flight get the pod's grace period (the runner's shutdown)."""
     runner = web.AppRunner(SessionProxy(cfg).app(), access_log=None)
     await runner.setup()
+    assert runner.server is not None
+    guard_connections(runner.server, cfg.max_connections, cfg.header_timeout_s)
     site = web.TCPSite(runner, host, port, backlog=1024)
     await site.start()
     log.info("session proxy on %s:%d -> %s (session header %r)", host, port, cfg.upstream, cfg.session_header)
