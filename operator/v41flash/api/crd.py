@@ -118,6 +118,9 @@ def _structural(node: dict[str, Any]) -> dict[str, Any]:
         node["default"] = [] if node["type"] == "array" else {}  # lists and maps: empty, as pydantic's
     if isinstance(node.get("items"), dict):
         node["items"] = _structural(node["items"])
+        # an item is never absent, so a default for it as a whole means nothing; the apiserver would still
+        # check it against the item's CEL rules (a default Toleration is the keyless one they refuse)
+        node["items"].pop("default", None)
     if isinstance(node.get("additionalProperties"), dict):
         node["additionalProperties"] = _structural(node["additionalProperties"])
     return node
