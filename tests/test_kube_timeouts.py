@@ -15,7 +15,7 @@ def test_every_call_has_a_request_timeout():
     k = _kube()
     res = k.dynamic.resources.get.return_value
     k.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}, "ns")
-    k.get("v1", "ConfigMap", "x", "ns")
+    k.get_object("v1", "ConfigMap", "x", "ns")
     k.list_children("ns", "x", "uid")
     k.delete(ChildRef("v1", "ConfigMap", "x"), "ns")
     for call in (res.server_side_apply, res.get, res.delete):

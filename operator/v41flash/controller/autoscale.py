@@ -183,10 +183,9 @@ class Autoscaler:
         meta, status = body["metadata"], body.get("status") or {}
         ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
         resolved = resolve(spec)
-        # only pods our workloads made: labels alone can be copied onto any pod (observation.owned_pod)
-        pods = [v for v in (pod_view(p) for p in self.kube.list_pods(ns, L.label_selector(L.serving_pods_selector(name))))
-                if owned_pod(v, name)]
-        targets = scrape_targets(pods)
+        pods = [pod_view(p) for p in self.kube.list_pods(ns, L.label_selector(L.serving_pods_selector(name)))]
+        # scrape only pods our workloads made: labels alone can be copied onto any pod (observation.owned_pod)
+        targets = scrape_targets([p for p in pods if owned_pod(p, name)])
         t0 = time.monotonic()
         snapshots = asyncio.run(scrape(targets)) if targets else []
         self.metrics.record_scrape(ns, name, snapshots, time.monotonic() - t0)

@@ -97,7 +97,7 @@ class Kube:
                                     _request_timeout=REQUEST_TIMEOUT)
         return out.to_dict()
 
-    def get(self, api_version: str, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+    def get_object(self, api_version: str, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
         """One object by name, or None when there is none."""
         try:
             out = self._resource(api_version, kind).get(name=name, namespace=namespace,

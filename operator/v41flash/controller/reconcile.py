@@ -171,7 +171,10 @@ def name_collisions(kube: Kube, namespace: str, uid: str, desired: list[dict[str
         ref = ChildRef.of(obj)
         if ref in live:
             continue
-        existing = kube.get(ref.api_version, ref.kind, ref.name, namespace)
+        try:
+            existing = kube.get_object(ref.api_version, ref.kind, ref.name, namespace)
+        except KindNotInstalled as exc:  # uninstalled since discovery: nothing applied yet
+            return Stall("KindNotInstalled", str(exc))
         if existing is None:
             continue
         owners = existing.get("metadata", {}).get("ownerReferences") or []
