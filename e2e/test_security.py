@@ -4,17 +4,14 @@ CNI), a name collision Stalls and leaves the user's object, engine pods admitted
 `baseline`."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import httpx
 import pytest
 import yaml
 
-from kit import wait_for
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from hostile_corpus import hostile_cases  # noqa: E402
+from e2e.hostile_corpus import hostile_cases
+from e2e.kit import wait_for
 
 pytestmark = pytest.mark.e2e
 

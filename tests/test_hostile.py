@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 import yaml
 
-from hostile_corpus import hostile_cases
+from e2e.hostile_corpus import hostile_cases
 from v41flash.api import v1alpha1 as api
 from v41flash.api.validation import validate
 from v41flash.render import render

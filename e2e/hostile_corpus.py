@@ -3,7 +3,7 @@
 Each file says `# expect: refused` with the `# field:` its problem must name and whether the apiserver
 refuses it at admission (`# admission: refused`) or only the operator can tell (`stalled`), or
 `# expect: harmless` with the `# check:` (in tests/test_hostile.py) that renders it and proves the result
-harmless. Used offline here and at admission by e2e."""
+harmless. Used offline (tests/test_hostile.py) and at admission by e2e (e2e/test_security.py)."""
 from __future__ import annotations
 
 import re
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-HOSTILE_DIR = Path(__file__).parent / "hostile"
+HOSTILE_DIR = Path(__file__).resolve().parents[1] / "tests" / "hostile"
 
 
 @dataclass(frozen=True)
