@@ -263,7 +263,7 @@ def test_connection_cap_and_header_deadline():
         runner = web.AppRunner(proxy.app())
         await runner.setup()
         sp.guard_connections(runner.server, max_connections=2, header_timeout_s=0.5)
-        port = _free_port()
+        (port,) = free_ports(1)
         await web.TCPSite(runner, "127.0.0.1", port).start()
         try:
             # a slowloris: headers never finish -> closed at the deadline
