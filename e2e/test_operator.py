@@ -22,7 +22,8 @@ pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((REPO / "manifests" / "examples").glob("*.yaml"))
 WORKLOAD_KINDS = ("Deployment", "LeaderWorkerSet")
-CHILD_KINDS = "deployments,leaderworkersets,services,serviceaccounts,roles,rolebindings,poddisruptionbudgets,configmaps"
+CHILD_KINDS = ("deployments,leaderworkersets,services,serviceaccounts,roles,rolebindings,poddisruptionbudgets,configmaps,"
+               "networkpolicies")
 READY_TIMEOUT = 240
 
 

@@ -106,6 +106,13 @@ class FakeKube:
                 found.append(copy.deepcopy(obj))
         return found
 
+    def get_object(self, api_version: str, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+        self.calls.append(("get_object", f"{kind}/{name}"))
+        if (api_version, kind) not in self.kinds:
+            raise KindNotInstalled(f"{kind}.{api_version} is not served by this cluster")
+        obj = self.objects.get((api_version, kind, namespace, name))
+        return copy.deepcopy(obj) if obj is not None else None
+
     def apply(self, obj: dict[str, Any], namespace: str) -> dict[str, Any]:
         what = f"{obj['kind']}/{obj['metadata']['name']}"
         self.calls.append(("apply", what))

@@ -77,7 +77,9 @@ def servers():
 def pod(name: str, role: str, ready: bool = True) -> SimpleNamespace:
     return SimpleNamespace(
         metadata=SimpleNamespace(name=name, labels={"v41flash.io/role": role}, deletion_timestamp=None,
-                                 annotations={}, creation_timestamp=datetime.now(timezone.utc)),
+                                 annotations={}, creation_timestamp=datetime.now(timezone.utc),
+                                 owner_references=[SimpleNamespace(kind="ReplicaSet", name=f"x-{role}-5d9f",
+                                                                   controller=True)]),
         status=SimpleNamespace(pod_ip=IPS[role], conditions=[SimpleNamespace(type="Ready", status=str(ready))]))
 
 
@@ -256,3 +258,19 @@ def test_measured_cold_start_from_pod_timestamps():
         pods.append(pod_view(p))
     assert measured_cold_start(pods) == pytest.approx(600.0)
     assert measured_cold_start([pod_view(pod("x", "prefill"))]) is None  # no Ready transition time: nothing measured
+def test_only_pods_our_workloads_made_are_scrape_targets():
+    from v41flash.controller.observation import PodView, owned_pod, pod_view
+
+    def p(role, kind, owner):
+        return PodView(name="p", role=role, ready=True, ip="10.0.0.1", controller=(kind, owner) if kind else None)
+    assert owned_pod(p("decode", "ReplicaSet", "x-decode-5d9f"), "x")
+    assert owned_pod(p("prefill", "StatefulSet", "x-prefill-1"), "x")  # LeaderWorkerSet worker group
+    assert owned_pod(p("router", "ReplicaSet", "x-router-77c"), "x")
+    assert not owned_pod(p("decode", None, ""), "x")  # a bare pod with copied labels
+    assert not owned_pod(p("decode", "ReplicaSet", "evil-5d9f"), "x")
+    assert not owned_pod(p("decode", "ReplicaSet", "x-prefill-5d9f"), "x")  # role label and owner disagree
+    assert not owned_pod(p("decode", "Job", "x-decode-1"), "x")
+    # pod_view keeps only the controller reference
+    v1pod = pod("d-0", "decode")
+    v1pod.metadata.owner_references = [SimpleNamespace(kind="ReplicaSet", name="x-decode-1", controller=False)]
+    assert pod_view(v1pod).controller is None

@@ -56,7 +56,7 @@ def test_first_reconcile_creates_every_child_owned_by_the_cr_and_says_it_is_prog
     cr = kube.add_cr(example("tp4-h200-low-latency"))
     out, events = run(kube, "tp4-h200-low-latency")
     assert out.stall is None and out.status_written and out.pruned == []
-    assert len(out.applied) == 13 and {v for v, _ in kube.writes} == {"create", "status"}
+    assert len(out.applied) == 15 and {v for v, _ in kube.writes} == {"create", "status"}  # 2 NetworkPolicies
     for obj in kube.objects.values():
         assert [o["uid"] for o in obj["metadata"]["ownerReferences"]] == [cr["metadata"]["uid"]]
     status = kube.cr("tp4-h200-low-latency")["status"]
@@ -191,7 +191,7 @@ def test_a_status_conflict_is_left_to_the_next_pass():
     events = Events()
     out = reconcile(kube, stale, events, now=NOW)
     assert not out.status_written and "status" not in kube.cr("tp4-h200-low-latency")
-    assert len(out.applied) == 13  # the children were applied all the same
+    assert len(out.applied) == 15  # the children were applied all the same
     out, _ = run(kube, "tp4-h200-low-latency")  # the next pass, from a fresh read
     assert out.status_written and kube.cr("tp4-h200-low-latency")["status"]["observedGeneration"] == 2
 
@@ -315,5 +315,5 @@ def test_the_fake_has_the_real_signatures():
 
     from v41flash.controller.kube import Kube
 
-    for method in ("has_kind", "list_children", "apply", "delete", "patch_status"):
+    for method in ("has_kind", "list_children", "get_object", "apply", "delete", "patch_status"):
         assert inspect.signature(getattr(FakeKube, method)) == inspect.signature(getattr(Kube, method)), method

@@ -68,26 +68,31 @@ Server-side apply is a PATCH that creates a missing object, so it needs both pat
 - apiGroups: ["v41flash.io"]
   resources: ["v41flashdeployments/finalizers"]
   verbs: ["update"]
-# Children: server-side apply, list by label to prune, delete what is no longer desired.
+# Children: server-side apply, list by label to prune, delete what is no longer desired; get: an object
+# of a child's name that is not ours is never adopted (reconcile.name_collisions).
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["list", "create", "patch", "delete"]
+  verbs: ["get", "list", "create", "patch", "delete"]
 - apiGroups: ["leaderworkerset.x-k8s.io"]
   resources: ["leaderworkersets"]
-  verbs: ["list", "create", "patch", "delete"]
+  verbs: ["get", "list", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["services", "serviceaccounts"]
-  verbs: ["list", "create", "patch", "delete"]
+  verbs: ["get", "list", "create", "patch", "delete"]
 # get: the planner reads a capacity profile from a ConfigMap named in the spec.
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "list", "create", "patch", "delete"]
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
-  verbs: ["list", "create", "patch", "delete"]
+  verbs: ["get", "list", "create", "patch", "delete"]
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
-  verbs: ["list", "create", "patch", "delete"]
+  verbs: ["get", "list", "create", "patch", "delete"]
+# Per deployment: only its router reaches its engines, only the operator scrapes them.
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "list", "create", "patch", "delete"]
 # Pods: observed for status and metrics, annotated with a deletion cost before a scale-down. get/list/watch
 # are also what the router's Role grants, and RBAC only lets the operator grant what it holds itself.
 - apiGroups: [""]

@@ -23,8 +23,9 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from ..api import v1alpha1 as api
 from .autoscale import Autoscaler, PlannerOutcome
-from .kube import Kube
+from .kube import REQUEST_TIMEOUT, Kube
 from .reconcile import reconcile
+from .redact import RedactingDiffBaseStorage
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,8 @@ def _lock(uid: str) -> threading.Lock:
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.finalizer = f"{api.GROUP}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=api.GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+    # escape-hatch values as digests: the annotation must not carry extraEnv text (controller/redact.py)
+    settings.persistence.diffbase_storage = RedactingDiffBaseStorage(
         prefix=api.GROUP, key="last-handled-configuration")
     settings.watching.server_timeout = 300  # the apiserver ends each watch; kopf re-lists and resumes
     settings.watching.client_timeout = 330
@@ -83,7 +85,8 @@ def _run(trigger: str, ns: str, name: str, uid: str, logger: logging.Logger) -> 
     with _lock(uid), RECONCILE_SECONDS.labels(trigger).time():
         # Reconcile from a fresh read: an event's body can lag behind the newest spec and status.
         try:
-            fresh = kube().custom.get_namespaced_custom_object(api.GROUP, api.VERSION, ns, api.PLURAL, name)
+            fresh = kube().custom.get_namespaced_custom_object(api.GROUP, api.VERSION, ns, api.PLURAL, name,
+                                                               _request_timeout=REQUEST_TIMEOUT)
         except ApiException as exc:
             if exc.status == 404:  # deleted meanwhile: garbage collection takes the children
                 return

@@ -20,6 +20,9 @@ from ..render.engine import LWS_API_VERSION
 from ..render.resolve import DEPLOYMENT, LEADER_WORKER_SET
 
 FIELD_MANAGER = "v41flash-operator"
+# (connect, read) seconds for every API call: a hung apiserver connection must not hold a reconcile (and the
+# per-deployment lock) forever. Watches are kopf's, with their own timeouts (handlers.configure).
+REQUEST_TIMEOUT = (10, 60)
 log = logging.getLogger(__name__)
 
 # Every kind the renderer can produce: what pruning lists (a role turned off must lose its objects).
@@ -32,6 +35,7 @@ CHILD_KINDS: tuple[tuple[str, str], ...] = (
     ("rbac.authorization.k8s.io/v1", "RoleBinding"),
     ("policy/v1", "PodDisruptionBudget"),
     ("v1", "ConfigMap"),
+    ("networking.k8s.io/v1", "NetworkPolicy"),
 )
 
 
@@ -89,7 +93,17 @@ class Kube:
         """Server-side apply under our field manager; force: the operator fully owns its children's fields."""
         res = self._resource(obj["apiVersion"], obj["kind"])
         out = res.server_side_apply(body=obj, name=obj["metadata"]["name"], namespace=namespace,
-                                    field_manager=FIELD_MANAGER, force_conflicts=True)
+                                    field_manager=FIELD_MANAGER, force_conflicts=True,
+                                    _request_timeout=REQUEST_TIMEOUT)
+        return out.to_dict()
+
+    def get_object(self, api_version: str, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+        """One object by name, or None when there is none."""
+        try:
+            out = self._resource(api_version, kind).get(name=name, namespace=namespace,
+                                                        _request_timeout=REQUEST_TIMEOUT)
+        except NotFoundError:
+            return None
         return out.to_dict()
 
     def list_children(self, namespace: str, instance: str, owner_uid: str) -> list[dict[str, Any]]:
@@ -101,7 +115,8 @@ class Kube:
                 res = self._resource(api_version, kind)
             except KindNotInstalled:
                 continue
-            for item in res.get(namespace=namespace, label_selector=selector).to_dict().get("items", []):
+            items = res.get(namespace=namespace, label_selector=selector, _request_timeout=REQUEST_TIMEOUT)
+            for item in items.to_dict().get("items", []):
                 owners = item["metadata"].get("ownerReferences") or []
                 if any(o.get("uid") == owner_uid for o in owners):
                     item.setdefault("apiVersion", api_version)
@@ -112,15 +127,18 @@ class Kube:
     def delete(self, ref: ChildRef, namespace: str) -> None:
         try:
             self._resource(ref.api_version, ref.kind).delete(
-                name=ref.name, namespace=namespace, body={"propagationPolicy": "Background"})
+                name=ref.name, namespace=namespace, body={"propagationPolicy": "Background"},
+                _request_timeout=REQUEST_TIMEOUT)
         except NotFoundError:
             pass
 
     def list_pods(self, namespace: str, selector: str) -> list[client.V1Pod]:
-        return self.core.list_namespaced_pod(namespace, label_selector=selector).items
+        return self.core.list_namespaced_pod(namespace, label_selector=selector,
+                                             _request_timeout=REQUEST_TIMEOUT).items
 
     def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
-        self.core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": annotations}})
+        self.core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": annotations}},
+                                       _request_timeout=REQUEST_TIMEOUT)
 
     def patch_status(self, namespace: str, name: str, status: dict[str, Any], resource_version: str) -> None:
         """Replace the status with an optimistic lock: a stale view fails the `test` op (422/409) and the next
@@ -128,7 +146,8 @@ class Kube:
         body = [{"op": "test", "path": "/metadata/resourceVersion", "value": resource_version},
                 {"op": "add", "path": "/status", "value": status}]
         self.custom.patch_namespaced_custom_object_status(api.GROUP, api.VERSION, namespace, api.PLURAL, name, body,
-                                                          _content_type="application/json-patch+json")
+                                                          _content_type="application/json-patch+json",
+                                                          _request_timeout=REQUEST_TIMEOUT)
 
 
     def post_event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
@@ -145,7 +164,7 @@ class Kube:
             source=client.V1EventSource(component=FIELD_MANAGER), reporting_component=FIELD_MANAGER,
             reporting_instance=FIELD_MANAGER)
         try:
-            self.core.create_namespaced_event(meta["namespace"], event)
+            self.core.create_namespaced_event(meta["namespace"], event, _request_timeout=REQUEST_TIMEOUT)
         except ApiException as exc:  # an Event is best effort: never fail a reconcile over it
             log.warning("could not post event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], exc.reason)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -102,14 +103,23 @@ def reconcile(kube: Kube, body: dict[str, Any], emit: Emit, *, now: str | None =
         assert obj is not None
         replicas = desired_replicas(obj.spec, previous, planner.desired if planner else None)
         owner = {"apiVersion": api.API_VERSION, "kind": api.KIND, "name": name, "uid": uid}
-        desired_objs = render(obj, replicas=replicas, owner=owner)
+        try:
+            desired_objs = render(obj, replicas=replicas, owner=owner,
+                                  operator_namespace=os.environ.get("POD_NAMESPACE") or None)
+        except Exception as exc:  # noqa: BLE001 - validate renders too; this is the net under it
+            log.exception("render of %s/%s failed", namespace, name)
+            desired_objs, stall = [], Stall("RenderFailed", f"spec: the operator cannot render it: "
+                                                           f"{type(exc).__name__}: {str(exc)[:300]}")
         missing = sorted({f"{o['kind']}.{o['apiVersion']}" for o in desired_objs
                           if not kube.has_kind(o["apiVersion"], o["kind"])})
-        if missing:
+        if stall is not None:
+            pass
+        elif missing:
             stall = Stall("KindNotInstalled", f"the cluster does not serve {', '.join(missing)}: install it "
                                               f"(e.g. the LeaderWorkerSet controller for multi-node replicas)")
         else:
-            stall = _apply_all(kube, namespace, desired_objs, live, applied)
+            stall = (name_collisions(kube, namespace, uid, desired_objs, live)
+                     or _apply_all(kube, namespace, desired_objs, live, applied))
             if stall is None:
                 want = {ChildRef.of(o) for o in desired_objs}
                 for ref in [r for r in live if r not in want]:
@@ -141,6 +151,41 @@ def reconcile(kube: Kube, body: dict[str, Any], emit: Emit, *, now: str | None =
 def _was_stalled_same(previous: dict[str, Any], stall: Stall) -> bool:
     return any(c.get("type") == "Stalled" and c.get("status") == "True" and c.get("message") == stall.message
                for c in previous.get("conditions") or [])
+
+
+def _owner_text(obj: dict[str, Any]) -> str:
+    owners = obj.get("metadata", {}).get("ownerReferences") or []
+    if not owners:
+        return "no owner"
+    return "owned by " + ", ".join(f"{o.get('kind')}/{o.get('name')}" for o in owners)
+
+
+def name_collisions(kube: Kube, namespace: str, uid: str, desired: list[dict[str, Any]],
+                    live: dict[ChildRef, dict[str, Any]]) -> Stall | None:
+    """An existing object with a child's name that this deployment does not own (no ownerReference to its
+    uid) is someone else's: never adopt it. Server-side apply with force would overwrite it and the
+    ownerReference would have garbage collection delete it with the CR. Checked before anything is applied;
+    children already listed as ours cost no call."""
+    taken = []
+    for obj in desired:
+        ref = ChildRef.of(obj)
+        if ref in live:
+            continue
+        try:
+            existing = kube.get_object(ref.api_version, ref.kind, ref.name, namespace)
+        except KindNotInstalled as exc:  # uninstalled since discovery: nothing applied yet
+            return Stall("KindNotInstalled", str(exc))
+        if existing is None:
+            continue
+        owners = existing.get("metadata", {}).get("ownerReferences") or []
+        if not any(o.get("uid") == uid for o in owners):
+            taken.append(f"{ref.kind}/{ref.name} ({_owner_text(existing)})")
+    if not taken:
+        return None
+    return Stall("NameCollision", f"{', '.join(taken)} already exist{'s' if len(taken) == 1 else ''} in {namespace} "
+                                  f"and {'is' if len(taken) == 1 else 'are'} not this deployment's: nothing was "
+                                  f"applied or changed. Rename the V41FlashDeployment (children are named "
+                                  f"<name>-<role>) or remove the other object")
 
 
 def _apply_all(kube: Kube, namespace: str, desired: list[dict[str, Any]], live: dict[ChildRef, dict[str, Any]],

@@ -2,7 +2,8 @@
 
 The controller applies exactly this list (server-side apply) and prunes the rest; `v41flash render`
 prints it. Same input, same output, same order: ConfigMap, then per enabled role its Service, PDB and
-workload, then the router's ServiceAccount, Role, RoleBinding, Service, PDB and Deployment.
+workload, then the router's ServiceAccount, Role, RoleBinding, Deployment, Service and PDB, then the
+NetworkPolicies of the engines and the router.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from . import labels as L
 from .engine import engine_workload, replica_commands
 from .objects import config_map, pdb, role_service
 from .resolve import Resolved, resolve
+from .network import network_policies
 from .router import router_args, router_objects
 from .timing import PodTiming, drain_timing
 
@@ -20,7 +22,8 @@ __all__ = ["render", "resolve", "Resolved", "PodTiming"]
 
 
 def render(obj: api.V41FlashDeployment, replicas: dict[str, int | None] | None = None,
-           owner: dict[str, Any] | None = None, timing: PodTiming | None = None) -> list[dict[str, Any]]:
+           owner: dict[str, Any] | None = None, timing: PodTiming | None = None,
+           operator_namespace: str | None = None) -> list[dict[str, Any]]:
     """Every desired object of one deployment.
 
     replicas: desired replicas per role (planner / minReplicas); a missing or None entry means the
@@ -28,6 +31,7 @@ def render(obj: api.V41FlashDeployment, replicas: dict[str, int | None] | None =
     owner: {apiVersion, kind, name, uid} of the CR → ownerReferences on every object; None offline.
     timing: None = drain sized from the SLO's p95 e2e target (a request that just started still finishes);
     taken from the spec, never from live metrics, because changing it restarts every engine.
+    operator_namespace: where the operator runs (its NetworkPolicy peer); None = any namespace.
     """
     name = obj.metadata["name"]
     namespace = obj.metadata.get("namespace") or "default"
@@ -48,6 +52,7 @@ def render(obj: api.V41FlashDeployment, replicas: dict[str, int | None] | None =
         out.append(engine_workload(name, namespace, spec, res, rr.role, effective, owner, timing))
     out += router_objects(name, namespace, spec, res, owner)
     out.append(pdb(name, namespace, L.ROUTER, owner))
+    out += network_policies(name, namespace, [rr.role for rr in res.enabled_roles], owner, operator_namespace)
     return out
 
 

@@ -185,6 +185,16 @@ def _affinity(cr_name: str, role: str, res: Resolved, rr: RoleResolved) -> dict[
     return affinity
 
 
+def _engine_security(res: Resolved) -> dict[str, Any]:
+    """Pod Security `baseline` unless RDMA is requested. IPC_LOCK (outside baseline) only with an RDMA
+    resource: ibv_reg_mr pins KV buffers against RLIMIT_MEMLOCK; NIXL over cuda_ipc/cuda_copy/TCP pins
+    through the CUDA driver, which that limit does not cover. vLLM's image runs as root, so not `restricted`."""
+    sc: dict[str, Any] = {"allowPrivilegeEscalation": False, "seccompProfile": {"type": "RuntimeDefault"}}
+    if res.gpu.rdma_resource:
+        sc["capabilities"] = {"add": ["IPC_LOCK"]}
+    return sc
+
+
 def _tolerations(spec: api.V41FlashDeploymentSpec) -> list[dict[str, Any]]:
     out = []
     for t in spec.gpu.tolerations:
@@ -219,8 +229,7 @@ def pod_template(cr_name: str, spec: api.V41FlashDeploymentSpec, res: Resolved, 
         "env": _env(cmd, spec),
         "resources": {"requests": dict(limits), "limits": dict(limits)},
         "volumeMounts": mounts,
-        # IPC_LOCK: NIXL/UCX and RDMA pin (mlock) KV buffers.
-        "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
+        "securityContext": _engine_security(res),
         "lifecycle": {"preStop": {"sleep": {"seconds": timing.pre_stop_sleep_seconds}}},
     }
     if serving:  # headless LWS workers serve no HTTP: LWS recreates their group when one fails
@@ -228,6 +237,9 @@ def pod_template(cr_name: str, spec: api.V41FlashDeploymentSpec, res: Resolved, 
         container.update(_probes(cmd, timing))
     pod_spec: dict[str, Any] = {
         "enableServiceLinks": False,
+        # engines never call the apiserver: no token to steal from a compromised engine
+        "automountServiceAccountToken": False,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         "terminationGracePeriodSeconds": timing.termination_grace_period_seconds,
         "affinity": _affinity(cr_name, role, res, rr),
         "tolerations": _tolerations(spec),

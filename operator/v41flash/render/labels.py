@@ -20,6 +20,8 @@ ROLE_LABEL = f"{GROUP}/role"
 # Only pods that answer HTTP carry it: the router discovers engines by it (LWS workers run --headless).
 SERVING_LABEL = f"{GROUP}/serving"
 ROUTER = "router"
+# On the operator's own pods (chart): what the engines' NetworkPolicy lets scrape /metrics.
+SCRAPER_LABEL = f"{GROUP}/scraper"
 
 
 def child_name(cr_name: str, suffix: str) -> str:
@@ -39,7 +41,7 @@ def common_labels(cr_name: str, component: str) -> dict[str, str]:
         MANAGED_BY_LABEL: MANAGED_BY,
         DEPLOYMENT_LABEL: cr_name,
     }
-    if component != "config":
+    if component not in ("config", "network"):
         labels[ROLE_LABEL] = component
     return labels
 

@@ -40,8 +40,19 @@ def pdb(cr_name: str, namespace: str, component: str, owner: dict[str, Any] | No
     }
 
 
+HIDDEN = "<not shown: extraEnv value>"
+
+
+def _shown_args(args: list[str], extra_args: list[str]) -> list[str]:
+    """Container args with the user's extraArgs (they come last) replaced by a count: escape-hatch values
+    may be credentials, and a ConfigMap is readable more widely than a pod spec."""
+    if not extra_args or len(args) < len(extra_args):
+        return args
+    return [*args[:len(args) - len(extra_args)], f"<{len(extra_args)} extraArgs not shown>"]
+
+
 def _role_summary(rr: RoleResolved, commands: vargs.ReplicaCommands | None,
-                  replicas: int | None) -> dict[str, Any]:
+                  replicas: int | None, role_spec: api.RoleSpec | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"enabled": rr.enabled}
     if not rr.enabled:
         return out
@@ -64,9 +75,12 @@ def _role_summary(rr: RoleResolved, commands: vargs.ReplicaCommands | None,
     pods = {"leader" if rr.multi_node else "pod": commands.leader}
     if commands.worker is not None:
         pods["worker"] = commands.worker
+    extra_args = list(role_spec.extra_args) if role_spec else []
+    extra_env = {e.name for e in role_spec.extra_env} if role_spec else set()
     out["commands"] = {
-        kind: {"command": [*cmd.command, *cmd.args],
-               "env": {**{k: f"fieldRef {v}" for k, v in cmd.env_from_field.items()}, **dict(cmd.env)},
+        kind: {"command": [*cmd.command, *_shown_args(list(cmd.args), extra_args)],
+               "env": {**{k: f"fieldRef {v}" for k, v in cmd.env_from_field.items()},
+                       **{k: HIDDEN if k in extra_env else v for k, v in cmd.env.items()}},
                **({"notes": list(cmd.notes)} if cmd.notes else {})}
         for kind, cmd in pods.items()
     }
@@ -89,7 +103,7 @@ def config_map(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, r
                 "nodeLabel": f"{res.gpu.product_label}={res.gpu.product_label_value}",
                 "topologyKey": res.gpu.topology_key, "rdmaResource": res.gpu.rdma_resource or "none"},
         "gpusAtMinReplicas": res.min_gpus(),
-        "roles": {name: _role_summary(rr, commands.get(name), replicas.get(name))
+        "roles": {name: _role_summary(rr, commands.get(name), replicas.get(name), getattr(spec, name))
                   for name, rr in res.roles.items()},
         "router": {
             "command": ["vllm-router", *router_args],
