@@ -317,7 +317,7 @@ def _error(status: int, message: str) -> web.Response:
 # --- command line --------------------------------------------------------------------------------
 
 def run_cli(args: argparse.Namespace) -> int:
-    """`v41flash session-proxy` (parser in v41flash.cli.session_proxy)."""
+    """`v41flash session-proxy` (parser in v41flash.cli.proxy)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     host, port = args.listen
     api_key = ""
