@@ -76,7 +76,9 @@ def servers():
 
 def pod(name: str, role: str, ready: bool = True) -> SimpleNamespace:
     return SimpleNamespace(
-        metadata=SimpleNamespace(name=name, labels={"v41flash.io/role": role}, deletion_timestamp=None,
+        metadata=SimpleNamespace(name=name, labels={"v41flash.io/deployment": "x", "v41flash.io/role": role,
+                                                    **({} if role == "router" else {"v41flash.io/serving": "true"})},
+                                 deletion_timestamp=None,
                                  annotations={}, creation_timestamp=datetime.now(timezone.utc),
                                  owner_references=[SimpleNamespace(kind="ReplicaSet", name=f"x-{role}-5d9f",
                                                                    controller=True)]),
@@ -89,8 +91,9 @@ class FakeKube:
         self.annotated: list[tuple[str, dict]] = []
 
     def list_pods(self, namespace, selector):
-        assert "v41flash.io/deployment=x" in selector and "v41flash.io/serving=true" in selector
-        return self.pods
+        want = dict(term.split("=", 1) for term in selector.split(","))
+        assert want.get("v41flash.io/deployment") == "x", selector
+        return [p for p in self.pods if all(p.metadata.labels.get(k) == v for k, v in want.items())]
 
     def patch_pod_annotations(self, namespace, name, annotations):
         self.annotated.append((name, annotations))
@@ -274,3 +277,26 @@ def test_only_pods_our_workloads_made_are_scrape_targets():
     v1pod = pod("d-0", "decode")
     v1pod.metadata.owner_references = [SimpleNamespace(kind="ReplicaSet", name="x-decode-1", controller=False)]
     assert pod_view(v1pod).controller is None
+
+
+def test_router_pods_are_listed_and_scraped_with_their_session_proxy(servers, monkeypatch):
+    # router pods carry no v41flash.io/serving label: the engines' selector alone never lists them
+    import v41flash.controller.autoscale as autoscale_mod
+    from v41flash.metrics.scrape import proxy_target, router_target
+    kube = FakeKube()
+    router = pod("d-0", "decode")
+    router.metadata = SimpleNamespace(**{**vars(router.metadata), "name": "r-0",
+                                         "labels": {"v41flash.io/deployment": "x", "v41flash.io/role": "router"},
+                                         "owner_references": [SimpleNamespace(kind="ReplicaSet", name="x-router-77c",
+                                                                              controller=True)]})
+    router.status = SimpleNamespace(**{**vars(router.status), "pod_ip": f"{_NET}.3"})
+    kube.pods.append(router)
+    seen: list = []
+
+    async def spy(targets, *args, **kwargs):
+        seen.extend(targets)
+        return []
+    monkeypatch.setattr(autoscale_mod, "scrape", spy)
+    Autoscaler(kube).step(BODY, SPEC)
+    assert router_target("r-0", f"{_NET}.3") in seen and proxy_target("r-0", f"{_NET}.3") in seen
+    assert sorted(t.role for t in seen) == ["decode", "prefill", "router", "router"]

@@ -227,7 +227,8 @@ class Autoscaler:
         meta, status = body["metadata"], body.get("status") or {}
         ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
         resolved = resolve(spec)
-        pods = [pod_view(p) for p in self.kube.list_pods(ns, L.label_selector(L.serving_pods_selector(name)))]
+        pods = [pod_view(p) for sel in (L.serving_pods_selector(name), L.router_pods_selector(name))
+                for p in self.kube.list_pods(ns, L.label_selector(sel))]
         # scrape only pods our workloads made: labels alone can be copied onto any pod (observation.owned_pod)
         targets = scrape_targets([p for p in pods if owned_pod(p, name)], session_proxy=uses_session_proxy(spec))
         t0 = time.monotonic()

@@ -58,8 +58,13 @@ def serving_selector(cr_name: str, role: str) -> dict[str, str]:
 
 def serving_pods_selector(cr_name: str) -> dict[str, str]:
     """Every engine pod of one deployment that answers HTTP, of all roles (the router's pods do not carry
-    SERVING_LABEL, so none of them match)."""
+    SERVING_LABEL, so none of them match: router_pods_selector lists those)."""
     return {DEPLOYMENT_LABEL: cr_name, SERVING_LABEL: "true"}
+
+
+def router_pods_selector(cr_name: str) -> dict[str, str]:
+    """The router pods of one deployment (vllm-router and the session proxy: the planner scrapes both)."""
+    return {DEPLOYMENT_LABEL: cr_name, ROLE_LABEL: ROUTER}
 
 
 def owned_selector(cr_name: str) -> dict[str, str]:
