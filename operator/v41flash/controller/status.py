@@ -67,11 +67,33 @@ def _role_progress(role: str, want: int, w: WorkloadState) -> str | None:
     return None
 
 
+def _serving_revision(revision: str | None, pod_revisions: dict[str, int], roles_settled: bool,
+                      previous: str) -> tuple[str, str | None]:
+    """(servingRevision, why the engines are still rolling or None).
+
+    The new revision serves once every role has its replicas updated and ready and no live engine pod
+    runs another revision; until then the revision that served before keeps the name.
+    """
+    if revision is None:
+        return previous, None
+    others = {rev: n for rev, n in pod_revisions.items() if rev != revision}
+    if not others:
+        return (revision if roles_settled else previous), None
+    on_new = pod_revisions.get(revision, 0)
+    return previous, (f"engines rolling from revision {', '.join(sorted(others))} to {revision}: "
+                      f"{on_new}/{on_new + sum(others.values())} serving pods on {revision}")
+
+
 def compute_status(*, generation: int, enabled: dict[str, bool], desired: dict[str, int | None],
                    workloads: dict[str, WorkloadState], router: WorkloadState, router_desired: int,
                    gpus_per_replica: dict[str, int], router_service: str, stall: Stall | None,
-                   previous: dict[str, Any] | None, now: str) -> dict[str, Any]:
-    """The whole status except the planner's parts (slo, lastDecision, plannerState), which are carried."""
+                   previous: dict[str, Any] | None, now: str, revision: str | None = None,
+                   pod_revisions: dict[str, int] | None = None) -> dict[str, Any]:
+    """The whole status except the planner's parts (slo, lastDecision, plannerState), which are carried.
+
+    revision: the serving revision the spec renders (None: an invalid spec, nothing rendered);
+    pod_revisions: live (not terminating) serving engine pods per revision label.
+    """
     previous = previous or {}
     prev_conditions = previous.get("conditions") or []
     status: dict[str, Any] = {"observedGeneration": generation}
@@ -91,6 +113,13 @@ def compute_status(*, generation: int, enabled: dict[str, bool], desired: dict[s
     status["router"] = {"readyReplicas": router.ready, "service": router_service}
     if (why := _role_progress("router", router_desired, router)) is not None:
         waiting.append(why)
+
+    serving, rolling = _serving_revision(revision, pod_revisions or {}, stall is None and not waiting,
+                                         previous.get("servingRevision") or "")
+    if serving:
+        status["servingRevision"] = serving
+    if rolling:
+        waiting.append(rolling)
 
     for key in ("slo", "lastDecision", "plannerState"):
         if key in previous:
