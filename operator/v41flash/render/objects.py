@@ -107,6 +107,8 @@ def config_map(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, r
                 "nodeLabel": f"{res.gpu.product_label}={res.gpu.product_label_value}",
                 "topologyKey": res.gpu.topology_key, "rdmaResource": res.gpu.rdma_resource or "none"},
         "gpusAtMinReplicas": res.min_gpus(),
+        # a plain roll surges one replica per role beside the running ones (render/engine.py SURGE_ONE)
+        "extraGpusDuringRoll": sum(rr.gpus_per_replica for rr in res.enabled_roles),
         "roles": {name: _role_summary(rr, commands.get(name), replicas.get(name), getattr(spec, name))
                   for name, rr in res.roles.items()},
         "router": {
