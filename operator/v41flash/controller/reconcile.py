@@ -217,14 +217,16 @@ def _api_message(exc: ApiException) -> str:
         return str(exc.body or "")
 
 
-def _pod_revisions(kube: Kube, namespace: str, name: str) -> dict[str, int]:
-    """Live (not terminating) serving engine pods per serving-revision label."""
-    out: dict[str, int] = {}
+def _pod_revisions(kube: Kube, namespace: str, name: str) -> dict[str, tuple[int, int]]:
+    """(live, Ready) serving engine pods per serving-revision label; terminating pods are not counted."""
+    out: dict[str, tuple[int, int]] = {}
     for pod in kube.list_pods(namespace, L.label_selector(L.serving_pods_selector(name))):
         if pod.metadata.deletion_timestamp:
             continue
         rev = (pod.metadata.labels or {}).get(L.REVISION_LABEL, "")
-        out[rev] = out.get(rev, 0) + 1
+        ready = any(c.type == "Ready" and c.status == "True" for c in ((pod.status and pod.status.conditions) or []))
+        live, n_ready = out.get(rev, (0, 0))
+        out[rev] = (live + 1, n_ready + int(ready))
     return out
 
 
