@@ -315,5 +315,44 @@ def test_the_fake_has_the_real_signatures():
 
     from v41flash.controller.kube import Kube
 
-    for method in ("has_kind", "list_children", "get_object", "apply", "delete", "patch_status"):
+    for method in ("has_kind", "list_children", "get_object", "list_pods", "apply", "delete", "patch_status"):
         assert inspect.signature(getattr(FakeKube, method)) == inspect.signature(getattr(Kube, method)), method
+
+
+# ------------------------------------------------------------------ serving revision, what restarts engines
+def engine_workloads(kube: FakeKube) -> dict[str, dict]:
+    return {n: copy.deepcopy(o) for (_, k, _, n), o in kube.objects.items()
+            if k in ("Deployment", "LeaderWorkerSet") and (o["metadata"]["labels"].get(L.ROLE_LABEL) != L.ROUTER)}
+
+
+def test_an_slo_and_router_edit_rewrites_the_configmap_and_router_but_no_engine_workload():
+    kube, name = converged()
+    revision = kube.cr(name)["status"]["servingRevision"]
+    before = engine_workloads(kube)
+    spec = kube.cr(name)["spec"]
+    spec["slo"]["e2eP95Seconds"] = 120
+    spec["routing"] = {"policy": "round_robin"}
+    kube.update_spec(name, spec)
+    out, _ = run(kube, name, now=LATER)
+    assert sorted(w for v, w in kube.writes if v == "update") == [
+        f"ConfigMap/{name}-config", f"Deployment/{name}-router"]
+    assert engine_workloads(kube) == before
+    assert kube.get("ConfigMap", f"{name}-config")["data"]["engine-drain-seconds"] == "190"
+    assert out.status["servingRevision"] == revision
+
+
+def test_an_engine_edit_is_served_only_once_every_engine_pod_runs_it():
+    kube, name = converged()
+    old = kube.cr(name)["status"]["servingRevision"]
+    assert {p.metadata.labels[L.REVISION_LABEL] for p in kube.pods.values()
+            if p.metadata.labels.get(L.ROLE_LABEL) != L.ROUTER} == {old}
+    spec = kube.cr(name)["spec"]
+    spec["decode"]["maxNumSeqs"] = 48
+    kube.update_spec(name, spec)
+    out, _ = run(kube, name, now=LATER)
+    new = kube.get("Deployment", f"{name}-prefill")["metadata"]["labels"][L.REVISION_LABEL]
+    assert new != old and out.status["servingRevision"] == old  # both roles roll: one revision for the pair
+    assert cond(out.status, "Reconciling")["status"] == "True"
+    kube.settle()
+    out, _ = run(kube, name, now=LATER)
+    assert out.status["servingRevision"] == new and cond(out.status, "Ready")["status"] == "True"

@@ -354,19 +354,19 @@ def test_engine_pod_essentials():
     assert c["livenessProbe"]["httpGet"] == {"path": "/health", "port": 8000}
     startup = c["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 2 * 3600
-    # drain sized from the default SLO (p95 e2e 60 s): 60 x 1.5 + 10 s router refresh; + 30 s shutdown
-    assert c["lifecycle"]["preStop"] == {"sleep": {"seconds": 100}}
-    assert spec["terminationGracePeriodSeconds"] == 130
+    # drain: the preStop hook reads its deadline from the ConfigMap (test_render_revision.py); the grace
+    # period is the fixed upper bound (largest deadline + 30 s shutdown)
+    assert c["lifecycle"]["preStop"]["exec"]["command"][:2] == ["/bin/sh", "-c"]
+    assert {"name": "drain", "mountPath": "/etc/v41flash/drain", "readOnly": True} in c["volumeMounts"]
+    assert spec["terminationGracePeriodSeconds"] == 3630
     assert t["metadata"]["labels"]["v41flash.io/serving"] == "true"
     deployment = workload(render(obj), "decode")
     assert deployment["spec"]["progressDeadlineSeconds"] > startup["periodSeconds"] * startup["failureThreshold"]
 
 
 def test_pod_timing_is_a_parameter():
-    t = pod_templates(workload(render(cr(), timing=PodTiming(pre_stop_sleep_seconds=45,
-                                                             termination_grace_period_seconds=900)), "decode"))[0]
+    t = pod_templates(workload(render(cr(), timing=PodTiming(termination_grace_period_seconds=900)), "decode"))[0]
     assert t["spec"]["terminationGracePeriodSeconds"] == 900
-    assert engine(t)["lifecycle"]["preStop"] == {"sleep": {"seconds": 45}}
 
 
 def test_startup_probe_outlasts_the_engine_ready_timeout():

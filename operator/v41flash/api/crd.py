@@ -191,6 +191,8 @@ def crd() -> dict[str, Any]:
                     _column("Decode", ".status.decode.ready", desc="ready/desired decode replicas"),
                     _column("Ready", '.status.conditions[?(@.type=="Ready")].status'),
                     _column("TTFT", ".status.slo.ttft", desc="observed TTFT at the SLO percentile"),
+                    _column("Revision", ".status.servingRevision",
+                            desc="serving revision: what every engine pod runs"),
                     _column("Reason", '.status.conditions[?(@.type=="Ready")].reason', priority=1),
                     _column("Age", ".metadata.creationTimestamp", "date"),
                 ],

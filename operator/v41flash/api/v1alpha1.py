@@ -648,6 +648,12 @@ class V41FlashDeploymentStatus(Model):
     model_config = ConfigDict(extra="ignore")
     observed_generation: int | None = None
     conditions: list[Condition] = Field(default_factory=list)
+    serving_revision: str = Field(
+        "", description="Hash of everything the engines run (image, checkpoint, revision, every vLLM argument "
+                        "and environment variable of both roles); the label v41flash.io/serving-revision on "
+                        "every engine pod. Router, replica, SLO and autoscaling edits never change it. During "
+                        "a roll it names the revision that served before, until every engine pod runs the new "
+                        "one (the Reconciling condition counts them).")
     prefill: RoleStatus = Field(default_factory=RoleStatus)
     decode: RoleStatus = Field(default_factory=RoleStatus)
     router: RouterStatus = Field(default_factory=RouterStatus)

@@ -19,7 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from ..api import v1alpha1 as api
 from ..api.validation import validate
 from ..render import labels as L
-from ..render import render
+from ..render import render, revision_of
 from ..render.checks import operator_checks
 from ..render.resolve import DEPLOYMENT, LEADER_WORKER_SET, resolve
 from ..render.router import service_address
@@ -93,6 +93,7 @@ def reconcile(kube: Kube, body: dict[str, Any], emit: Emit, *, now: str | None =
     stall: Stall | None = None
     applied: list[str] = []
     pruned: list[str] = []
+    desired_objs: list[dict[str, Any]] = []
     doc = {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": meta, "spec": body.get("spec") or {}}
     problems = validate(doc, extra_checks=operator_checks())
     obj = api.V41FlashDeployment.model_validate(doc) if not problems else None
@@ -127,7 +128,9 @@ def reconcile(kube: Kube, body: dict[str, Any], emit: Emit, *, now: str | None =
                     pruned.append(f"{ref.kind}/{ref.name}")
                     del live[ref]
 
-    status = _status(obj, body, live, previous, stall, generation, now, planner)
+    revision = revision_of(desired_objs) if stall is None else None
+    pod_revisions = _pod_revisions(kube, namespace, name) if revision else None
+    status = _status(obj, body, live, previous, stall, generation, now, planner, revision, pod_revisions)
     outcome = Outcome(status=status, applied=applied, pruned=pruned, stall=stall)
     if applied:
         emit("Normal", "Applied", "created or updated " + ", ".join(applied))
@@ -214,9 +217,23 @@ def _api_message(exc: ApiException) -> str:
         return str(exc.body or "")
 
 
+def _pod_revisions(kube: Kube, namespace: str, name: str) -> dict[str, tuple[int, int]]:
+    """(live, Ready) serving engine pods per serving-revision label; terminating pods are not counted."""
+    out: dict[str, tuple[int, int]] = {}
+    for pod in kube.list_pods(namespace, L.label_selector(L.serving_pods_selector(name))):
+        if pod.metadata.deletion_timestamp:
+            continue
+        rev = (pod.metadata.labels or {}).get(L.REVISION_LABEL, "")
+        ready = any(c.type == "Ready" and c.status == "True" for c in ((pod.status and pod.status.conditions) or []))
+        live, n_ready = out.get(rev, (0, 0))
+        out[rev] = (live + 1, n_ready + int(ready))
+    return out
+
+
 def _status(obj: api.V41FlashDeployment | None, body: dict[str, Any], live: dict[ChildRef, dict[str, Any]],
             previous: dict[str, Any], stall: Stall | None, generation: int, now: str,
-            planner: PlannerOutcome | None) -> dict[str, Any]:
+            planner: PlannerOutcome | None, revision: str | None = None,
+            pod_revisions: dict[str, int] | None = None) -> dict[str, Any]:
     name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
     by_name = {ref.name: o for ref, o in live.items() if ref.kind in (DEPLOYMENT, LEADER_WORKER_SET)}
     workloads = {role: workload_state(by_name.get(L.child_name(name, role))) for role in ROLES}
@@ -236,7 +253,8 @@ def _status(obj: api.V41FlashDeployment | None, body: dict[str, Any], live: dict
     status = compute_status(
         generation=generation, enabled=enabled, desired=desired, workloads=workloads, router=router,
         router_desired=router_desired, gpus_per_replica=gpus,
-        router_service=service_address(name, namespace), stall=stall, previous=previous, now=now)
+        router_service=service_address(name, namespace), stall=stall, previous=previous, now=now,
+        revision=revision, pod_revisions=pod_revisions)
     if planner is not None and stall is None:
         status.update(planner.status)
     status["conditions"] = _planner_conditions(status["conditions"], previous, planner if stall is None else None,

@@ -19,6 +19,8 @@ DEPLOYMENT_LABEL = f"{GROUP}/deployment"
 ROLE_LABEL = f"{GROUP}/role"
 # Only pods that answer HTTP carry it: the router discovers engines by it (LWS workers run --headless).
 SERVING_LABEL = f"{GROUP}/serving"
+# On every engine workload and pod: the serving revision (render/revision.py) the pod runs.
+REVISION_LABEL = f"{GROUP}/serving-revision"
 ROUTER = "router"
 # On the operator's own pods (chart): what the engines' NetworkPolicy lets scrape /metrics.
 SCRAPER_LABEL = f"{GROUP}/scraper"
