@@ -92,6 +92,10 @@ async def scrape_one(
         return PodSnapshot(target.pod, target.role, clock(), error=f"{type(exc).__name__} scraping {target.url}: {exc}")
     except (ValueError, KeyError, IndexError) as exc:  # prometheus_client's parser on malformed text
         return PodSnapshot(target.pod, target.role, clock(), error=f"unparsable metrics from {target.url}: {exc}")
+    if target.role != "router" and not any(name.startswith("vllm:") for em in engines.values()
+                                           for name in (*em.counters, *em.gauges, *em.histograms)):
+        # an empty page (or some other exporter's) is no measurement: read as zero load it would shrink the role
+        return PodSnapshot(target.pod, target.role, clock(), error=f"no vllm:* series in the metrics from {target.url}")
     return PodSnapshot(target.pod, target.role, clock(), engines=engines)
 
 
