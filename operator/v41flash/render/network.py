@@ -37,32 +37,21 @@ def network_policies(cr_name: str, namespace: str, roles: list[str], owner: dict
     def router() -> dict[str, Any]:
         return {"matchLabels": L.selector_labels(cr_name, L.ROUTER)}
     tcp = lambda port: {"protocol": "TCP", "port": port}  # noqa: E731
-    engine_policy = {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": L.metadata(cr_name, namespace, L.child_name(cr_name, "engines"), "network", owner),
-        "spec": {
-            "podSelector": engines(),
-            "policyTypes": ["Ingress"],
-            "ingress": [
-                # any port: the router also subscribes to the engines' KV-event publishers (ports per DP rank)
-                {"from": [{"podSelector": router()}]},
-                {"from": [{"podSelector": engines()}]},  # P/D KV transfer and DP ranks: every port
-                {"from": [_operator_peer(operator_namespace)], "ports": [tcp(ENGINE_PORT)]},
-            ],
-        },
-    }
-    router_policy = {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": L.metadata(cr_name, namespace, L.child_name(cr_name, "router-ingress"), "network", owner),
-        "spec": {
-            "podSelector": router(),
-            "policyTypes": ["Ingress"],
-            "ingress": [
-                {"ports": [tcp(ROUTER_PORT)]},  # clients, from anywhere
-                {"from": [_operator_peer(operator_namespace)], "ports": [tcp(METRICS_PORT)]},
-            ],
-        },
-    }
+    def policy(suffix: str, pods: dict[str, Any], ingress: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": L.metadata(cr_name, namespace, L.child_name(cr_name, suffix), "network", owner),
+            "spec": {"podSelector": pods, "policyTypes": ["Ingress"], "ingress": ingress},
+        }
+    engine_policy = policy("engines", engines(), [
+        # any port: the router also subscribes to the engines' KV-event publishers (ports per DP rank)
+        {"from": [{"podSelector": router()}]},
+        {"from": [{"podSelector": engines()}]},  # P/D KV transfer and DP ranks: every port
+        {"from": [_operator_peer(operator_namespace)], "ports": [tcp(ENGINE_PORT)]},
+    ])
+    router_policy = policy("router-ingress", router(), [
+        {"ports": [tcp(ROUTER_PORT)]},  # clients, from anywhere
+        {"from": [_operator_peer(operator_namespace)], "ports": [tcp(METRICS_PORT)]},
+    ])
     return [engine_policy, router_policy]
