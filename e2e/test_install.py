@@ -35,7 +35,7 @@ EXAMPLE = "aggregated-h200"  # decode-only on H200 + router: fits the fake nodes
 READY_TIMEOUT = 240
 # Kinds the operator creates for a deployment (what must be gone after uninstall).
 CHILD_KINDS = "deployments,leaderworkersets,services,serviceaccounts,configmaps,roles,rolebindings," \
-              "poddisruptionbudgets,pods"
+              "poddisruptionbudgets,networkpolicies,pods"
 
 _spec = importlib.util.spec_from_file_location("manifests_sync", REPO / "manifests" / "sync.py")
 sync = importlib.util.module_from_spec(_spec)

@@ -22,7 +22,8 @@ pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((REPO / "manifests" / "examples").glob("*.yaml"))
 WORKLOAD_KINDS = ("Deployment", "LeaderWorkerSet")
-CHILD_KINDS = "deployments,leaderworkersets,services,serviceaccounts,roles,rolebindings,poddisruptionbudgets,configmaps"
+CHILD_KINDS = ("deployments,leaderworkersets,services,serviceaccounts,roles,rolebindings,poddisruptionbudgets,configmaps,"
+               "networkpolicies")
 READY_TIMEOUT = 240
 
 
@@ -176,6 +177,35 @@ def test_spec_changes_converge_and_a_bad_change_leaves_the_running_stack_alone(c
     wait_ready(cluster, ns, name)
     args = container_args(cluster.kubectl_json("get", "deployment", f"{name}-decode", "-n", ns))[0]
     assert "--data-parallel-size" in args and "--enable-expert-parallel" in args
+
+
+def engine_pods(cluster, ns: str, name: str) -> dict[str, dict]:
+    items = cluster.kubectl_json("get", "pods", "-n", ns, "-l", f"v41flash.io/deployment={name},v41flash.io/role in "
+                                 "(prefill,decode)")["items"]
+    return {p["metadata"]["name"]: p for p in items if not p["metadata"].get("deletionTimestamp")}
+
+
+def test_slo_and_router_changes_restart_no_engine(cluster, operator_process, ns):
+    doc = load(REPO / "manifests/examples/tp4-h200-low-latency.yaml")
+    name = doc["metadata"]["name"]
+    apply(cluster, doc, ns)
+    cr = wait_ready(cluster, ns, name)
+    revision = cr["status"]["servingRevision"]
+    before = {n: p["metadata"]["uid"] for n, p in engine_pods(cluster, ns, name).items()}
+    assert len(before) == 2 and all(p["metadata"]["labels"]["v41flash.io/serving-revision"] == revision
+                                    for p in engine_pods(cluster, ns, name).values())
+
+    doc["spec"]["slo"]["e2eP95Seconds"] = 120
+    doc["spec"]["routing"] = {"policy": "round_robin", "decodePolicy": "power_of_two"}
+    apply(cluster, doc, ns)
+    cr = wait_ready(cluster, ns, name)
+    router = cluster.kubectl_json("get", "deployment", f"{name}-router", "-n", ns)
+    assert "round_robin" in sum(container_args(router), [])  # the change did land
+    drain = cluster.kubectl_json("get", "configmap", f"{name}-config", "-n", ns)["data"]["engine-drain-seconds"]
+    assert drain == "190"  # 120 s x 1.5 + 10 s: the new deadline, in the file the pods mount
+    time.sleep(5)  # a pass later: nothing was replaced behind the Ready status
+    assert {n: p["metadata"]["uid"] for n, p in engine_pods(cluster, ns, name).items()} == before
+    assert get_cr(cluster, ns, name)["status"]["servingRevision"] == revision
 
 
 def _versions(cluster, ns: str, name: str) -> dict[str, str]:

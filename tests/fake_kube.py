@@ -12,6 +12,7 @@ import copy
 import itertools
 from typing import Any
 
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from v41flash.api import v1alpha1 as api
@@ -35,6 +36,7 @@ class FakeKube:
         self.kinds = set(kinds)  # what this cluster serves
         self.objects: dict[tuple[str, str, str, str], dict[str, Any]] = {}  # (apiVersion, kind, ns, name)
         self.crs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.pods: dict[tuple[str, str], client.V1Pod] = {}  # (ns, name): what the workloads run
         self.calls: list[tuple[str, str]] = []  # (method, what) for every call reconcile made
         self.writes: list[tuple[str, str]] = []  # (verb, Kind/name) for every call that changed state
         self.fail: dict[tuple[str, str], Exception] = {}  # (method, Kind/name or CR name) → raised once
@@ -75,11 +77,20 @@ class FakeKube:
         return {f"{k}/{n}" for (_, k, ns, n) in self.objects if ns == namespace}
 
     def settle(self, namespace: str = "ns", ready: bool = True) -> None:
-        """The workload controllers catch up: every Deployment/LWS reports its replicas (Ready or not)."""
-        for (_, kind, ns, _), obj in self.objects.items():
+        """The workload controllers catch up: every Deployment/LWS reports its replicas (Ready or not), and
+        its pods (the serving ones: Deployment pods, LWS leaders) are exactly its replicas of its template."""
+        for (_, kind, ns, name), obj in self.objects.items():
             if ns != namespace or kind not in (DEPLOYMENT, LEADER_WORKER_SET):
                 continue
             n = obj["spec"].get("replicas", 1)
+            template = (obj["spec"]["template"] if kind == DEPLOYMENT
+                        else obj["spec"]["leaderWorkerTemplate"]["leaderTemplate"])
+            for key in [k for k in self.pods if k[0] == ns and k[1].startswith(f"{name}-pod-")]:
+                del self.pods[key]
+            for i in range(n):
+                meta = client.V1ObjectMeta(name=f"{name}-pod-{i}", namespace=ns,
+                                           labels=dict(template["metadata"]["labels"]))
+                self.pods[(ns, meta.name)] = client.V1Pod(metadata=meta)
             obj["status"] = {"replicas": n, "updatedReplicas": n, "readyReplicas": n if ready else 0,
                              "observedGeneration": obj["metadata"]["generation"]}
             obj["metadata"]["resourceVersion"] = str(next(self._rv))
@@ -105,6 +116,12 @@ class FakeKube:
                     and selector <= labels.items() and any(o.get("uid") == owner_uid for o in owners)):
                 found.append(copy.deepcopy(obj))
         return found
+
+    def list_pods(self, namespace: str, selector: str) -> list[client.V1Pod]:
+        self.calls.append(("list_pods", selector))
+        want = dict(term.split("=", 1) for term in selector.split(",") if term)
+        return [copy.deepcopy(p) for (ns, _), p in sorted(self.pods.items())
+                if ns == namespace and want.items() <= (p.metadata.labels or {}).items()]
 
     def apply(self, obj: dict[str, Any], namespace: str) -> dict[str, Any]:
         what = f"{obj['kind']}/{obj['metadata']['name']}"
@@ -147,9 +164,21 @@ class FakeKube:
         return out
 
     def read(self, ref: ChildRef, namespace: str) -> dict[str, Any] | None:
-        """Kube.read: one object by name (an observe pass reads a workload its watch has not delivered)."""
+        """Kube.read: one object by name, None when absent or its kind is not served."""
         self.calls.append(("read", f"{ref.kind}/{ref.name}"))
+        if (ref.api_version, ref.kind) not in self.kinds:
+            return None
         return copy.deepcopy(self.objects.get((ref.api_version, ref.kind, namespace, ref.name)))
+
+    def read_many(self, refs: list[ChildRef], namespace: str) -> list[dict[str, Any] | None | BaseException]:
+        """Kube.read_many: read() of each (in order; the real one is concurrent)."""
+        out: list[dict[str, Any] | None | BaseException] = []
+        for ref in refs:
+            try:
+                out.append(self.read(ref, namespace))
+            except Exception as exc:
+                out.append(exc)
+        return out
 
     def delete(self, ref: ChildRef, namespace: str) -> None:
         what = f"{ref.kind}/{ref.name}"

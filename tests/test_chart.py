@@ -30,7 +30,7 @@ _spec.loader.exec_module(sync)
 
 # What the operator may do, resource by resource: (apiGroup, resource) -> verbs. Each line is justified in
 # charts/v41flash-operator/templates/_helpers.tpl; a change to the code's API use must change this table.
-CHILD = {"list", "create", "patch", "delete"}  # server-side apply (patch + create), prune by label, delete
+CHILD = {"get", "list", "create", "patch", "delete"}  # apply (patch + create), no adoption (get), prune, delete
 NAMESPACED_RULES = {
     ("v41flash.io", "v41flashdeployments"): {"get", "list", "watch", "patch"},
     ("v41flash.io", "v41flashdeployments/status"): {"patch"},
@@ -39,10 +39,11 @@ NAMESPACED_RULES = {
     ("leaderworkerset.x-k8s.io", "leaderworkersets"): CHILD | {"get", "watch"},
     ("", "services"): CHILD,
     ("", "serviceaccounts"): CHILD,
-    ("", "configmaps"): CHILD | {"get"},
+    ("", "configmaps"): CHILD,
     ("rbac.authorization.k8s.io", "roles"): CHILD,
     ("rbac.authorization.k8s.io", "rolebindings"): CHILD,
     ("policy", "poddisruptionbudgets"): CHILD,
+    ("networking.k8s.io", "networkpolicies"): CHILD,
     ("", "pods"): {"get", "list", "watch", "patch"},
     ("", "events"): {"create"},
     ("events.k8s.io", "events"): {"create"},
@@ -189,7 +190,8 @@ def test_rbac_covers_every_child_kind_the_controller_prunes():
     """kube.CHILD_KINDS is what reconcile lists and deletes; each needs the full child verb set."""
     plural = {"Deployment": "deployments", "LeaderWorkerSet": "leaderworkersets", "Service": "services",
               "ServiceAccount": "serviceaccounts", "Role": "roles", "RoleBinding": "rolebindings",
-              "PodDisruptionBudget": "poddisruptionbudgets", "ConfigMap": "configmaps"}
+              "PodDisruptionBudget": "poddisruptionbudgets", "ConfigMap": "configmaps",
+              "NetworkPolicy": "networkpolicies"}
     for api_version, kind in CHILD_KINDS:
         group = api_version.rpartition("/")[0]
         assert CHILD <= NAMESPACED_RULES[(group, plural[kind])], kind
@@ -213,7 +215,8 @@ def test_operator_holds_every_permission_it_grants_and_creates_every_kind_it_ren
     for ex in examples:
         for obj in render(ex, owner=owner):
             group = obj["apiVersion"].rpartition("/")[0]
-            resource = obj["kind"].lower() + "s"
+            kind = obj["kind"].lower()
+            resource = kind[:-1] + "ies" if kind.endswith("y") else kind + "s"
             assert CHILD <= NAMESPACED_RULES.get((group, resource), set()), f"cannot apply {obj['kind']}"
             if obj["kind"] == "Role":
                 seen_roles += 1

@@ -76,8 +76,12 @@ def servers():
 
 def pod(name: str, role: str, ready: bool = True) -> SimpleNamespace:
     return SimpleNamespace(
-        metadata=SimpleNamespace(name=name, labels={"v41flash.io/role": role}, deletion_timestamp=None,
-                                 annotations={}, creation_timestamp=datetime.now(timezone.utc)),
+        metadata=SimpleNamespace(name=name, labels={"v41flash.io/deployment": "x", "v41flash.io/role": role,
+                                                    **({} if role == "router" else {"v41flash.io/serving": "true"})},
+                                 deletion_timestamp=None,
+                                 annotations={}, creation_timestamp=datetime.now(timezone.utc),
+                                 owner_references=[SimpleNamespace(kind="ReplicaSet", name=f"x-{role}-5d9f",
+                                                                   controller=True)]),
         status=SimpleNamespace(pod_ip=IPS[role], conditions=[SimpleNamespace(type="Ready", status=str(ready))]))
 
 
@@ -87,8 +91,9 @@ class FakeKube:
         self.annotated: list[tuple[str, dict]] = []
 
     def list_pods(self, namespace, selector):
-        assert "v41flash.io/deployment=x" in selector and "v41flash.io/serving=true" in selector
-        return self.pods
+        want = dict(term.split("=", 1) for term in selector.split(","))
+        assert want.get("v41flash.io/deployment") == "x", selector
+        return [p for p in self.pods if all(p.metadata.labels.get(k) == v for k, v in want.items())]
 
     def patch_pod_annotations(self, namespace, name, annotations):
         self.annotated.append((name, annotations))
@@ -256,3 +261,42 @@ def test_measured_cold_start_from_pod_timestamps():
         pods.append(pod_view(p))
     assert measured_cold_start(pods) == pytest.approx(600.0)
     assert measured_cold_start([pod_view(pod("x", "prefill"))]) is None  # no Ready transition time: nothing measured
+def test_only_pods_our_workloads_made_are_scrape_targets():
+    from v41flash.controller.observation import PodView, owned_pod, pod_view
+
+    def p(role, kind, owner):
+        return PodView(name="p", role=role, ready=True, ip="10.0.0.1", controller=(kind, owner) if kind else None)
+    assert owned_pod(p("decode", "ReplicaSet", "x-decode-5d9f"), "x")
+    assert owned_pod(p("prefill", "StatefulSet", "x-prefill-1"), "x")  # LeaderWorkerSet worker group
+    assert owned_pod(p("router", "ReplicaSet", "x-router-77c"), "x")
+    assert not owned_pod(p("decode", None, ""), "x")  # a bare pod with copied labels
+    assert not owned_pod(p("decode", "ReplicaSet", "evil-5d9f"), "x")
+    assert not owned_pod(p("decode", "ReplicaSet", "x-prefill-5d9f"), "x")  # role label and owner disagree
+    assert not owned_pod(p("decode", "Job", "x-decode-1"), "x")
+    # pod_view keeps only the controller reference
+    v1pod = pod("d-0", "decode")
+    v1pod.metadata.owner_references = [SimpleNamespace(kind="ReplicaSet", name="x-decode-1", controller=False)]
+    assert pod_view(v1pod).controller is None
+
+
+def test_router_pods_are_listed_and_scraped_with_their_session_proxy(servers, monkeypatch):
+    # router pods carry no v41flash.io/serving label: the engines' selector alone never lists them
+    import v41flash.controller.autoscale as autoscale_mod
+    from v41flash.metrics.scrape import proxy_target, router_target
+    kube = FakeKube()
+    router = pod("d-0", "decode")
+    router.metadata = SimpleNamespace(**{**vars(router.metadata), "name": "r-0",
+                                         "labels": {"v41flash.io/deployment": "x", "v41flash.io/role": "router"},
+                                         "owner_references": [SimpleNamespace(kind="ReplicaSet", name="x-router-77c",
+                                                                              controller=True)]})
+    router.status = SimpleNamespace(**{**vars(router.status), "pod_ip": f"{_NET}.3"})
+    kube.pods.append(router)
+    seen: list = []
+
+    async def spy(targets, *args, **kwargs):
+        seen.extend(targets)
+        return []
+    monkeypatch.setattr(autoscale_mod, "scrape", spy)
+    Autoscaler(kube).step(BODY, SPEC)
+    assert router_target("r-0", f"{_NET}.3") in seen and proxy_target("r-0", f"{_NET}.3") in seen
+    assert sorted(t.role for t in seen) == ["decode", "prefill", "router", "router"]

@@ -56,7 +56,7 @@ def test_first_reconcile_creates_every_child_owned_by_the_cr_and_says_it_is_prog
     cr = kube.add_cr(example("tp4-h200-low-latency"))
     out, events = run(kube, "tp4-h200-low-latency")
     assert out.stall is None and out.status_written and out.pruned == []
-    assert len(out.applied) == 13 and {v for v, _ in kube.writes} == {"create", "status"}
+    assert len(out.applied) == 15 and {v for v, _ in kube.writes} == {"create", "status"}  # 2 NetworkPolicies
     for obj in kube.objects.values():
         assert [o["uid"] for o in obj["metadata"]["ownerReferences"]] == [cr["metadata"]["uid"]]
     status = kube.cr("tp4-h200-low-latency")["status"]
@@ -191,7 +191,7 @@ def test_a_status_conflict_is_left_to_the_next_pass():
     events = Events()
     out = reconcile(kube, stale, events, now=NOW)
     assert not out.status_written and "status" not in kube.cr("tp4-h200-low-latency")
-    assert len(out.applied) == 13  # the children were applied all the same
+    assert len(out.applied) == 15  # the children were applied all the same
     out, _ = run(kube, "tp4-h200-low-latency")  # the next pass, from a fresh read
     assert out.status_written and kube.cr("tp4-h200-low-latency")["status"]["observedGeneration"] == 2
 
@@ -315,5 +315,65 @@ def test_the_fake_has_the_real_signatures():
 
     from v41flash.controller.kube import Kube
 
-    for method in ("has_kind", "list_children", "apply", "apply_many", "read", "delete", "patch_status"):
+    for method in ("has_kind", "list_children", "list_pods", "apply", "apply_many", "read", "read_many", "delete",
+                   "patch_status"):
         assert inspect.signature(getattr(FakeKube, method)) == inspect.signature(getattr(Kube, method)), method
+
+
+# ------------------------------------------------------------------ serving revision, what restarts engines
+def engine_workloads(kube: FakeKube) -> dict[str, dict]:
+    return {n: copy.deepcopy(o) for (_, k, _, n), o in kube.objects.items()
+            if k in ("Deployment", "LeaderWorkerSet") and (o["metadata"]["labels"].get(L.ROLE_LABEL) != L.ROUTER)}
+
+
+def test_an_slo_and_router_edit_rewrites_the_configmap_and_router_but_no_engine_workload():
+    kube, name = converged()
+    revision = kube.cr(name)["status"]["servingRevision"]
+    before = engine_workloads(kube)
+    spec = kube.cr(name)["spec"]
+    spec["slo"]["e2eP95Seconds"] = 120
+    spec["routing"] = {"policy": "round_robin"}
+    kube.update_spec(name, spec)
+    out, _ = run(kube, name, now=LATER)
+    assert sorted(w for v, w in kube.writes if v == "update") == [
+        f"ConfigMap/{name}-config", f"Deployment/{name}-router"]
+    assert engine_workloads(kube) == before
+    assert kube.get("ConfigMap", f"{name}-config")["data"]["engine-drain-seconds"] == "190"
+    assert out.status["servingRevision"] == revision
+
+
+def test_an_engine_edit_is_served_only_once_every_engine_pod_runs_it():
+    kube, name = converged()
+    old = kube.cr(name)["status"]["servingRevision"]
+    assert {p.metadata.labels[L.REVISION_LABEL] for p in kube.pods.values()
+            if p.metadata.labels.get(L.ROLE_LABEL) != L.ROUTER} == {old}
+    spec = kube.cr(name)["spec"]
+    spec["decode"]["maxNumSeqs"] = 48
+    kube.update_spec(name, spec)
+    out, _ = run(kube, name, now=LATER)
+    new = kube.get("Deployment", f"{name}-prefill")["metadata"]["labels"][L.REVISION_LABEL]
+    assert new != old and out.status["servingRevision"] == old  # both roles roll: one revision for the pair
+    assert cond(out.status, "Reconciling")["status"] == "True"
+    kube.settle()
+    out, _ = run(kube, name, now=LATER)
+    assert out.status["servingRevision"] == new and cond(out.status, "Ready")["status"] == "True"
+
+
+def test_pods_are_listed_only_while_engine_pods_of_another_revision_may_run():
+    kube, name = converged()
+    run(kube, name, now=LATER)
+    assert not [c for c in kube.calls if c[0] == "list_pods"]  # at rest: no pod list per pass
+    fresh = FakeKube()
+    pending = fresh.add_cr(example("tp4-h200-low-latency"))["metadata"]["name"]
+    run(fresh, pending)
+    fresh.settle(ready=False)  # nodes full: pods never Ready, every replica of the current template
+    fresh.calls.clear()
+    run(fresh, pending, now=LATER)
+    assert not [c for c in fresh.calls if c[0] == "list_pods"]
+    spec = kube.cr(name)["spec"]
+    spec["decode"]["maxNumSeqs"] = 48
+    kube.update_spec(name, spec)
+    kube.calls.clear()
+    out, _ = run(kube, name, now=LATER)
+    assert [c for c in kube.calls if c[0] == "list_pods"] and out.status["servingRevision"] != \
+        kube.get("Deployment", f"{name}-prefill")["metadata"]["labels"][L.REVISION_LABEL]

@@ -77,6 +77,13 @@ class FakeKube:
         self.calls.append(("get", ref.kind, ref.name))
         return copy.deepcopy(self.store.get(ref))
 
+    def read_many(self, refs, namespace):
+        return [self.read(ref, namespace) for ref in refs]
+
+    def list_pods(self, namespace, selector):
+        self.calls.append(("pods",))
+        return []
+
     def delete(self, ref, namespace):
         self.calls.append(("delete", ref.kind, ref.name))
         self.store.pop(ref, None)

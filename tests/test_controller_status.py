@@ -86,3 +86,46 @@ def test_desired_replicas_bounds_external_and_planner():
     assert desired_replicas(off, {"prefill": {"desiredReplicas": 3}})["prefill"] == 1
     agg = api.V41FlashDeploymentSpec.model_validate({"prefill": {"enabled": False}})
     assert desired_replicas(agg, {}) == {"decode": 1}
+
+
+def test_serving_revision_names_the_new_revision_only_once_every_engine_pod_runs_it():
+    settled = {"prefill": READY1, "decode": READY1}
+    first = compute_status(**_kw(settled), previous=None, revision="new", pod_revisions={"new": (2, 2)})
+    assert first["servingRevision"] == "new" and cond(first, "Ready")["status"] == "True"
+
+    # a plain roll: workloads report ready but an old-revision pod still serves
+    rolling = compute_status(**_kw(settled), previous={"servingRevision": "old"}, revision="new",
+                             pod_revisions={"old": (1, 1), "new": (2, 1)})
+    assert rolling["servingRevision"] == "old"
+    assert cond(rolling, "Reconciling")["message"] == (
+        "engines rolling from revision old to new: 2/3 engine pods on new (1 Ready)")
+    assert cond(rolling, "Ready")["status"] == "False"
+
+    # every pod on the new revision but a role still starting: the old name stays until it is ready
+    starting = {"prefill": READY1, "decode": WorkloadState(True, 1, 1, 0, 1, True)}
+    st = compute_status(**_kw(starting), previous={"servingRevision": "old"}, revision="new",
+                        pod_revisions={"new": (1, 0)})
+    assert st["servingRevision"] == "old" and cond(st, "Reconciling")["message"] == "decode: 0/1 replicas ready"
+
+    # an invalid spec (nothing rendered): the last serving revision is kept
+    stalled = compute_status(**{**_kw(settled), "stall": Stall("InvalidSpec", "spec.x: bad")},
+                             previous={"servingRevision": "old"}, revision=None)
+    assert stalled["servingRevision"] == "old"
+    # none known yet: no field (status stays as before the feature for a stack still coming up)
+    assert "servingRevision" not in compute_status(**_kw(starting), previous=None, revision="new",
+                                                   pod_revisions={"new": (1, 0)})
+
+    # a surge replica Pending for GPUs beside the old one: the role says so, the old revision serves
+    surging = {"prefill": READY1, "decode": WorkloadState(True, 1, 2, 1, 1, True)}
+    st = compute_status(**_kw(surging), previous={"servingRevision": "old"}, revision="new",
+                        pod_revisions={"old": (1, 1), "new": (1, 0)})
+    assert st["servingRevision"] == "old"
+    assert cond(st, "Reconciling")["message"] == (
+        "decode: 2 replicas for 1 desired (rolling); engines rolling from revision old to new: "
+        "1/2 engine pods on new (0 Ready)")
+
+
+def _kw(workloads):
+    return dict(generation=3, enabled={"prefill": True, "decode": True}, desired={"prefill": 1, "decode": 1}, stall=None,
+                workloads=workloads, router=READY1, router_desired=1, gpus_per_replica={"prefill": 4, "decode": 4},
+                router_service="x-router.ns.svc:8000", now=NOW)

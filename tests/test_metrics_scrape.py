@@ -98,3 +98,49 @@ def test_target_urls():
     assert vllm_target("p", "prefill", "10.1.2.3").url == "http://10.1.2.3:8000/metrics"
     assert vllm_target("p", "prefill", "fd00::5").url == "http://[fd00::5]:8000/metrics"
     assert router_target("r", "10.1.2.4").url == "http://10.1.2.4:29000/metrics"
+
+
+# --- a hostile /metrics page cannot flood or hold the scraper (issue 12) ------------------------------
+
+class _Hostile(BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        if self.path.startswith("/lying"):
+            self.send_header("Content-Length", str(1 << 30))
+        self.end_headers()
+        try:
+            if self.path.startswith("/drip"):
+                for _ in range(40):  # one line every 0.1 s: each read is quick, the page never ends in time
+                    self.wfile.write(b"# HELP x y\n")
+                    self.wfile.flush()
+                    time.sleep(0.1)
+            elif self.path.startswith("/flood") or self.path.startswith("/lying"):
+                line = b"vllm:num_requests_running{engine=\"0\"} 1\n" * 1024
+                for _ in range(4096):  # ~160 MiB if read whole
+                    self.wfile.write(line)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture()
+def hostile():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Hostile)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_flooding_and_dripping_pages_are_cut(hostile):
+    targets = [ScrapeTarget("flood", "decode", hostile + "/flood"), ScrapeTarget("drip", "decode", hostile + "/drip"),
+               ScrapeTarget("lying", "decode", hostile + "/lying")]
+    t0 = time.monotonic()
+    flood, drip, lying = asyncio.run(scrape(targets, timeout_s=1.0, max_bytes=1 << 20))
+    assert time.monotonic() - t0 < 3.0  # the drip would take 4 s; the deadline is for the whole scrape
+    assert not flood.ok and "over 1048576 bytes" in flood.error
+    assert not drip.ok and "within 1 s" in drip.error
+    assert not lying.ok and "Content-Length" in lying.error

@@ -80,6 +80,7 @@ def test_default_pd_objects_names_and_order():
         ("Service", "t-decode"), ("PodDisruptionBudget", "t-decode"), ("Deployment", "t-decode"),
         ("ServiceAccount", "t-router"), ("Role", "t-router"), ("RoleBinding", "t-router"),
         ("Deployment", "t-router"), ("Service", "t-router"), ("PodDisruptionBudget", "t-router"),
+        ("NetworkPolicy", "t-engines"), ("NetworkPolicy", "t-router-ingress"),
     ]
     assert all(o["metadata"]["namespace"] == "ns" for o in objs)
 
@@ -87,13 +88,13 @@ def test_default_pd_objects_names_and_order():
 def test_every_object_carries_the_stable_labels():
     for o in render(example("gb300-pd-dep4-dep16")):
         labels = o["metadata"]["labels"]
-        component = o["metadata"]["name"].rsplit("-", 1)[1]
+        component = "network" if o["kind"] == "NetworkPolicy" else o["metadata"]["name"].rsplit("-", 1)[1]
         assert labels["app.kubernetes.io/name"] == "v41flash"
         assert labels["app.kubernetes.io/instance"] == "gb300-pd-dep4-dep16"
         assert labels["app.kubernetes.io/managed-by"] == "v41flash-operator"
         assert labels["app.kubernetes.io/component"] == component
         assert labels["v41flash.io/deployment"] == "gb300-pd-dep4-dep16"
-        if component != "config":
+        if component not in ("config", "network"):
             assert labels["v41flash.io/role"] == component
 
 
@@ -348,24 +349,24 @@ def test_engine_pod_essentials():
     assert env_of(c)["VLLM_CACHE_ROOT"]["value"] == "/cache/vllm"
     assert c["command"] == ["vllm", "serve"] and c["args"][0] == api.DEFAULT_CHECKPOINT
     assert {"name": "http", "containerPort": 8000, "protocol": "TCP"} in c["ports"]
-    assert c["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
+    assert "capabilities" not in c["securityContext"]  # IPC_LOCK only with RDMA (tests/test_pod_security.py)
     assert c["readinessProbe"]["httpGet"] == {"path": "/health", "port": 8000}
     assert c["livenessProbe"]["httpGet"] == {"path": "/health", "port": 8000}
     startup = c["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 2 * 3600
-    # drain sized from the default SLO (p95 e2e 60 s): 60 x 1.5 + 10 s router refresh; + 30 s shutdown
-    assert c["lifecycle"]["preStop"] == {"sleep": {"seconds": 100}}
-    assert spec["terminationGracePeriodSeconds"] == 130
+    # drain: the preStop hook reads its deadline from the ConfigMap (test_render_revision.py); the grace
+    # period is the fixed upper bound (largest deadline + 30 s shutdown)
+    assert c["lifecycle"]["preStop"]["exec"]["command"][:2] == ["/bin/sh", "-c"]
+    assert {"name": "drain", "mountPath": "/etc/v41flash/drain", "readOnly": True} in c["volumeMounts"]
+    assert spec["terminationGracePeriodSeconds"] == 3630
     assert t["metadata"]["labels"]["v41flash.io/serving"] == "true"
     deployment = workload(render(obj), "decode")
     assert deployment["spec"]["progressDeadlineSeconds"] > startup["periodSeconds"] * startup["failureThreshold"]
 
 
 def test_pod_timing_is_a_parameter():
-    t = pod_templates(workload(render(cr(), timing=PodTiming(pre_stop_sleep_seconds=45,
-                                                             termination_grace_period_seconds=900)), "decode"))[0]
+    t = pod_templates(workload(render(cr(), timing=PodTiming(termination_grace_period_seconds=900)), "decode"))[0]
     assert t["spec"]["terminationGracePeriodSeconds"] == 900
-    assert engine(t)["lifecycle"]["preStop"] == {"sleep": {"seconds": 45}}
 
 
 def test_startup_probe_outlasts_the_engine_ready_timeout():
@@ -445,7 +446,9 @@ def test_config_map_holds_the_exact_commands():
 # --- operator checks ------------------------------------------------------------------------------
 
 def test_operator_checks_are_registered():
-    assert operator_checks() == [engine_problems, gpu_budget_problems, host_memory_problems]
+    from v41flash.render.preflight import node_selector_problems, rendered_problems
+    assert operator_checks() == [engine_problems, gpu_budget_problems, host_memory_problems, node_selector_problems,
+                                 rendered_problems]
 
 
 def test_gpu_budget_problem():

@@ -1,16 +1,21 @@
-"""Engine pods' drain timing: sized from the SLO's p95 e2e latency, within bounds."""
+"""Engine pods' drain deadline: sized from the SLO's p95 e2e latency, within bounds the fixed grace
+period covers."""
 from __future__ import annotations
 
-from v41flash.render.timing import PodTiming, drain_timing
+from v41flash.render.timing import (DEFAULT_DRAIN_SECONDS, DRAIN_MAX_SECONDS, SHUTDOWN_SECONDS, PodTiming,
+                                    drain_seconds)
 
 
-def drain(pre_stop: int, grace: int) -> PodTiming:
-    return PodTiming(pre_stop_sleep_seconds=pre_stop, termination_grace_period_seconds=grace)
+def test_drain_seconds_follow_p95_latency_with_bounds():
+    assert drain_seconds(20.0) == 40
+    assert drain_seconds(60.0) == 100
+    assert drain_seconds(1.0) == 30  # floor
+    assert drain_seconds(10_000.0) == DRAIN_MAX_SECONDS == 3600  # cap
+    assert drain_seconds(None) == DEFAULT_DRAIN_SECONDS == 460  # no figure: 300 s assumed
+    assert drain_seconds(float("inf")) == 460
 
 
-def test_drain_timing_follows_p95_latency_with_bounds():
-    assert drain_timing(20.0) == drain(40, 70)
-    assert drain_timing(1.0) == drain(30, 60)  # floor
-    assert drain_timing(10_000.0) == drain(3600, 3630)  # cap
-    assert drain_timing(None) == drain(460, 490)  # no figure: 300 s assumed
-    assert drain_timing(float("inf")).pre_stop_sleep_seconds == 460
+def test_grace_period_covers_the_largest_drain_and_the_shutdown():
+    assert PodTiming().termination_grace_period_seconds == DRAIN_MAX_SECONDS + SHUTDOWN_SECONDS
+    assert all(drain_seconds(e) + SHUTDOWN_SECONDS <= PodTiming().termination_grace_period_seconds
+               for e in (0.0, 60.0, 2399.0, 1e9, None))

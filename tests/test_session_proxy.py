@@ -87,17 +87,18 @@ class Upstream:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
         self.seen.append((request.method, str(request.rel_url), dict(request.headers), body))
-        if request.path == "/stream":
+        if request.query.get("stream"):
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await resp.prepare(request)
             await resp.write(b"data: first\n\n")
             await asyncio.wait_for(self.release.wait(), 5)
             await resp.write(b"data: [DONE]\n\n")
             return resp
-        return web.json_response({"ok": True, "len": len(body)}, status=201 if request.path == "/created" else 200)
+        return web.json_response({"ok": True, "len": len(body)}, status=201 if request.query.get("created") else 200)
 
 
-async def _with_proxy(test, session_header: str = "", max_body: int = 1 << 20, upstream_up: bool = True):
+async def _with_proxy(test, session_header: str = "", max_body: int = 1 << 20, upstream_up: bool = True,
+                      **cfg):
     up = Upstream()
     up_port, px_port = free_ports(2)
     runners = []
@@ -109,7 +110,7 @@ async def _with_proxy(test, session_header: str = "", max_body: int = 1 << 20, u
         await web.TCPSite(r, "127.0.0.1", up_port).start()
         runners.append(r)
     proxy = sp.SessionProxy(sp.ProxyConfig(upstream=f"http://127.0.0.1:{up_port}", session_header=session_header,
-                                           max_body_bytes=max_body))
+                                           max_body_bytes=max_body, **cfg))
     r = web.AppRunner(proxy.app())
     await r.setup()
     await web.TCPSite(r, "127.0.0.1", px_port).start()
@@ -140,7 +141,7 @@ def test_derives_passes_through_and_copies_the_configured_header():
         assert up.seen[-1][2]["x-session-id"] == "conv-7" and up.seen[-1][2]["X-Conversation"] == "conv-7"
         await client.post(f"{base}/v1/embeddings", data=raw)  # not an inference path we key
         assert "x-session-id" not in {k.lower() for k in up.seen[-1][2]}
-        r = await client.post(f"{base}/created", data=b"")
+        r = await client.get(f"{base}/v1/models?created=1")  # the upstream's status comes through
         assert r.status == 201
         assert (_count(proxy, "derived"), _count(proxy, "client"), _count(proxy, "header")) == (1, 1, 1)
         r = await client.get(f"{base}/healthz")
@@ -152,7 +153,7 @@ def test_derives_passes_through_and_copies_the_configured_header():
 
 def test_sse_streams_through_without_buffering():
     async def t(client, base, up, proxy):
-        async with client.post(f"{base}/stream", json={"stream": True}) as r:
+        async with client.post(f"{base}/v1/completions?stream=1", json={"prompt": "p", "stream": True}) as r:
             assert r.headers["Content-Type"] == "text/event-stream"
             # the upstream holds the rest until we release it: a buffering proxy never shows this line
             first = await asyncio.wait_for(r.content.readuntil(b"\n\n"), 3)
@@ -167,7 +168,7 @@ def test_body_limit_and_upstream_down_are_json_errors():
         r = await client.post(f"{base}/v1/chat/completions", data=b"x" * 2048)
         assert r.status == 413 and (await r.json())["error"]["code"] == 413
         assert up.seen == []
-        r = await client.post(f"{base}/v1/chat/completions", data=b"x" * 1000)
+        r = await client.post(f"{base}/v1/completions", data=json.dumps({"prompt": "x" * 900}).encode())
         assert r.status == 200
     asyncio.run(_with_proxy(big, max_body=1024))
 
@@ -198,3 +199,107 @@ def test_a_session_idle_past_the_limit_counts_as_new_again():
     proxy = sp.SessionProxy(sp.ProxyConfig(upstream="http://u"))
     assert proxy.remember("a", 0.0) and not proxy.remember("a", 10.0)
     assert proxy.remember("a", 10.0 + sp.SESSION_IDLE_S + 1)
+# --- what clients may reach (issue 12: the router's admin API hijacked traffic) ----------------------
+
+ADMIN_PROBES = [("POST", "/add_worker?url=http://attacker:8000"), ("POST", "/remove_worker?url=http://x"),
+                ("GET", "/list_workers"), ("GET", "/get_loads"), ("POST", "/flush_cache"), ("GET", "/workers"),
+                ("GET", "/v1/../add_worker"), ("GET", "/v1/chat/completions"), ("DELETE", "/v1/models"),
+                ("POST", "/ADD_WORKER"), ("GET", "/metrics"), ("POST", "//add_worker")]
+
+
+def test_only_serving_and_health_paths_reach_the_router():
+    async def t(client, base, up, proxy):
+        for method, path in ADMIN_PROBES:
+            r = await client.request(method, f"{base}{path}", data=b"{}")
+            assert r.status == 404, (method, path, r.status)
+            assert (await r.json())["error"]["type"] == "not_found"
+        assert up.seen == []  # not one reached vllm-router
+        for method, path in [("GET", "/health"), ("GET", "/readiness"), ("GET", "/liveness"), ("GET", "/v1/models")]:
+            assert (await client.request(method, f"{base}{path}")).status == 200, path
+        for path in ("/v1/chat/completions", "/v1/completions", "/v1/embeddings"):
+            assert (await client.post(f"{base}{path}", json={**CHAT, "prompt": "p"})).status == 200, path
+        assert len(up.seen) == 7
+    asyncio.run(_with_proxy(t))
+
+
+def test_api_key_guards_serving_paths_not_health():
+    async def t(client, base, up, proxy):
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic s3cret"},
+                        {"Authorization": "Bearer s3cret-and-more"}):
+            r = await client.post(f"{base}/v1/chat/completions", json=CHAT, headers=headers)
+            assert r.status == 401, headers
+        assert (await client.get(f"{base}/v1/models")).status == 401
+        assert up.seen == []
+        assert (await client.get(f"{base}/readiness")).status == 200  # kubelet probes carry no key
+        r = await client.post(f"{base}/v1/chat/completions", json=CHAT, headers={"Authorization": "Bearer s3cret"})
+        assert r.status == 200
+        assert "authorization" not in {k.lower() for k in up.seen[-1][2]}  # the key stops at the proxy
+        assert (await client.post(f"{base}/add_worker?url=http://a", headers={"Authorization": "Bearer s3cret"})
+                ).status == 404  # a key does not open the admin API either
+    asyncio.run(_with_proxy(t, api_key="s3cret"))
+
+
+def test_api_key_env_missing_fails_closed(monkeypatch):
+    args = build_parser().parse_args(["session-proxy", "--listen", "127.0.0.1:1", "--upstream", "http://u",
+                                      "--api-key-env", "V41F_TEST_NO_SUCH_KEY"])
+    monkeypatch.delenv("V41F_TEST_NO_SUCH_KEY", raising=False)
+    assert sp.run_cli(args) == 2
+
+
+def test_unparsable_or_deeply_nested_body_is_400_not_500():
+    async def t(client, base, up, proxy):
+        deep = b"[" * 200_000 + b"]" * 200_000
+        for body in (b"{not json", deep, b"\xff\xfe", b""):
+            r = await client.post(f"{base}/v1/chat/completions", data=body)
+            assert r.status == 400, body[:10]
+        assert up.seen == []
+    asyncio.run(_with_proxy(t, max_body=1 << 20))
+
+
+def test_slow_body_is_cut_and_in_flight_is_capped():
+    async def slow(client, base, up, proxy):
+        async def drip():
+            yield b'{"prompt": '
+            await asyncio.sleep(2)
+            yield b'"p"}'
+        r = await client.post(f"{base}/v1/completions", data=drip())
+        assert r.status == 408
+        assert up.seen == []
+    asyncio.run(_with_proxy(slow, body_timeout_s=0.5))
+
+    async def busy(client, base, up, proxy):
+        proxy.in_flight = proxy.cfg.max_in_flight  # as if that many requests were being served
+        r = await client.post(f"{base}/v1/completions", json={"prompt": "p"})
+        assert r.status == 503 and up.seen == []
+        proxy.in_flight = 0
+        assert (await client.post(f"{base}/v1/completions", json={"prompt": "p"})).status == 200
+    asyncio.run(_with_proxy(busy, max_in_flight=4))
+
+
+def test_connection_cap_and_header_deadline():
+    async def t():
+        proxy = sp.SessionProxy(sp.ProxyConfig(upstream="http://127.0.0.1:1"))
+        runner = web.AppRunner(proxy.app())
+        await runner.setup()
+        sp.guard_connections(runner.server, max_connections=2, header_timeout_s=0.5)
+        (port,) = free_ports(1)
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        try:
+            # a slowloris: headers never finish -> closed at the deadline
+            r1, w1 = await asyncio.open_connection("127.0.0.1", port)
+            w1.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            await w1.drain()
+            r2, w2 = await asyncio.open_connection("127.0.0.1", port)
+            # over the cap of 2: closed at once
+            r3, w3 = await asyncio.open_connection("127.0.0.1", port)
+            assert await asyncio.wait_for(r3.read(), 2) == b""
+            assert await asyncio.wait_for(r1.read(), 3) == b""  # cut after 0.5 s of incomplete headers
+            # a normal client still gets served once slots free up
+            await asyncio.sleep(0.6)
+            async with aiohttp.ClientSession() as client:
+                assert (await client.get(f"http://127.0.0.1:{port}/healthz")).status == 200
+            for w in (w1, w2, w3):
+                w.close()
+        finally:
+            await runner.cleanup()
+    asyncio.run(t())

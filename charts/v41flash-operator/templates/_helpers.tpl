@@ -68,8 +68,9 @@ Server-side apply is a PATCH that creates a missing object, so it needs both pat
 - apiGroups: ["v41flash.io"]
   resources: ["v41flashdeployments/finalizers"]
   verbs: ["update"]
-# Children: server-side apply, list by label to prune, delete what is no longer desired; the workloads
-# are watched too (their status, without reading them every pass) and read by name when a cache is cold.
+# Children: server-side apply, list by label to prune, delete what is no longer desired; get: an object
+# of a child's name that is not ours is never adopted (reconcile.name_collisions), and a workload is read by
+# name when the watch cache is cold; the workloads are watched (their status, without reading them every pass).
 - apiGroups: ["apps"]
   resources: ["deployments"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
@@ -78,17 +79,21 @@ Server-side apply is a PATCH that creates a missing object, so it needs both pat
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["services", "serviceaccounts"]
-  verbs: ["list", "create", "patch", "delete"]
+  verbs: ["get", "list", "create", "patch", "delete"]
 # get: the planner reads a capacity profile from a ConfigMap named in the spec.
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "list", "create", "patch", "delete"]
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
-  verbs: ["list", "create", "patch", "delete"]
+  verbs: ["get", "list", "create", "patch", "delete"]
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
-  verbs: ["list", "create", "patch", "delete"]
+  verbs: ["get", "list", "create", "patch", "delete"]
+# Per deployment: only its router reaches its engines, only the operator scrapes them.
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "list", "create", "patch", "delete"]
 # Pods: observed for status and metrics, annotated with a deletion cost before a scale-down. get/list/watch
 # are also what the router's Role grants, and RBAC only lets the operator grant what it holds itself.
 - apiGroups: [""]

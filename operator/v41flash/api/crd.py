@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from . import formats as F
 from . import v1alpha1 as api
 
 _KEEP = {
@@ -117,6 +118,9 @@ def _structural(node: dict[str, Any]) -> dict[str, Any]:
         node["default"] = [] if node["type"] == "array" else {}  # lists and maps: empty, as pydantic's
     if isinstance(node.get("items"), dict):
         node["items"] = _structural(node["items"])
+        # an item is never absent, so a default for it as a whole means nothing; the apiserver would still
+        # check it against the item's CEL rules (a default Toleration is the keyless one they refuse)
+        node["items"].pop("default", None)
     if isinstance(node.get("additionalProperties"), dict):
         node["additionalProperties"] = _structural(node["additionalProperties"])
     return node
@@ -144,11 +148,18 @@ def crd() -> dict[str, Any]:
     root = {
         "type": "object",
         "description": "A DeepSeek-V4.1-Flash deployment on vLLM: prefill and decode engines, a KV-aware "
-                       "P/D router and an SLO autoscaler.",
+                       "P/D router and an SLO autoscaler. Creating one is as powerful as creating pods in its "
+                       "namespace (it chooses images, vLLM arguments and environment that the operator's pods "
+                       "run): grant create/update on v41flashdeployments only to whom you would let create pods.",
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},
-            "metadata": {"type": "object"},
+            # The apiserver allows restricting metadata.name (and generateName) only; children are named
+            # <name>-router, <name>-decode, ...: Service names must be DNS-1035 labels.
+            "metadata": {"type": "object", "properties": {"name": {
+                "type": "string", "maxLength": MAX_NAME_LENGTH, "pattern": F.DNS1035_LABEL,
+                "description": f"At most {MAX_NAME_LENGTH} lowercase letters, digits and '-', starting with a letter "
+                               f"(child Services are named <name>-<role>)."}}},
             "spec": spec,
             "status": status,
         },
@@ -180,6 +191,8 @@ def crd() -> dict[str, Any]:
                     _column("Decode", ".status.decode.ready", desc="ready/desired decode replicas"),
                     _column("Ready", '.status.conditions[?(@.type=="Ready")].status'),
                     _column("TTFT", ".status.slo.ttft", desc="observed TTFT at the SLO percentile"),
+                    _column("Revision", ".status.servingRevision",
+                            desc="serving revision: what every engine pod runs"),
                     _column("Reason", '.status.conditions[?(@.type=="Ready")].reason', priority=1),
                     _column("Age", ".metadata.creationTimestamp", "date"),
                 ],

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 from .. import defaults
@@ -21,6 +21,8 @@ from ..vllm import lanes, gpus
 from ..vllm.args import DEFAULT_CHECKPOINT, EPLB_COMMUNICATORS, KV_LOAD_FAILURE_POLICIES, ROUTED_EXPERTS
 from ..vllm.features import DSPARK_BLOCK
 from ..vllm.flags import EPLB_SYNC_ONLY_COMMUNICATORS
+from . import escape_hatch as eh
+from . import formats as F
 
 GROUP = "v41flash.io"
 VERSION = "v1alpha1"
@@ -109,13 +111,18 @@ class Model(BaseModel):
 # --- model / weights -------------------------------------------------------------------------------
 
 class SecretKeyRef(Model):
-    name: str = Field(min_length=1, description="Secret name (same namespace).")
-    key: str = Field("token", min_length=1, description="Key in the Secret holding the value.")
+    name: str = Field(min_length=1, max_length=253, pattern=F.DNS1123_SUBDOMAIN,
+                      description="Secret name (same namespace).")
+    key: str = Field("token", min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$",
+                     description="Key in the Secret holding the value.")
 
 
 class PVCWeights(Model):
-    claim_name: str = Field(min_length=1, description="PersistentVolumeClaim holding the checkpoint.")
-    sub_path: str = Field("", description="Directory of the checkpoint inside the volume ('' = root).")
+    claim_name: str = Field(min_length=1, max_length=253, pattern=F.DNS1123_SUBDOMAIN,
+                            description="PersistentVolumeClaim holding the checkpoint.")
+    sub_path: str = Field("", max_length=1024, pattern=r"^[^$]*$",
+                          description="Directory of the checkpoint inside the volume ('' = root); no '$' (the "
+                                      "kubelet would expand $(VAR) in the engine's arguments).")
 
 
 class HubWeights(Model):
@@ -134,9 +141,11 @@ class WeightsSource(Model):
 
 class CacheVolume(Model):
     claim_name: str = Field(
-        "", description="PVC for VLLM_CACHE_ROOT (compile and autotune artifacts; a warm cache turns a "
+        "", max_length=253, pattern=F.DNS1123_SUBDOMAIN.replace("^", "^$|^", 1),
+        description="PVC for VLLM_CACHE_ROOT (compile and autotune artifacts; a warm cache turns a "
                         "75-90 min first boot into minutes). '' = an emptyDir of sizeLimit.")
-    size_limit: str = Field("200Gi", description="emptyDir size limit when claimName is ''.")
+    size_limit: str = Field("200Gi", max_length=64, pattern=F.QUANTITY,
+                            description="emptyDir size limit when claimName is '' (a quantity, e.g. 200Gi).")
 
 
 class ModelSpec(Model):
@@ -144,9 +153,12 @@ class ModelSpec(Model):
         DEFAULT_CHECKPOINT, pattern=r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$",
         description="Hugging Face checkpoint id: deepseek-ai/DeepSeek-V4.1-Flash-1017 (default, "
                     "2026-10-17) or deepseek-ai/DeepSeek-V4.1-Flash (0909 launch).")
-    revision: str = Field("", description="Checkpoint revision (commit or tag); '' = the default branch.")
+    revision: str = Field("", max_length=256, pattern=r"^[^$\s]*$",
+                          description="Checkpoint revision (commit or tag); '' = the default branch.")
     served_model_name: str = Field(
-        "", description="Model name clients send in requests; '' = the checkpoint id.")
+        "", max_length=256, pattern=r"^[^$\s]*$",
+        description="Model name clients send in requests; '' = the checkpoint id. No '$' or blanks: the kubelet "
+                    "expands $(VAR) in container arguments, so $(HF_TOKEN) would be served as the model name.")
     source: WeightsSource = Field(
         WeightsSource(hub=HubWeights()),
         description="Where weights come from: a PVC or the hub.")
@@ -170,8 +182,8 @@ class EPLBSpec(Model):
         0, ge=0, le=ROUTED_EXPERTS,
         description=f"Redundant expert copies; ({ROUTED_EXPERTS} routed experts + this) must split evenly over "
                     "EP ranks.")
-    window_size: int = Field(1000, ge=1, description="EPLB load-statistics window (steps).")
-    step_interval: int = Field(3000, ge=1, description="Steps between expert rearrangements.")
+    window_size: int = Field(1000, ge=1, le=F.INT32_MAX, description="EPLB load-statistics window (steps).")
+    step_interval: int = Field(3000, ge=1, le=F.INT32_MAX, description="Steps between expert rearrangements.")
     use_async: bool = Field(True, description="Rearrange experts asynchronously.")
     communicator: Literal[EPLB_COMMUNICATORS] | None = Field(  # type: ignore[valid-type]
         None, description="Weight-transfer communicator (values vLLM 0.33.0 accepts); unset = vLLM's choice "
@@ -205,12 +217,14 @@ class KVOffloadSpec(Model):
 
 
 class Resources(Model):
-    cpu: str = Field("32", description="CPU request (and limit) of an engine container.")
-    memory: str = Field("512Gi", description="Memory request (and limit) of an engine container.")
-    shm_size: str = Field("64Gi", description="/dev/shm (memory-backed emptyDir) size; DP ranks and "
+    cpu: str = Field("32", max_length=64, pattern=F.QUANTITY,
+                     description="CPU request (and limit) of an engine container (a quantity).")
+    memory: str = Field("512Gi", max_length=64, pattern=F.QUANTITY,
+                        description="Memory request (and limit) of an engine container (a quantity).")
+    shm_size: str = Field("64Gi", max_length=64, pattern=F.QUANTITY, description="/dev/shm (memory-backed emptyDir) size; DP ranks and "
                                               "Engram share memory through it.")
     memory_headroom: str = Field(
-        "64Gi", description="Host memory kept free beside the Engram tables, host KV and /dev/shm for the API "
+        "64Gi", max_length=64, pattern=F.QUANTITY, description="Host memory kept free beside the Engram tables, host KV and /dev/shm for the API "
                             "server, tokenizer, CUDA/NCCL host buffers and the weight loader (an estimate; the "
                             "operator refuses a memory that leaves less).")
 
@@ -222,10 +236,28 @@ _DP_LOW_LATENCY = per_gpu_product_prose(lambda p: gpus.default_data_parallel_siz
 _DP_HIGH_THROUGHPUT = per_gpu_product_prose(lambda p: gpus.default_data_parallel_size(p, high_throughput=True))
 
 
+def _escape_hatch_rules() -> list[dict[str, str]]:
+    """extraArgs / extraEnv may not override what the operator owns (api/escape_hatch.py says why)."""
+    rules = [cel(eh.arg_rule(flags), f"extraArgs may not set {' / '.join(flags)}: {why}", field_path=".extraArgs")
+             for flags, why in eh.REFUSED_ARGS.items()]
+    rules.append(cel("self.extraArgs.all(a, !a.contains('$('))",
+                     "extraArgs may not contain $(...): the kubelet expands it from the container's environment "
+                     "(e.g. $(HF_TOKEN) into the served model name)", field_path=".extraArgs"))
+    rules += [cel(eh.env_rule(names), f"extraEnv may not set {' / '.join(names)}: {why}", field_path=".extraEnv")
+              for names, why in eh.REFUSED_ENV.items()]
+    rules.append(cel(
+        f"self.extraEnv.all(e, e.name != '{eh.READY_TIMEOUT_ENV}' || "
+        f"e.value.matches('^[0-9]{{1,{eh.READY_TIMEOUT_MAX_DIGITS}}}$'))",
+        f"extraEnv {eh.READY_TIMEOUT_ENV} must be a whole number of seconds below 1,000,000 (the startup probe "
+        f"is sized from it)", field_path=".extraEnv"))
+    return rules
+
+
 class RoleSpec(Model):
     model_config = ConfigDict(json_schema_extra=validations(
         cel("self.minReplicas <= self.maxReplicas", "minReplicas must be <= maxReplicas",
             field_path=".minReplicas"),
+        *_escape_hatch_rules(),
     ))
     enabled: bool = Field(True, description="Run this role. Turn prefill off for an aggregated deployment.")
     min_replicas: int = Field(defaults.MIN_REPLICAS, ge=0, le=512,
@@ -246,7 +278,7 @@ class RoleSpec(Model):
     nodes_per_replica: int = Field(
         1, ge=1, le=72, description="Nodes one replica spans (>1 renders a LeaderWorkerSet).")
     max_num_seqs: int | None = Field(None, ge=1, le=4096, description="--max-num-seqs (per DP rank).")
-    max_num_batched_tokens: int | None = Field(None, ge=1, description="--max-num-batched-tokens.")
+    max_num_batched_tokens: int | None = Field(None, ge=1, le=F.INT32_MAX, description="--max-num-batched-tokens.")
     max_model_len: int | None = Field(None, ge=1, le=1048576, description="--max-model-len.")
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="--gpu-memory-utilization.")
     eplb: EPLBSpec = Field(default_factory=EPLBSpec, description="Expert-parallel load balancing.")
@@ -258,9 +290,13 @@ class RoleSpec(Model):
         description="AgentX point of spec.preset for this role (e.g. dep2_c32); '' = the point measured at the role's "
                     "TP x DP whose --max-num-seqs is the smallest holding maxNumSeqs (else the lane's default). "
                     "Explicit fields (maxNumSeqs, gpuMemoryUtilization, ...) still override the point.")
-    extra_args: list[str] = Field(default_factory=list, description="Extra vLLM arguments (escape hatch; "
-                                                                    "checked against vLLM 0.33.0's parser).")
-    extra_env: list[EnvVar] = Field(default_factory=list, description="Extra environment (escape hatch).")
+    extra_args: list[str] = Field(default_factory=list, description=(
+        "Extra vLLM arguments (escape hatch; checked against vLLM 0.33.0's parser). Flags the operator owns "
+        "(--host, --port, --headless, parallel sizes, --api-key, --config, ...) and $(...) are refused. Their "
+        "values are not copied into the deployment's ConfigMap."))
+    extra_env: list[EnvVar] = Field(default_factory=list, description=(
+        "Extra environment (escape hatch). Variables the operator sets (NIXL side channel, UCX_TLS, HF_TOKEN, "
+        "cache paths) and LD_PRELOAD-like ones are refused. Values are not copied into the ConfigMap."))
 
 
 def _role_rules(role: str) -> list[dict[str, str]]:
@@ -348,9 +384,20 @@ class FeaturesSpec(Model):
 # --- GPU topology, KV transfer, routing, SLO, autoscaling -----------------------------------------
 
 class Toleration(Model):
-    key: str = Field("", description="Taint key ('' with operator Exists matches all).")
+    model_config = ConfigDict(json_schema_extra=validations(
+        cel("self.operator != 'Exists' || self.value == ''", "value must be empty when operator is Exists",
+            field_path=".value"),
+        cel("self.key != '' || self.operator == 'Exists'", "an empty key needs operator: Exists",
+            field_path=".key"),
+        cel("self.key != '' || self.effect == 'NoSchedule' || self.effect == 'PreferNoSchedule'",
+            "a toleration without a key and without effect NoSchedule tolerates every taint, including "
+            "node.kubernetes.io/unreachable and not-ready (NoExecute): engine pods would stay bound to dead "
+            "nodes forever. Name the taint key", field_path=".key"),
+    ))
+    key: str = Field("", max_length=F.LABEL_KEY_MAX, pattern=F.LABEL_KEY.replace("^", "^$|^", 1),
+                     description="Taint key ('' with operator Exists matches every taint of the effect).")
     operator: Literal["Exists", "Equal"] = Field("Exists", description="Exists or Equal.")
-    value: str = Field("", description="Taint value for Equal.")
+    value: str = Field("", max_length=F.LABEL_VALUE_MAX, pattern=F.LABEL_VALUE, description="Taint value for Equal.")
     effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] = Field("", description="Taint effect.")
 
 
@@ -359,15 +406,21 @@ class GPUSpec(Model):
     gpus_per_node: int | None = Field(
         None, ge=1, le=72, description="GPUs per node (per tray on GB200/GB300); default from product.")
     product_label: str = Field(
-        "nvidia.com/gpu.product",
+        "nvidia.com/gpu.product", max_length=F.LABEL_KEY_MAX, pattern=F.LABEL_KEY,
         description="Node label whose value names the GPU product (GPU Feature Discovery's).")
-    node_selector: dict[str, str] = Field(
-        default_factory=dict, description="Extra node labels every engine pod requires.")
+    node_selector: dict[str, Annotated[str, Field(max_length=F.LABEL_VALUE_MAX, pattern=F.LABEL_VALUE)]] = Field(
+        default_factory=dict, description="Extra node labels every engine pod requires (label keys and values).")
     topology_key: str = Field(
-        "nvidia.com/gpu.clique",
+        "nvidia.com/gpu.clique", max_length=F.LABEL_KEY_MAX, pattern=F.LABEL_KEY,
         description="Node label of an NVLink domain/rack: a multi-node replica's pods share its value.")
-    rdma_resource: str = Field("", description="RDMA device resource to request per pod (e.g. "
-                                               "rdma/ib); '' = none.")
+    model_config = ConfigDict(json_schema_extra=validations(
+        cel("!(self.rdmaResource in ['nvidia.com/gpu', 'amd.com/gpu'])",
+            "rdmaResource may not be a GPU resource: its request of 1 would replace the GPU limit the operator "
+            "sizes from the parallel sizes", field_path=".rdmaResource"),
+    ))
+    rdma_resource: str = Field("", max_length=F.LABEL_KEY_MAX, pattern=F.EXTENDED_RESOURCE.replace("^", "^$|^", 1),
+                               description="RDMA device resource (an extended resource, domain/name) to request "
+                                           "per pod (e.g. rdma/ib); '' = none.")
     tolerations: list[Toleration] = Field(
         [Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")],
         description="Tolerations for GPU node taints.")
@@ -378,11 +431,18 @@ class KVTransferSpec(Model):
     # the values vLLM 0.33.0 accepts (the parser snapshot), listed alphabetically in the CRD
     load_failure_policy: Literal[tuple(sorted(KV_LOAD_FAILURE_POLICIES))] = Field(  # type: ignore[valid-type]
         "fail", description="What decode does when a KV load fails.")
-    ucx_tls: str = Field("", description="UCX_TLS for NIXL; '' = per GPU fabric default "
+    ucx_tls: str = Field("", max_length=256, pattern=r"^[a-z0-9_,^]*$", description="UCX_TLS for NIXL; '' = per GPU fabric default "
                                          "(GB300 MNNVL: cuda_copy,cuda_ipc,tcp).")
     extra_config: dict[str, Any] = Field(
         default_factory=dict, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
-        description="kv_connector_extra_config passed through to vLLM.")
+        description=f"kv_connector_extra_config passed through to vLLM (JSON, at most {F.EXTRA_CONFIG_MAX_DEPTH} "
+                    f"levels deep, no $(...)).")
+
+    @field_validator("extra_config")
+    @classmethod
+    def _bounded(cls, value: dict[str, Any]) -> dict[str, Any]:
+        F.check_json_value(value, F.EXTRA_CONFIG_MAX_DEPTH)
+        return value
 
 
 class RoutingSpec(Model):
@@ -397,6 +457,9 @@ class RoutingSpec(Model):
         cel("self.sessionKey == 'derive' || self.sessionHeader == ''",
             "sessionHeader is read by the session proxy, which runs only with sessionKey: derive",
             field_path=".sessionHeader"),
+        cel("self.sessionKey == 'derive' || !has(self.apiKeySecretRef)",
+            "apiKeySecretRef is checked by the session proxy, which runs only with sessionKey: derive",
+            field_path=".apiKeySecretRef"),
     ))
     session_key: Literal[SESSION_KEYS] = Field(  # type: ignore[valid-type]
         "derive",
@@ -410,6 +473,12 @@ class RoutingSpec(Model):
         "", max_length=128, pattern=r"^[A-Za-z0-9!#$%&'*+.^_`|~-]*$",
         description="Client header whose value the session proxy copies into x-session-id when the client sent "
                     "no x-session-id (e.g. x-conversation-id); '' = none. Needs sessionKey: derive.")
+    api_key_secret_ref: SecretKeyRef | None = Field(
+        None, description="Secret key holding the API key clients must send (Authorization: Bearer <key>) to the "
+                          "router Service's serving paths; the session proxy checks it (constant-time) and drops "
+                          "the header before vllm-router. Health paths stay open for probes. Unset = no client "
+                          "authentication (the NetworkPolicy still lets any pod reach the router). Needs "
+                          "sessionKey: derive.")
     policy: Literal[ROUTER_POLICIES] = Field(  # type: ignore[valid-type]
         "sticky_least_loaded",
         description="vllm-router policy for prefill (or the only role when aggregated). Default chosen by measurement "
@@ -421,18 +490,19 @@ class RoutingSpec(Model):
     decode_policy: Literal[ROUTER_POLICIES] = Field(  # type: ignore[valid-type]
         "round_robin", description="vllm-router policy for decode in P/D mode (a header-keyed policy here also "
                                    "needs sessionKey: derive to see session keys).")
-    session_affinity_ttl_seconds: int = Field(600, ge=0, description="kv_aware session affinity TTL.")
+    session_affinity_ttl_seconds: int = Field(600, ge=0, le=F.INT32_MAX, description="kv_aware session affinity TTL.")
     kv_events: bool = Field(False, description="Publish engines' KV-cache events for kv_aware routing.")
     cache_threshold: float = Field(0.8, ge=0, le=1, description="cache_aware --cache-threshold (0.3 upstream "
                                                                 "default collapses agent sessions onto one engine).")
-    balance_abs_threshold: int = Field(4, ge=0, description="cache_aware --balance-abs-threshold.")
-    balance_rel_threshold: float = Field(1.25, ge=1, description="cache_aware --balance-rel-threshold.")
-    request_timeout_seconds: int = Field(14400, ge=1, description="Router request timeout.")
+    balance_abs_threshold: int = Field(4, ge=0, le=F.INT32_MAX, description="cache_aware --balance-abs-threshold.")
+    balance_rel_threshold: float = Field(1.25, ge=1, le=1e6, description="cache_aware --balance-rel-threshold.")
+    request_timeout_seconds: int = Field(14400, ge=1, le=604800, description="Router request timeout (at most a week).")
     retries: bool = Field(False, description="Retry failed requests on another engine (off: a retry "
                                              "would recompute a long prefill elsewhere).")
     replicas: int = Field(1, ge=1, le=16, description="Router replicas.")
-    image: str = Field(DEFAULT_ROUTER_IMAGE, description="vllm-router image (PyPI vllm-router 0.1.17).")
-    session_proxy_image: str = Field(DEFAULT_OPERATOR_IMAGE, min_length=1,
+    image: str = Field(DEFAULT_ROUTER_IMAGE, min_length=1, max_length=1024, pattern=F.IMAGE,
+                       description="vllm-router image (PyPI vllm-router 0.1.17).")
+    session_proxy_image: str = Field(DEFAULT_OPERATOR_IMAGE, min_length=1, max_length=1024, pattern=F.IMAGE,
                                      description="Image of the session proxy container (sessionKey: derive): the "
                                                  "operator image, which runs `v41flash session-proxy`. Keep it at "
                                                  "the operator's own tag.")
@@ -469,16 +539,17 @@ class AutoscalingSpec(Model):
     interval_seconds: int = Field(defaults.PLANNER_INTERVAL_SECONDS, ge=5, le=3600,
                                   description="Planner cadence.")
     scale_up_stabilization_seconds: int = Field(
-        0, ge=0, description="Scale up only to the lowest need of this many seconds (HPA semantics: trades SLO "
-                             "attainment for fewer scale-ups on spiky load; 0 = act on the need at once).")
-    scale_down_stabilization_seconds: int = Field(defaults.SCALE_DOWN_STABILIZATION_SECONDS, ge=0,
+        0, ge=0, le=86400, description="Scale up only to the lowest need of this many seconds (HPA semantics: trades SLO "
+                                       "attainment for fewer scale-ups on spiky load; 0 = act on the need at once).")
+    scale_down_stabilization_seconds: int = Field(defaults.SCALE_DOWN_STABILIZATION_SECONDS, ge=0, le=86400,
                                                   description="Demand must stay low this long before a "
                                                               "scale-down.")
-    gpu_budget: int = Field(0, ge=0, description="Most GPUs all roles may use together; 0 = no budget.")
-    capacity_profile: str = Field("", description="ConfigMap holding a capacity profile (profile.yaml); "
+    gpu_budget: int = Field(0, ge=0, le=1000000, description="Most GPUs all roles may use together; 0 = no budget.")
+    capacity_profile: str = Field("", max_length=253, pattern=F.DNS1123_SUBDOMAIN.replace("^", "^$|^", 1),
+                                  description="ConfigMap holding a capacity profile (profile.yaml); "
                                                   "'' = the shipped profile for profile + GPU.")
     cost_per_gpu_hour: float = Field(
-        0.0, ge=0, description="Modelled TCO in $ per GPU-hour; with it status.slo.tokensPerDollar and the "
+        0.0, ge=0, le=10000, description="Modelled TCO in $ per GPU-hour; with it status.slo.tokensPerDollar and the "
                                "v41flash_tokens_per_dollar metric report tokens served per dollar. 0 = not reported.")
 
 
@@ -494,7 +565,7 @@ class V41FlashDeploymentSpec(Model):
             "(DSpark then verifies the whole block)", field_path=".features.speculativeDecoding.adaptiveVerification"),
     ))
     model: ModelSpec = Field(default_factory=ModelSpec, description="Checkpoint and weights.")
-    image: str = Field(DEFAULT_IMAGE, description="vLLM image (pinned).")
+    image: str = Field(DEFAULT_IMAGE, min_length=1, max_length=1024, pattern=F.IMAGE, description="vLLM image (pinned).")
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field("IfNotPresent", description="Pull policy.")
     vllm_version: Literal["0.33.0"] = Field("0.33.0", description="vLLM version the image runs; arguments are "
                                                                    "rendered for it.")
@@ -577,6 +648,12 @@ class V41FlashDeploymentStatus(Model):
     model_config = ConfigDict(extra="ignore")
     observed_generation: int | None = None
     conditions: list[Condition] = Field(default_factory=list)
+    serving_revision: str = Field(
+        "", description="Hash of everything the engines run (image, checkpoint, revision, every vLLM argument "
+                        "and environment variable of both roles); the label v41flash.io/serving-revision on "
+                        "every engine pod. Router, replica, SLO and autoscaling edits never change it. During "
+                        "a roll it names the revision that served before, until every engine pod runs the new "
+                        "one (the Reconciling condition counts them).")
     prefill: RoleStatus = Field(default_factory=RoleStatus)
     decode: RoleStatus = Field(default_factory=RoleStatus)
     router: RouterStatus = Field(default_factory=RouterStatus)

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -16,8 +17,9 @@ from typing import Any
 import cel
 import pydantic
 
+from . import formats as F
 from . import v1alpha1 as api
-from .crd import crd
+from .crd import MAX_NAME_LENGTH, crd
 
 
 @dataclass(frozen=True)
@@ -92,14 +94,41 @@ def cel_problems(stored: dict[str, Any]) -> list[Problem]:
 ExtraCheck = Callable[[api.V41FlashDeployment], list[Problem]]
 
 
+def name_problems(doc: dict[str, Any]) -> list[Problem]:
+    """metadata.name as the CRD's schema holds it (children are named after it)."""
+    meta = doc.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    if not isinstance(name, str) or not name:
+        return [Problem("metadata.name", "required: a string")]
+    if len(name) > MAX_NAME_LENGTH or not re.fullmatch(F.DNS1035_LABEL.strip("^$"), name):
+        return [Problem("metadata.name", f"{name[:80]!r}: at most {MAX_NAME_LENGTH} lowercase letters, digits and "
+                                         "'-', starting with a letter and ending with a letter or digit (child "
+                                         "Services are named <name>-router, <name>-decode, ...)")]
+    return []
+
+
 def validate(doc: dict[str, Any], extra_checks: Iterable[ExtraCheck] = ()) -> list[Problem]:
-    """Every problem with a V41FlashDeployment manifest, each naming its field; [] when valid."""
-    problems, obj = schema_problems(doc)
-    if obj is None:
-        return problems
-    problems = cel_problems(defaulted(obj))
+    """Every problem with a V41FlashDeployment manifest, each naming its field; [] when valid.
+
+    Never raises for any input: a check that fails unexpectedly (a bug, or input no rule foresaw) becomes a
+    problem naming the check, so the controller Stalls instead of crash-looping."""
+    if not isinstance(doc, dict):
+        return [Problem("", "a V41FlashDeployment must be a mapping")]
+    try:
+        problems = name_problems(doc)
+        schema, obj = schema_problems(doc)
+        problems += schema
+        if obj is None or problems:
+            return problems
+        problems = cel_problems(defaulted(obj))
+    except (RecursionError, ValueError, TypeError) as exc:
+        return [Problem("spec", f"cannot be read: {type(exc).__name__}: {str(exc)[:200]}")]
     if problems:
         return problems
     for check in extra_checks:
-        problems += check(obj)
+        try:
+            problems += check(obj)
+        except Exception as exc:  # noqa: BLE001 - the last line of defence against a crash loop
+            problems.append(Problem("spec", f"{getattr(check, '__name__', 'check')} could not check this spec: "
+                                            f"{type(exc).__name__}: {str(exc)[:200]}"))
     return problems

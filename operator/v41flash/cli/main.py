@@ -14,8 +14,8 @@ import sys
 COMMAND_MODULES = (
     "v41flash.cli.manifests",  # render, validate, crd
     "v41flash.cli.operator",  # operator (run the controller)
-    "v41flash.cli.profile",  # profile build/show (capacity profiles)
-    "v41flash.cli.session_proxy",  # session-proxy (the router pod's front step)
+    "v41flash.cli.profiles",  # profile build/show (capacity profiles)
+    "v41flash.cli.proxy",  # session-proxy (the router pod's front step)
 )
 BENCH_PACKAGE = "v41flash_bench"
 BENCH_MODULE = "v41flash_bench.cli"  # bench autoscale / bench routing

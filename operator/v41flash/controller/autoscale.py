@@ -38,7 +38,7 @@ from ..vllm import args as vargs
 from ..vllm import features as vfeatures
 from .kube import Kube
 from .observation import (  # noqa: F401  (observed_slo_status: re-exported)
-    PodView, observe, observed_slo_status, planner_bounds, planner_slo, pod_view, scrape_targets,
+    PodView, observe, observed_slo_status, owned_pod, planner_bounds, planner_slo, pod_view, scrape_targets,
 )
 
 log = logging.getLogger(__name__)
@@ -227,8 +227,10 @@ class Autoscaler:
         meta, status = body["metadata"], body.get("status") or {}
         ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
         resolved = resolve(spec)
-        pods = [pod_view(p) for p in self.kube.list_pods(ns, L.label_selector(L.serving_pods_selector(name)))]
-        targets = scrape_targets(pods, session_proxy=uses_session_proxy(spec))
+        pods = [pod_view(p) for sel in (L.serving_pods_selector(name), L.router_pods_selector(name))
+                for p in self.kube.list_pods(ns, L.label_selector(sel))]
+        # scrape only pods our workloads made: labels alone can be copied onto any pod (observation.owned_pod)
+        targets = scrape_targets([p for p in pods if owned_pod(p, name)], session_proxy=uses_session_proxy(spec))
         t0 = time.monotonic()
         snapshots = asyncio.run(scrape(targets)) if targets else []
         self.metrics.record_scrape(ns, name, snapshots, time.monotonic() - t0)

@@ -39,8 +39,9 @@ from . import reconcile as rec
 from .autoscale import Autoscaler, PlannerOutcome, same_decision
 from ..render import labels as L
 from ..render.engine import LWS_API_VERSION
-from .kube import ChildRef, Kube, NotLeader
+from .kube import REQUEST_TIMEOUT, ChildRef, Kube, NotLeader
 from .reconcile import Pass, reconcile
+from .redact import RedactingDiffBaseStorage
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +243,8 @@ def run_pass(uid: str, work: Work) -> rec.Outcome | None:
             outcome = reconcile(kube(), body, emit, planner=planned, how=how)
             if outcome.conflict:  # the CR changed since the watch delivered it: read it once
                 try:
-                    fresh = kube().custom.get_namespaced_custom_object(api.GROUP, api.VERSION, ns, api.PLURAL, name)
+                    fresh = kube().custom.get_namespaced_custom_object(api.GROUP, api.VERSION, ns, api.PLURAL, name,
+                                                                       _request_timeout=REQUEST_TIMEOUT)
                 except ApiException as exc:
                     if exc.status == 404:
                         return None
@@ -517,7 +519,8 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # (kopf stores nothing on our objects: we register no change handlers; these names are ours if it ever does)
     settings.persistence.finalizer = f"{api.GROUP}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=api.GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+    # escape-hatch values as digests: the annotation must not carry extraEnv text (controller/redact.py)
+    settings.persistence.diffbase_storage = RedactingDiffBaseStorage(
         prefix=api.GROUP, key="last-handled-configuration")
     settings.watching.server_timeout = 300  # the apiserver ends each watch; kopf re-lists and resumes
     settings.watching.client_timeout = 330

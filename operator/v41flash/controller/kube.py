@@ -23,6 +23,9 @@ from ..render.engine import LWS_API_VERSION
 from ..render.resolve import DEPLOYMENT, LEADER_WORKER_SET
 
 FIELD_MANAGER = "v41flash-operator"
+# (connect, read) seconds for every API call: a hung apiserver connection must not hold a reconcile (and the
+# per-deployment lock) forever. Watches are kopf's, with their own timeouts (handlers.configure).
+REQUEST_TIMEOUT = (10, 60)
 log = logging.getLogger(__name__)
 
 # Every kind the renderer can produce: what pruning lists (a role turned off must lose its objects).
@@ -35,6 +38,7 @@ CHILD_KINDS: tuple[tuple[str, str], ...] = (
     ("rbac.authorization.k8s.io/v1", "RoleBinding"),
     ("policy/v1", "PodDisruptionBudget"),
     ("v1", "ConfigMap"),
+    ("networking.k8s.io/v1", "NetworkPolicy"),
 )
 
 
@@ -133,7 +137,8 @@ class Kube:
         res = self._resource(obj["apiVersion"], obj["kind"])
         self._may_write()
         out = res.server_side_apply(body=obj, name=obj["metadata"]["name"], namespace=namespace,
-                                    field_manager=FIELD_MANAGER, force_conflicts=True)
+                                    field_manager=FIELD_MANAGER, force_conflicts=True,
+                                    _request_timeout=REQUEST_TIMEOUT)
         return out.to_dict()
 
     def apply_many(self, objs: list[dict[str, Any]], namespace: str) -> list[dict[str, Any] | BaseException]:
@@ -158,7 +163,8 @@ class Kube:
             except KindNotInstalled:
                 return []
             out = []
-            for item in res.get(namespace=namespace, label_selector=selector).to_dict().get("items", []):
+            items = res.get(namespace=namespace, label_selector=selector, _request_timeout=REQUEST_TIMEOUT)
+            for item in items.to_dict().get("items", []):
                 owners = item["metadata"].get("ownerReferences") or []
                 if any(o.get("uid") == owner_uid for o in owners):
                     item.setdefault("apiVersion", api_version)
@@ -169,27 +175,42 @@ class Kube:
 
     def read(self, ref: ChildRef, namespace: str) -> dict[str, Any] | None:
         try:
-            out = self._resource(ref.api_version, ref.kind).get(name=ref.name, namespace=namespace).to_dict()
+            out = self._resource(ref.api_version, ref.kind).get(name=ref.name, namespace=namespace,
+                                                                _request_timeout=REQUEST_TIMEOUT).to_dict()
         except (NotFoundError, KindNotInstalled):
             return None
         out.setdefault("apiVersion", ref.api_version)
         out.setdefault("kind", ref.kind)
         return out
 
+    def read_many(self, refs: list[ChildRef], namespace: str) -> list[dict[str, Any] | None | BaseException]:
+        """read() of each ref concurrently; each result is the object, None (absent) or the exception raised."""
+        def one(ref: ChildRef) -> dict[str, Any] | None | BaseException:
+            try:
+                return self.read(ref, namespace)
+            except Exception as exc:  # the caller decides
+                return exc
+        if len(refs) <= 1:
+            return [one(r) for r in refs]
+        return list(self._pool.map(one, refs))
+
     def delete(self, ref: ChildRef, namespace: str) -> None:
         self._may_write()
         try:
             self._resource(ref.api_version, ref.kind).delete(
-                name=ref.name, namespace=namespace, body={"propagationPolicy": "Background"})
+                name=ref.name, namespace=namespace, body={"propagationPolicy": "Background"},
+                _request_timeout=REQUEST_TIMEOUT)
         except NotFoundError:
             pass
 
     def list_pods(self, namespace: str, selector: str) -> list[client.V1Pod]:
-        return self.core.list_namespaced_pod(namespace, label_selector=selector).items
+        return self.core.list_namespaced_pod(namespace, label_selector=selector,
+                                             _request_timeout=REQUEST_TIMEOUT).items
 
     def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
         self._may_write()
-        self.core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": annotations}})
+        self.core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": annotations}},
+                                       _request_timeout=REQUEST_TIMEOUT)
 
     def patch_status(self, namespace: str, name: str, status: dict[str, Any], resource_version: str
                      ) -> dict[str, Any]:
@@ -199,7 +220,8 @@ class Kube:
         body = [{"op": "test", "path": "/metadata/resourceVersion", "value": resource_version},
                 {"op": "add", "path": "/status", "value": status}]
         return self.custom.patch_namespaced_custom_object_status(api.GROUP, api.VERSION, namespace, api.PLURAL, name, body,
-                                                          _content_type="application/json-patch+json")
+                                                                 _content_type="application/json-patch+json",
+                                                                 _request_timeout=REQUEST_TIMEOUT)
 
 
     def post_event_soon(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
@@ -222,7 +244,7 @@ class Kube:
             reporting_instance=FIELD_MANAGER)
         try:
             self._may_write()
-            self.core.create_namespaced_event(meta["namespace"], event)
+            self.core.create_namespaced_event(meta["namespace"], event, _request_timeout=REQUEST_TIMEOUT)
         except NotLeader:
             return
         except ApiException as exc:  # an Event is best effort: never fail a reconcile over it

@@ -35,6 +35,7 @@ class PodView:
     deletion_cost: int | None = None  # the controller.kubernetes.io/pod-deletion-cost annotation, if an int
     ready_since: float | None = None  # unix seconds of the Ready condition's last transition (Ready pods)
     unschedulable: str | None = None  # the scheduler's message while PodScheduled=False (Unschedulable)
+    controller: tuple[str, str] | None = None  # (kind, name) of the controller ownerReference, if any
 
 
 def pod_view(pod: Any) -> PodView:
@@ -59,6 +60,8 @@ def pod_view(pod: Any) -> PodView:
         deletion_cost=cost,
         ready_since=since.timestamp() if since is not None else None,
         unschedulable=(getattr(stuck, "message", "") or "no reason given") if stuck is not None else None,
+        controller=next(((r.kind, r.name) for r in (getattr(meta, "owner_references", None) or [])
+                         if getattr(r, "controller", False)), None),
     )
 
 
@@ -107,6 +110,22 @@ def throughput_status(windows: Mapping, ready: Mapping[str, int], gpus_per_repli
         if cost_per_gpu_hour > 0:
             out["tokensPerDollar"] = float(f"{tps * 3600.0 / (gpus * cost_per_gpu_hour):.3g}")
     return out
+
+
+def owned_pod(pod: PodView, name: str) -> bool:
+    """Pods this deployment's workloads made: labels alone can be copied onto any pod (a pod labelled like a
+    decode engine would feed the planner, or flood the scraper). The controller must be the ReplicaSet of
+    one of our Deployments (<name>-<role>-<hash>) or a StatefulSet of our LeaderWorkerSet
+    (<name>-<role>[-<group>]); a forged ownerReference to an owner that does not exist gets the pod
+    garbage-collected."""
+    if pod.role not in (*ROLES, L.ROUTER) or pod.controller is None:
+        return False
+    kind, owner = pod.controller
+    if kind == "ReplicaSet":
+        return owner.startswith(f"{name}-{pod.role}-")
+    if kind == "StatefulSet" and pod.role in ROLES:
+        return owner == f"{name}-{pod.role}" or owner.startswith(f"{name}-{pod.role}-")
+    return False
 
 
 def serving(pods: Sequence[PodView]) -> dict[str, list[PodView]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,14 +19,14 @@ from kubernetes.client.exceptions import ApiException
 from ..api import v1alpha1 as api
 from ..api.validation import validate
 from ..render import labels as L
-from ..render import render
+from ..render import render, revision_of
 from ..render.checks import operator_checks
 from ..render.resolve import DEPLOYMENT, LEADER_WORKER_SET, resolve
 from ..render.router import service_address
 from ..roles import ROLES
 from .autoscale import PLANNER_CONDITIONS, PlannerOutcome, iso_time
 from .kube import ChildRef, Kube, KindNotInstalled, is_conflict
-from .status import Stall, WorkloadState, _condition, compute_status, workload_state
+from .status import Stall, WorkloadState, _condition, compute_status, may_run_older_pods, workload_state
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +104,8 @@ def forget(uid: str) -> None:
 
 
 def _prepare(body: dict[str, Any], previous: dict[str, Any], planned: dict[str, int] | None
-             ) -> tuple[list, api.V41FlashDeployment | None, list[dict[str, Any]]]:
+             ) -> tuple[list, api.V41FlashDeployment | None, list[dict[str, Any]], Stall | None]:
+    """(problems, the model, the rendered children, a render failure) — cached per uid for an unchanged key."""
     meta = body["metadata"]
     replicas_key = tuple(sorted((planned or {}).items())) + tuple(
         (role, (previous.get(role) or {}).get("desiredReplicas")) for role in ROLES)
@@ -116,11 +118,18 @@ def _prepare(body: dict[str, Any], previous: dict[str, Any], planned: dict[str, 
     problems = validate(doc, extra_checks=operator_checks())
     obj = api.V41FlashDeployment.model_validate(doc) if not problems else None
     desired_objs: list[dict[str, Any]] = []
+    render_stall: Stall | None = None
     if obj is not None:
         replicas = desired_replicas(obj.spec, previous, planned)
         owner = {"apiVersion": api.API_VERSION, "kind": api.KIND, "name": meta["name"], "uid": meta["uid"]}
-        desired_objs = render(obj, replicas=replicas, owner=owner)
-    result = (problems, obj, desired_objs)
+        try:
+            desired_objs = render(obj, replicas=replicas, owner=owner,
+                                  operator_namespace=os.environ.get("POD_NAMESPACE") or None)
+        except Exception as exc:  # noqa: BLE001 - validate renders too; this is the net under it
+            log.exception("render of %s/%s failed", meta["namespace"], meta["name"])
+            render_stall = Stall("RenderFailed", f"spec: the operator cannot render it: "
+                                                 f"{type(exc).__name__}: {str(exc)[:300]}")
+    result = (problems, obj, desired_objs, render_stall)
     _prepared[meta["uid"]] = (key, result)
     return result
 
@@ -148,7 +157,7 @@ def reconcile(kube: Kube, body: dict[str, Any], emit: Emit, *, now: str | None =
     capacity = False
     applied: list[str] = []
     pruned: list[str] = []
-    problems, obj, desired_objs = _prepare(body, previous, planner.desired if planner else None)
+    problems, obj, desired_objs, render_stall = _prepare(body, previous, planner.desired if planner else None)
     want = frozenset(ChildRef.of(o) for o in desired_objs)
     prune = how.apply and (how.prune if isinstance(how.prune, bool) else want != how.prune)
     live: dict[ChildRef, dict[str, Any]] = {}
@@ -158,14 +167,19 @@ def reconcile(kube: Kube, body: dict[str, Any], emit: Emit, *, now: str | None =
     if problems:
         stall = _stall_for_problems(problems)
     else:
+        stall = render_stall
         missing = sorted({f"{o['kind']}.{o['apiVersion']}" for o in desired_objs
                           if not kube.has_kind(o["apiVersion"], o["kind"])})
-        if missing:
+        if stall is not None:
+            pass
+        elif missing:
             stall = Stall("KindNotInstalled", f"the cluster does not serve {', '.join(missing)}: install it "
                                               f"(e.g. the LeaderWorkerSet controller for multi-node replicas)")
         elif how.apply:
-            stall, capacity = _apply_all(kube, namespace, desired_objs, live, applied,
-                                         _applied_rv.setdefault(uid, {}))
+            known = _applied_rv.setdefault(uid, {})
+            stall = name_collisions(kube, namespace, uid, desired_objs, live, known)
+            if stall is None:
+                stall, capacity = _apply_all(kube, namespace, desired_objs, live, applied, known)
             if stall is None and prune:
                 for ref in [r for r in live if r not in want]:
                     kube.delete(ref, namespace)
@@ -178,7 +192,9 @@ def reconcile(kube: Kube, body: dict[str, Any], emit: Emit, *, now: str | None =
         # one the watch has not delivered yet is read, not reported missing (no status flapping)
         live.update(_read_workloads(kube, namespace, frozenset(r for r in want if r not in cached)))
 
-    status = _status(obj, body, live, previous, stall, generation, now, planner)
+    revision = revision_of(desired_objs) if stall is None else None
+    status = _status(obj, body, live, previous, stall, generation, now, planner, revision,
+                     lambda: _pod_revisions(kube, namespace, name))
     outcome = Outcome(status=status, applied=applied, pruned=pruned, stall=stall, capacity=capacity, desired=want)
     if applied:
         emit("Normal", "Applied", "created or updated " + ", ".join(applied))
@@ -252,6 +268,39 @@ def namespace_terminating(exc: ApiException) -> bool:
     return any(c.get("reason") == "NamespaceTerminating" for c in causes)
 
 
+def _owner_text(obj: dict[str, Any]) -> str:
+    owners = obj.get("metadata", {}).get("ownerReferences") or []
+    if not owners:
+        return "no owner"
+    return "owned by " + ", ".join(f"{o.get('kind')}/{o.get('name')}" for o in owners)
+
+
+def name_collisions(kube: Kube, namespace: str, uid: str, desired: list[dict[str, Any]],
+                    live: dict[ChildRef, dict[str, Any]], known: dict[ChildRef, str]) -> Stall | None:
+    """An existing object with a child's name that this deployment does not own (no ownerReference to its
+    uid) is someone else's: never adopt it. Server-side apply with force would overwrite it and the
+    ownerReference would have garbage collection delete it with the CR. Checked before anything is applied;
+    children listed as ours or applied by us before (known) cost no call, the rest are read concurrently."""
+    unknown = [ChildRef.of(o) for o in desired if ChildRef.of(o) not in live and ChildRef.of(o) not in known]
+    taken = []
+    for ref, existing in zip(unknown, kube.read_many(unknown, namespace)):
+        if isinstance(existing, KindNotInstalled):  # uninstalled since discovery: nothing applied yet
+            return Stall("KindNotInstalled", str(existing))
+        if isinstance(existing, BaseException):
+            raise existing
+        if existing is None:
+            continue
+        owners = existing.get("metadata", {}).get("ownerReferences") or []
+        if not any(o.get("uid") == uid for o in owners):
+            taken.append(f"{ref.kind}/{ref.name} ({_owner_text(existing)})")
+    if not taken:
+        return None
+    return Stall("NameCollision", f"{', '.join(taken)} already exist{'s' if len(taken) == 1 else ''} in {namespace} "
+                                  f"and {'is' if len(taken) == 1 else 'are'} not this deployment's: nothing was "
+                                  f"applied or changed. Rename the V41FlashDeployment (children are named "
+                                  f"<name>-<role>) or remove the other object")
+
+
 def _apply_all(kube: Kube, namespace: str, desired: list[dict[str, Any]], live: dict[ChildRef, dict[str, Any]],
                applied: list[str], versions: dict[ChildRef, str]) -> tuple[Stall | None, bool]:
     """(stall, refused-for-capacity). An error that is neither a stall nor capacity is raised (retried)."""
@@ -292,9 +341,26 @@ def _api_message(exc: ApiException) -> str:
         return str(exc.body or "")
 
 
+def _pod_revisions(kube: Kube, namespace: str, name: str) -> dict[str, tuple[int, int]]:
+    """(live, Ready) serving engine pods per serving-revision label; terminating pods are not counted."""
+    out: dict[str, tuple[int, int]] = {}
+    for pod in kube.list_pods(namespace, L.label_selector(L.serving_pods_selector(name))):
+        if pod.metadata.deletion_timestamp:
+            continue
+        rev = (pod.metadata.labels or {}).get(L.REVISION_LABEL, "")
+        ready = any(c.type == "Ready" and c.status == "True" for c in ((pod.status and pod.status.conditions) or []))
+        live, n_ready = out.get(rev, (0, 0))
+        out[rev] = (live + 1, n_ready + int(ready))
+    return out
+
+
 def _status(obj: api.V41FlashDeployment | None, body: dict[str, Any], live: dict[ChildRef, dict[str, Any]],
             previous: dict[str, Any], stall: Stall | None, generation: int, now: str,
-            planner: PlannerOutcome | None) -> dict[str, Any]:
+            planner: PlannerOutcome | None, revision: str | None = None,
+            pod_revisions: Callable[[], dict[str, tuple[int, int]]] | None = None) -> dict[str, Any]:
+    """pod_revisions is called (one pod list) only while engine pods of another revision may be live: the
+    serving revision is another one, or a role's workload may still run pods of an older template. So a
+    deployment at rest, or one whose pods cannot be scheduled, lists no pods on its periodic passes."""
     name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
     by_name = {ref.name: o for ref, o in live.items() if ref.kind in (DEPLOYMENT, LEADER_WORKER_SET)}
     workloads = {role: workload_state(by_name.get(L.child_name(name, role))) for role in ROLES}
@@ -311,10 +377,16 @@ def _status(obj: api.V41FlashDeployment | None, body: dict[str, Any], live: dict
         desired = {role: workloads[role].spec_replicas for role in ROLES}
         gpus = {role: _gpus_per_replica(previous.get(role) or {}) for role in ROLES}
         router_desired = router.spec_replicas or 0
+    pods = None
+    if revision is not None and pod_revisions is not None and (
+            previous.get("servingRevision") not in (None, revision)
+            or any(may_run_older_pods(workloads[role]) for role in ROLES if enabled.get(role))):
+        pods = pod_revisions()
     status = compute_status(
         generation=generation, enabled=enabled, desired=desired, workloads=workloads, router=router,
         router_desired=router_desired, gpus_per_replica=gpus,
-        router_service=service_address(name, namespace), stall=stall, previous=previous, now=now)
+        router_service=service_address(name, namespace), stall=stall, previous=previous, now=now,
+        revision=revision, pod_revisions=pods)
     if planner is not None and stall is None:
         status.update(planner.status)
     status["conditions"] = _planner_conditions(status["conditions"], previous, planner if stall is None else None,

@@ -38,6 +38,12 @@ def workload_state(obj: dict[str, Any] | None) -> WorkloadState:
     )
 
 
+def may_run_older_pods(w: WorkloadState) -> bool:
+    """Whether the workload may still run pods of an older template (its controller has not seen the latest
+    spec, or not every replica is updated). A settled workload's pods are all of its current template."""
+    return w.exists and (not w.up_to_date or w.updated < w.replicas)
+
+
 @dataclass(frozen=True)
 class Stall:
     reason: str  # CamelCase, e.g. InvalidSpec
@@ -62,16 +68,39 @@ def _role_progress(role: str, want: int, w: WorkloadState) -> str | None:
         return f"{role}: {w.updated}/{want} replicas updated"
     if w.ready < want:
         return f"{role}: {w.ready}/{want} replicas ready"
-    if w.replicas > want:
-        return f"{role}: {w.replicas - want} old replica(s) still terminating"
+    if w.replicas > want:  # a surge replica still starting, or an old one still leaving
+        return f"{role}: {w.replicas} replicas for {want} desired (rolling)"
     return None
+
+
+def _serving_revision(revision: str | None, pod_revisions: dict[str, tuple[int, int]], roles_settled: bool,
+                      previous: str) -> tuple[str, str | None]:
+    """(servingRevision, why the engines are still rolling or None).
+
+    The new revision serves once every role has its replicas updated and ready and no live engine pod
+    runs another revision; until then the revision that served before keeps the name.
+    """
+    if revision is None:
+        return previous, None
+    others = {rev: n for rev, n in pod_revisions.items() if rev != revision}
+    if not others:
+        return (revision if roles_settled else previous), None
+    live, ready = pod_revisions.get(revision, (0, 0))
+    total = live + sum(n for n, _ in others.values())
+    return previous, (f"engines rolling from revision {', '.join(sorted(others))} to {revision}: "
+                      f"{live}/{total} engine pods on {revision} ({ready} Ready)")
 
 
 def compute_status(*, generation: int, enabled: dict[str, bool], desired: dict[str, int | None],
                    workloads: dict[str, WorkloadState], router: WorkloadState, router_desired: int,
                    gpus_per_replica: dict[str, int], router_service: str, stall: Stall | None,
-                   previous: dict[str, Any] | None, now: str) -> dict[str, Any]:
-    """The whole status except the planner's parts (slo, lastDecision, plannerState), which are carried."""
+                   previous: dict[str, Any] | None, now: str, revision: str | None = None,
+                   pod_revisions: dict[str, tuple[int, int]] | None = None) -> dict[str, Any]:
+    """The whole status except the planner's parts (slo, lastDecision, plannerState), which are carried.
+
+    revision: the serving revision the spec renders (None: an invalid spec, nothing rendered);
+    pod_revisions: (live, Ready) serving engine pods per revision label (live = not terminating).
+    """
     previous = previous or {}
     prev_conditions = previous.get("conditions") or []
     status: dict[str, Any] = {"observedGeneration": generation}
@@ -91,6 +120,13 @@ def compute_status(*, generation: int, enabled: dict[str, bool], desired: dict[s
     status["router"] = {"readyReplicas": router.ready, "service": router_service}
     if (why := _role_progress("router", router_desired, router)) is not None:
         waiting.append(why)
+
+    serving, rolling = _serving_revision(revision, pod_revisions or {}, stall is None and not waiting,
+                                         previous.get("servingRevision") or "")
+    if serving:
+        status["servingRevision"] = serving
+    if rolling:
+        waiting.append(rolling)
 
     for key in ("slo", "lastDecision", "plannerState"):
         if key in previous:

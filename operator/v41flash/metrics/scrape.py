@@ -46,13 +46,44 @@ def _host(ip: str) -> str:
     return f"[{ip}]" if ":" in ip and not ip.startswith("[") else ip  # IPv6 pod IPs need brackets
 
 
-async def scrape_one(
-    client: httpx.AsyncClient, target: ScrapeTarget, clock: Callable[[], float] = time.time
-) -> PodSnapshot:
-    try:
-        resp = await client.get(target.url)
+# A vLLM page with 16 DP ranks is a few hundred KiB: 8 MiB is generous and bounds what one pod can make the
+# operator hold (the chart limits it to 512 Mi; several scrapes run at once).
+DEFAULT_MAX_BYTES = 8 << 20
+DEFAULT_TIMEOUT_S = 5.0  # the whole scrape of one target: connect, headers and body together
+
+
+class TooLarge(Exception):
+    pass
+
+
+async def _read_capped(client: httpx.AsyncClient, url: str, max_bytes: int) -> str:
+    async with client.stream("GET", url) as resp:
         resp.raise_for_status()
-        engines = parse_metrics(resp.text)
+        declared = resp.headers.get("Content-Length")
+        if declared and declared.isdigit() and int(declared) > max_bytes:
+            raise TooLarge(f"Content-Length {declared} over {max_bytes} bytes")
+        chunks, size = [], 0
+        async for chunk in resp.aiter_bytes():
+            size += len(chunk)
+            if size > max_bytes:
+                raise TooLarge(f"body over {max_bytes} bytes")
+            chunks.append(chunk)
+    return b"".join(chunks).decode("utf-8", errors="replace")
+
+
+async def scrape_one(
+    client: httpx.AsyncClient, target: ScrapeTarget, clock: Callable[[], float] = time.time, *,
+    max_bytes: int = DEFAULT_MAX_BYTES, deadline_s: float = DEFAULT_TIMEOUT_S,
+) -> PodSnapshot:
+    """One target, never more than max_bytes read nor deadline_s spent (a dripping pod cannot hold it:
+    httpx's timeouts are per read, this one is for the whole scrape)."""
+    try:
+        text = await asyncio.wait_for(_read_capped(client, target.url, max_bytes), deadline_s)
+        engines = parse_metrics(text)
+    except TooLarge as exc:
+        return PodSnapshot(target.pod, target.role, clock(), error=f"{target.url}: {exc}")
+    except asyncio.TimeoutError:
+        return PodSnapshot(target.pod, target.role, clock(), error=f"timeout: no whole page from {target.url} within {deadline_s:g} s")
     except httpx.HTTPStatusError as exc:
         return PodSnapshot(target.pod, target.role, clock(), error=f"HTTP {exc.response.status_code} from {target.url}")
     except httpx.TimeoutException:
@@ -72,7 +103,8 @@ async def scrape(
     targets: Iterable[ScrapeTarget],
     *,
     concurrency: int = 16,
-    timeout_s: float = 5.0,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    max_bytes: int = DEFAULT_MAX_BYTES,
     client: httpx.AsyncClient | None = None,
     clock: Callable[[], float] = time.time,
 ) -> list[PodSnapshot]:
@@ -88,7 +120,7 @@ async def scrape(
 
     async def bounded(t: ScrapeTarget) -> PodSnapshot:
         async with sem:
-            return await scrape_one(client, t, clock)
+            return await scrape_one(client, t, clock, max_bytes=max_bytes, deadline_s=timeout_s)
 
     try:
         return list(await asyncio.gather(*(bounded(t) for t in targets)))

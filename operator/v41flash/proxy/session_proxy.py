@@ -14,13 +14,21 @@ Measured with the real router (docs/2026-11-30-routing.md): this keeps each sess
 new sessions go to the least-loaded one. Bodies are forwarded byte for byte; responses (SSE included)
 stream through as they arrive; hop-by-hop headers are dropped; an unreachable upstream gives 502 with a
 JSON error. `v41flash session-proxy --listen HOST:PORT --upstream URL [--session-header NAME]`.
+
+Only the OpenAI-compatible serving paths and health reach vllm-router (`FORWARDED`): its admin API
+(/add_worker, /remove_worker, /list_workers, ...) has no authentication, and a client that could call it
+would redirect every later prompt to a URL of its choice (docs/2026-12-01-security.md). Anything else is
+404. With `--api-key-env NAME` the serving paths need `Authorization: Bearer <key>` (constant-time
+compare); health paths stay open for the kubelet's probes.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import hashlib
+import hmac
 import json
+import os
 import logging
 import signal
 import time
@@ -45,6 +53,19 @@ BODY_BYTES_PER_TOKEN = 4.0
 SESSIONS_REMEMBERED = 100_000  # keys held to tell a new session from a returning one (LRU)
 SESSION_IDLE_S = 3600.0  # a key unseen this long counts as a new session when it comes back
 KEYED_PATHS = ("/v1/chat/completions", "/v1/completions")
+# What clients may reach through the proxy: path -> methods. Everything else answers 404 here.
+SERVING_PATHS: dict[str, frozenset[str]] = {
+    "/v1/chat/completions": frozenset({"POST"}),
+    "/v1/completions": frozenset({"POST"}),
+    "/v1/embeddings": frozenset({"POST"}),
+    "/v1/models": frozenset({"GET"}),
+}
+HEALTH_PATHS: dict[str, frozenset[str]] = {  # no API key: the kubelet probes these
+    "/health": frozenset({"GET"}),
+    "/readiness": frozenset({"GET"}),
+    "/liveness": frozenset({"GET"}),
+}
+FORWARDED = {**SERVING_PATHS, **HEALTH_PATHS}
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
                         "trailers", "transfer-encoding", "upgrade", "proxy-connection"})
 log = logging.getLogger("v41flash.session_proxy")
@@ -106,6 +127,12 @@ class ProxyConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     prompt_key_chars: int = DEFAULT_PROMPT_KEY_CHARS
     connect_timeout_s: float = 10.0
+    api_key: str = ""  # '' = no client authentication; else serving paths need "Authorization: Bearer <key>"
+    body_timeout_s: float = 60.0  # a whole request body must arrive within this (slow-body clients)
+    max_in_flight: int = 1024  # requests handled at once; more get 503 at once
+    upstream_connections: int = 512  # bounded pool to vllm-router
+    max_connections: int = 4096  # client connections open at once; more are closed on accept
+    header_timeout_s: float = 15.0  # a new connection's first request headers must arrive within this
 
 
 def session_key_for(cfg: ProxyConfig, path: str, headers: Any, body: bytes) -> tuple[str | None, str]:
@@ -116,7 +143,7 @@ def session_key_for(cfg: ProxyConfig, path: str, headers: Any, body: bytes) -> t
         return headers[cfg.session_header], "header"
     try:
         parsed = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nesting deeper than the stack
         return None, "unparsable"
     key = body_session_key(path, parsed, cfg.prompt_key_chars)
     return (key, "derived") if key else (None, "none")
@@ -148,7 +175,12 @@ class SessionProxy:
         self.upstream_errors = Counter("v41flash_session_proxy_upstream_errors",
                                        "Requests the upstream router could not be reached for (502)",
                                        registry=self.registry)
+        self.refused = Counter("v41flash_session_proxy_refused",
+                               "Requests answered by the proxy itself, by why (not_found: a path that is not "
+                               "an OpenAI serving or health path; unauthorized; busy; slow_body; bad_body)",
+                               ["why"], registry=self.registry)
         self.session: aiohttp.ClientSession | None = None
+        self.in_flight = 0
 
     def remember(self, session: str, now: float) -> bool:
         """Record a session key; True when it is new (never seen, or idle over SESSION_IDLE_S)."""
@@ -171,7 +203,7 @@ class SessionProxy:
         # auto_decompress off: bodies go through byte for byte with their Content-Encoding
         self.session = aiohttp.ClientSession(
             auto_decompress=False, timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.cfg.connect_timeout_s),
-            connector=aiohttp.TCPConnector(limit=0))
+            connector=aiohttp.TCPConnector(limit=max(1, self.cfg.upstream_connections)))
 
     async def _close(self, _app: web.Application) -> None:
         if self.session:
@@ -183,17 +215,44 @@ class SessionProxy:
     async def metrics(self, _request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
+    def _refuse(self, why: str, status: int, message: str) -> web.Response:
+        self.refused.labels(why).inc()
+        self.requests.labels(f"{status // 100}xx").inc()
+        return _error(status, message)
+
     async def forward(self, request: web.Request) -> web.StreamResponse:
+        methods = FORWARDED.get(request.path)
+        if methods is None or request.method not in methods:
+            # the router's admin API (/add_worker, ...) must never be reachable from clients
+            return self._refuse("not_found", 404, f"{request.method} {request.path} is not served here")
+        if self.cfg.api_key and request.path in SERVING_PATHS and not authorized(request.headers, self.cfg.api_key):
+            return self._refuse("unauthorized", 401, "missing or wrong API key (Authorization: Bearer <key>)")
+        if self.in_flight >= self.cfg.max_in_flight:
+            return self._refuse("busy", 503, f"over {self.cfg.max_in_flight} requests in flight; retry later")
+        self.in_flight += 1
         try:
-            body = await request.read()
+            return await self._forward(request)
+        finally:
+            self.in_flight -= 1
+
+    async def _forward(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await asyncio.wait_for(request.read(), self.cfg.body_timeout_s)
         except web.HTTPRequestEntityTooLarge:
             self.requests.labels("4xx").inc()
             return _error(413, f"request body over {self.cfg.max_body_bytes} bytes")
+        except asyncio.TimeoutError:
+            return self._refuse("slow_body", 408, f"request body not received within {self.cfg.body_timeout_s:g} s")
         headers = forward_headers(request.headers)
+        if self.cfg.api_key:  # the proxy's own credential: the router and engines never see it
+            headers.pop("Authorization", None)
+            headers.pop("authorization", None)
         headers["X-Forwarded-For"] = ", ".join(filter(None, [request.headers.get("X-Forwarded-For"), request.remote]))
         if request.method == "POST" and request.path in KEYED_PATHS:
             key, source = session_key_for(self.cfg, request.path, request.headers, body)
             self.keys.labels(source).inc()
+            if source == "unparsable":
+                return self._refuse("bad_body", 400, "request body is not JSON (or nested too deeply to read)")
             if key is not None:
                 headers[SESSION_HEADER] = key
             self.arrivals.inc()
@@ -231,6 +290,12 @@ class SessionProxy:
         return resp
 
 
+def authorized(headers: Any, api_key: str) -> bool:
+    """Authorization: Bearer <key>, compared in constant time."""
+    scheme, _, token = (headers.get("Authorization") or "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), api_key.encode())
+
+
 def forward_headers(headers: Any) -> dict[str, str]:
     """Headers minus hop-by-hop ones (and those the Connection header names), Host and Content-Length
     (set again for the forwarded body)."""
@@ -244,26 +309,58 @@ def forward_headers(headers: Any) -> dict[str, str]:
 
 
 def _error(status: int, message: str) -> web.Response:
-    kind = {413: "request_too_large", 502: "bad_gateway"}.get(status, "error")
+    kind = {400: "invalid_request", 401: "unauthorized", 404: "not_found", 408: "request_timeout",
+            413: "request_too_large", 502: "bad_gateway", 503: "overloaded"}.get(status, "error")
     return web.json_response({"error": {"message": message, "type": kind, "code": status}}, status=status)
 
 
 # --- command line --------------------------------------------------------------------------------
 
 def run_cli(args: argparse.Namespace) -> int:
-    """`v41flash session-proxy` (parser in v41flash.cli.session_proxy)."""
+    """`v41flash session-proxy` (parser in v41flash.cli.proxy)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     host, port = args.listen
+    api_key = ""
+    if args.api_key_env:
+        api_key = os.environ.get(args.api_key_env, "")
+        if not api_key:  # fail closed: a missing Secret must not silently open the door
+            log.error("--api-key-env %s is set but the variable is empty or missing", args.api_key_env)
+            return 2
     cfg = ProxyConfig(upstream=args.upstream, session_header=args.session_header.lower(),
-                      max_body_bytes=args.max_body_bytes, prompt_key_chars=args.prompt_key_chars)
+                      max_body_bytes=args.max_body_bytes, prompt_key_chars=args.prompt_key_chars,
+                      api_key=api_key, max_in_flight=args.max_in_flight)
     asyncio.run(serve(cfg, host, port))
     return 0
+
+
+def guard_connections(server: web.Server, max_connections: int, header_timeout_s: float) -> None:
+    """A connection cap and a header deadline on an aiohttp server (aiohttp has neither): a connection over
+    the cap is closed at once; one whose first request's headers are not complete within header_timeout_s
+    (slowloris) is closed then. Later requests on a kept-alive connection are bounded by the body deadline
+    and the in-flight cap."""
+    made = server.connection_made
+    loop = asyncio.get_running_loop()
+
+    def cut_if_silent(handler: Any, transport: asyncio.Transport) -> None:
+        if getattr(handler, "_request_count", 1) == 0 and not transport.is_closing():
+            transport.close()
+
+    def connection_made(handler: Any, transport: asyncio.Transport) -> None:
+        if len(server.connections) >= max_connections:
+            transport.close()
+            return
+        made(handler, transport)
+        loop.call_later(header_timeout_s, cut_if_silent, handler, transport)
+
+    server.connection_made = connection_made  # type: ignore[method-assign]
 
 
 async def serve(cfg: ProxyConfig, host: str, port: int) -> None:
     """Serve until SIGTERM/SIGINT; requests in flight get the pod's grace period (the runner's shutdown)."""
     runner = web.AppRunner(SessionProxy(cfg).app(), access_log=None)
     await runner.setup()
+    assert runner.server is not None
+    guard_connections(runner.server, cfg.max_connections, cfg.header_timeout_s)
     site = web.TCPSite(runner, host, port, backlog=1024)
     await site.start()
     log.info("session proxy on %s:%d -> %s (session header %r)", host, port, cfg.upstream, cfg.session_header)

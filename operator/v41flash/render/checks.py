@@ -5,6 +5,7 @@
 - the GPU budget covers every enabled role at its minReplicas;
 - each engine pod's host memory holds what it pins: the Engram tables when they are in host memory, the
   host KV tier of every DP rank in the pod, /dev/shm, and a headroom (host_memory_problems).
+- the rendered children pass what the apiserver checks of names, labels and int32s (render/preflight.py).
 """
 from __future__ import annotations
 
@@ -124,4 +125,5 @@ def host_memory_problems(obj: api.V41FlashDeployment) -> list[Problem]:
 
 
 def operator_checks() -> list[Callable[[api.V41FlashDeployment], list[Problem]]]:
-    return [engine_problems, gpu_budget_problems, host_memory_problems]
+    from .preflight import node_selector_problems, rendered_problems
+    return [engine_problems, gpu_budget_problems, host_memory_problems, node_selector_problems, rendered_problems]

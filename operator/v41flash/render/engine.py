@@ -14,13 +14,17 @@ from ..vllm import args as vargs
 from ..vllm import features as vfeatures
 from . import labels as L
 from .resolve import LEADER_WORKER_SET, Resolved, RoleResolved
-from .timing import PodTiming
+from .timing import DRAIN_CONFIG_KEY, DRAIN_MOUNT_DIR, PodTiming, pre_stop_script
 
 ENGINE_PORT = 8000  # home of the engine port: Services, probes, router discovery and scraping use it
 MODELS_DIR = "/models"
 CACHE_DIR = "/cache"
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 LWS_GROUP_KEY = "leaderworkerset.sigs.k8s.io/group-key"
+# A plain roll never takes a role below its ready replicas: one new replica starts beside the old ones
+# and an old one goes only once it is Ready. The surge replica needs its GPUs free (one replica's
+# worth per rolling role); without them it stays Pending and the old replicas keep serving.
+SURGE_ONE = {"maxSurge": 1, "maxUnavailable": 0}
 
 
 def model_path(spec: api.V41FlashDeploymentSpec) -> str:
@@ -114,11 +118,17 @@ def _env(cmd: vargs.EngineCommand, spec: api.V41FlashDeploymentSpec) -> list[dic
     return list(by_name.values())
 
 
-def _volumes(spec: api.V41FlashDeploymentSpec, role_spec: api.RoleSpec) -> tuple[list[dict], list[dict]]:
+def _volumes(cr_name: str, spec: api.V41FlashDeploymentSpec,
+             role_spec: api.RoleSpec) -> tuple[list[dict], list[dict]]:
     volumes: list[dict[str, Any]] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": role_spec.resources.shm_size}},
+        # The preStop deadline (sized from the SLO) as a file that kubelet updates in place: an SLO edit
+        # changes the ConfigMap, never this template. Optional: the hook has a default without it.
+        {"name": "drain", "configMap": {"name": L.config_name(cr_name), "optional": True,
+                                        "items": [{"key": DRAIN_CONFIG_KEY, "path": DRAIN_CONFIG_KEY}]}},
     ]
-    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"},
+                                    {"name": "drain", "mountPath": DRAIN_MOUNT_DIR, "readOnly": True}]
     cache = spec.model.cache
     if cache.claim_name:
         volumes.append({"name": "cache", "persistentVolumeClaim": {"claimName": cache.claim_name}})
@@ -185,6 +195,16 @@ def _affinity(cr_name: str, role: str, res: Resolved, rr: RoleResolved) -> dict[
     return affinity
 
 
+def _engine_security(res: Resolved) -> dict[str, Any]:
+    """Pod Security `baseline` unless RDMA is requested. IPC_LOCK (outside baseline) only with an RDMA
+    resource: ibv_reg_mr pins KV buffers against RLIMIT_MEMLOCK; NIXL over cuda_ipc/cuda_copy/TCP pins
+    through the CUDA driver, which that limit does not cover. vLLM's image runs as root, so not `restricted`."""
+    sc: dict[str, Any] = {"allowPrivilegeEscalation": False, "seccompProfile": {"type": "RuntimeDefault"}}
+    if res.gpu.rdma_resource:
+        sc["capabilities"] = {"add": ["IPC_LOCK"]}
+    return sc
+
+
 def _tolerations(spec: api.V41FlashDeploymentSpec) -> list[dict[str, Any]]:
     out = []
     for t in spec.gpu.tolerations:
@@ -206,7 +226,7 @@ def pod_template(cr_name: str, spec: api.V41FlashDeploymentSpec, res: Resolved, 
     pod_labels = L.common_labels(cr_name, role)
     if serving:
         pod_labels[L.SERVING_LABEL] = "true"
-    volumes, mounts = _volumes(spec, rs)
+    volumes, mounts = _volumes(cr_name, spec, rs)
     limits = {"cpu": rs.resources.cpu, "memory": rs.resources.memory, res.gpu.resource_name: str(rr.gpus_per_pod)}
     if res.gpu.rdma_resource:
         limits[res.gpu.rdma_resource] = "1"
@@ -219,15 +239,17 @@ def pod_template(cr_name: str, spec: api.V41FlashDeploymentSpec, res: Resolved, 
         "env": _env(cmd, spec),
         "resources": {"requests": dict(limits), "limits": dict(limits)},
         "volumeMounts": mounts,
-        # IPC_LOCK: NIXL/UCX and RDMA pin (mlock) KV buffers.
-        "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
-        "lifecycle": {"preStop": {"sleep": {"seconds": timing.pre_stop_sleep_seconds}}},
+        "securityContext": _engine_security(res),
+        "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", pre_stop_script()]}}},
     }
     if serving:  # headless LWS workers serve no HTTP: LWS recreates their group when one fails
         container["ports"] = _ports(cfg, serving)
         container.update(_probes(cmd, timing))
     pod_spec: dict[str, Any] = {
         "enableServiceLinks": False,
+        # engines never call the apiserver: no token to steal from a compromised engine
+        "automountServiceAccountToken": False,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         "terminationGracePeriodSeconds": timing.termination_grace_period_seconds,
         "affinity": _affinity(cr_name, role, res, rr),
         "tolerations": _tolerations(spec),
@@ -267,9 +289,7 @@ def engine_workload(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSp
                 "selector": {"matchLabels": L.selector_labels(cr_name, role)},
                 # The default 600 s would mark a rollout failed (kstatus: Stalled) during a normal weight load.
                 "progressDeadlineSeconds": startup_seconds(commands.leader, timing) + 600,
-                # Replace one replica at a time without surging: spare GPUs for a surge pod rarely exist,
-                # and a surge that cannot schedule would stall the rollout forever.
-                "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+                "strategy": {"type": "RollingUpdate", "rollingUpdate": dict(SURGE_ONE)},
                 "template": leader,
             },
         }
@@ -290,6 +310,7 @@ def engine_workload(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSp
                 "leaderTemplate": leader,
                 "workerTemplate": worker,
             },
+            "rolloutStrategy": {"type": "RollingUpdate", "rollingUpdateConfiguration": dict(SURGE_ONE)},
             # A headless Service per group (named after the leader pod) for LWS_LEADER_ADDRESS, so
             # LWS's shared Service would not collide with the role Service of the same name.
             "networkConfig": {"subdomainPolicy": "UniquePerReplica"},

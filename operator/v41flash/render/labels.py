@@ -19,7 +19,11 @@ DEPLOYMENT_LABEL = f"{GROUP}/deployment"
 ROLE_LABEL = f"{GROUP}/role"
 # Only pods that answer HTTP carry it: the router discovers engines by it (LWS workers run --headless).
 SERVING_LABEL = f"{GROUP}/serving"
+# On every engine workload and pod: the serving revision (render/revision.py) the pod runs.
+REVISION_LABEL = f"{GROUP}/serving-revision"
 ROUTER = "router"
+# On the operator's own pods (chart): what the engines' NetworkPolicy lets scrape /metrics.
+SCRAPER_LABEL = f"{GROUP}/scraper"
 
 
 def child_name(cr_name: str, suffix: str) -> str:
@@ -39,7 +43,7 @@ def common_labels(cr_name: str, component: str) -> dict[str, str]:
         MANAGED_BY_LABEL: MANAGED_BY,
         DEPLOYMENT_LABEL: cr_name,
     }
-    if component != "config":
+    if component not in ("config", "network"):
         labels[ROLE_LABEL] = component
     return labels
 
@@ -56,8 +60,13 @@ def serving_selector(cr_name: str, role: str) -> dict[str, str]:
 
 def serving_pods_selector(cr_name: str) -> dict[str, str]:
     """Every engine pod of one deployment that answers HTTP, of all roles (the router's pods do not carry
-    SERVING_LABEL, so none of them match)."""
+    SERVING_LABEL, so none of them match: router_pods_selector lists those)."""
     return {DEPLOYMENT_LABEL: cr_name, SERVING_LABEL: "true"}
+
+
+def router_pods_selector(cr_name: str) -> dict[str, str]:
+    """The router pods of one deployment (vllm-router and the session proxy: the planner scrapes both)."""
+    return {DEPLOYMENT_LABEL: cr_name, ROLE_LABEL: ROUTER}
 
 
 def owned_selector(cr_name: str) -> dict[str, str]:

@@ -7,7 +7,7 @@ from ..api import v1alpha1 as api
 from ..vllm import args as vargs
 from . import labels as L
 from .engine import ENGINE_PORT, model_path
-from .timing import PodTiming
+from .timing import DRAIN_CONFIG_KEY, PodTiming
 from .resolve import Resolved, RoleResolved
 from .router import KV_EVENT_SOURCES, intra_node_dp_size, session_proxy_command, uses_session_proxy
 from .yamlout import to_yaml_doc
@@ -40,8 +40,19 @@ def pdb(cr_name: str, namespace: str, component: str, owner: dict[str, Any] | No
     }
 
 
+HIDDEN = "<not shown: extraEnv value>"
+
+
+def _shown_args(args: list[str], extra_args: list[str]) -> list[str]:
+    """Container args with the user's extraArgs (they come last) replaced by a count: escape-hatch values
+    may be credentials, and a ConfigMap is readable more widely than a pod spec."""
+    if not extra_args or len(args) < len(extra_args):
+        return args
+    return [*args[:len(args) - len(extra_args)], f"<{len(extra_args)} extraArgs not shown>"]
+
+
 def _role_summary(rr: RoleResolved, commands: vargs.ReplicaCommands | None,
-                  replicas: int | None) -> dict[str, Any]:
+                  replicas: int | None, role_spec: api.RoleSpec | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"enabled": rr.enabled}
     if not rr.enabled:
         return out
@@ -64,9 +75,12 @@ def _role_summary(rr: RoleResolved, commands: vargs.ReplicaCommands | None,
     pods = {"leader" if rr.multi_node else "pod": commands.leader}
     if commands.worker is not None:
         pods["worker"] = commands.worker
+    extra_args = list(role_spec.extra_args) if role_spec else []
+    extra_env = {e.name for e in role_spec.extra_env} if role_spec else set()
     out["commands"] = {
-        kind: {"command": [*cmd.command, *cmd.args],
-               "env": {**{k: f"fieldRef {v}" for k, v in cmd.env_from_field.items()}, **dict(cmd.env)},
+        kind: {"command": [*cmd.command, *_shown_args(list(cmd.args), extra_args)],
+               "env": {**{k: f"fieldRef {v}" for k, v in cmd.env_from_field.items()},
+                       **{k: HIDDEN if k in extra_env else v for k, v in cmd.env.items()}},
                **({"notes": list(cmd.notes)} if cmd.notes else {})}
         for kind, cmd in pods.items()
     }
@@ -75,9 +89,13 @@ def _role_summary(rr: RoleResolved, commands: vargs.ReplicaCommands | None,
 
 def config_map(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, res: Resolved,
                commands: dict[str, vargs.ReplicaCommands], replicas: dict[str, int | None],
-               router_args: list[str], timing: PodTiming, owner: dict[str, Any] | None) -> dict[str, Any]:
+               router_args: list[str], timing: PodTiming, drain_s: int, revision: str,
+               owner: dict[str, Any] | None) -> dict[str, Any]:
+    """resolved.yaml (what the operator decided, for people) and the engines' preStop deadline (a file
+    the engine pods mount: an SLO change updates it in place and restarts nothing)."""
     resolved = {
         "deployment": cr_name,
+        "servingRevision": revision,
         "vllmVersion": spec.vllm_version,
         "image": spec.image,
         "profile": res.profile,
@@ -89,7 +107,9 @@ def config_map(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, r
                 "nodeLabel": f"{res.gpu.product_label}={res.gpu.product_label_value}",
                 "topologyKey": res.gpu.topology_key, "rdmaResource": res.gpu.rdma_resource or "none"},
         "gpusAtMinReplicas": res.min_gpus(),
-        "roles": {name: _role_summary(rr, commands.get(name), replicas.get(name))
+        # a plain roll surges one replica per role beside the running ones (render/engine.py SURGE_ONE)
+        "extraGpusDuringRoll": sum(rr.gpus_per_replica for rr in res.enabled_roles),
+        "roles": {name: _role_summary(rr, commands.get(name), replicas.get(name), getattr(spec, name))
                   for name, rr in res.roles.items()},
         "router": {
             "command": ["vllm-router", *router_args],
@@ -104,12 +124,13 @@ def config_map(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, r
             "sessionProxy": ({"image": spec.routing.session_proxy_image, "command": session_proxy_command(spec)}
                              if uses_session_proxy(spec) else "off"),
         },
-        "podTiming": {"preStopSleepSeconds": timing.pre_stop_sleep_seconds,
+        "podTiming": {"preStopDrainSeconds": drain_s,
+                      "preStopDrainSource": f"this ConfigMap's {DRAIN_CONFIG_KEY} (updated in place)",
                       "terminationGracePeriodSeconds": timing.termination_grace_period_seconds},
     }
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": L.metadata(cr_name, namespace, L.config_name(cr_name), "config", owner),
-        "data": {"resolved.yaml": to_yaml_doc(resolved)},
+        "data": {"resolved.yaml": to_yaml_doc(resolved), DRAIN_CONFIG_KEY: str(drain_s)},
     }

@@ -23,6 +23,7 @@ ROUTER_PORT = 30000  # the pod's "http" port (the Service's target): the proxy, 
 ROUTER_INTERNAL_PORT = 30001  # vllm-router behind the proxy, loopback only
 METRICS_PORT = 29000
 SERVICE_PORT = ENGINE_PORT  # clients reach the router where they would reach vLLM itself
+PROXY_API_KEY_ENV = "V41FLASH_PROXY_API_KEY"  # the session proxy reads the client API key from it
 POLICIES_WITH_CACHE_THRESHOLDS = ("cache_aware",)
 # vllm-router 0.1.17 discovers each engine's KV event publishers itself (GET /kv_event_sources on
 # every discovered engine, vLLM 0.33.0's per-DP-rank KVEventsConfig); static --kv-event-source /
@@ -86,6 +87,8 @@ def session_proxy_command(spec: api.V41FlashDeploymentSpec) -> list[str]:
            "--upstream", f"http://127.0.0.1:{ROUTER_INTERNAL_PORT}"]
     if spec.routing.session_header:
         cmd += ["--session-header", spec.routing.session_header]
+    if spec.routing.api_key_secret_ref is not None:
+        cmd += ["--api-key-env", PROXY_API_KEY_ENV]
     return cmd
 
 
@@ -98,6 +101,9 @@ def session_proxy_container(spec: api.V41FlashDeploymentSpec) -> dict[str, Any]:
         "command": cmd[:1],
         "args": cmd[1:],
         "ports": [{"name": "http", "containerPort": ROUTER_PORT, "protocol": "TCP"}],
+        **({"env": [{"name": PROXY_API_KEY_ENV, "valueFrom": {"secretKeyRef": {
+            "name": spec.routing.api_key_secret_ref.name, "key": spec.routing.api_key_secret_ref.key}}}]}
+           if spec.routing.api_key_secret_ref is not None else {}),
         # /readiness is forwarded to vllm-router: Ready only when the whole chain (proxy -> router ->
         # a healthy worker) answers. /healthz is the proxy's own, so a router restart does not restart it.
         "readinessProbe": {"httpGet": {"path": "/readiness", "port": "http"},
@@ -141,7 +147,9 @@ def router_objects(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpe
             {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
         ],
         "resources": {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "8Gi"}},
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                            "runAsNonRoot": True, "readOnlyRootFilesystem": True},
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
     if proxied:
         # kubelet probes the pod IP, and the router listens on loopback only: its metrics listener (same
@@ -171,6 +179,10 @@ def router_objects(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpe
                         "maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
                         "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": dict(selector)}}],
                     "enableServiceLinks": False,
+                    # Pod Security `restricted`: non-root (the images' nobody), seccomp, read-only roots.
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532,
+                                        "seccompProfile": {"type": "RuntimeDefault"}},
+                    "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
                     # A long request in flight finishes (up to the request timeout) before the pod goes.
                     "terminationGracePeriodSeconds": min(spec.routing.request_timeout_seconds, 600),
                     "containers": containers,

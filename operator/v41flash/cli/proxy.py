@@ -28,7 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         description="Streaming reverse proxy in front of vllm-router. POST /v1/chat/completions and "
                     "/v1/completions without x-session-id get one: the --session-header value if the client "
                     "sent it, else a hash of the first non-system message (chat) or of the prompt's start "
-                    "(completions). Everything else goes through unchanged. GET /healthz: the proxy itself; "
+                    "(completions). Only the OpenAI serving paths (/v1/chat/completions, /v1/completions, /v1/embeddings, "
+                    "/v1/models) and health (/health, /readiness, /liveness) are forwarded; anything else, the "
+                    "router's admin API included, is 404. GET /healthz: the proxy itself; "
                     "GET /proxy/metrics: its Prometheus counters.")
     p.add_argument("--listen", type=_listen, required=True, metavar="HOST:PORT")
     p.add_argument("--upstream", required=True, help="vllm-router base URL, e.g. http://127.0.0.1:30001")
@@ -38,4 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="larger request bodies get 413 (default 64 MiB)")
     p.add_argument("--prompt-key-chars", type=int, default=DEFAULT_PROMPT_KEY_CHARS,
                    help="/v1/completions: how many leading prompt characters the derived key covers")
+    p.add_argument("--api-key-env", default="", metavar="NAME",
+                   help="environment variable holding the API key clients must send as 'Authorization: Bearer "
+                        "<key>' on the serving paths ('' = no client authentication)")
+    p.add_argument("--max-in-flight", type=int, default=1024,
+                   help="requests handled at once; more get 503 at once (default 1024)")
     p.set_defaults(func=_run)

@@ -1,0 +1,57 @@
+"""NetworkPolicies of one deployment: who may reach its engines and its router.
+
+- Engines (prefill, decode, LWS workers) accept traffic only from the deployment's router pods (HTTP and
+  the KV-event publishers kv_aware routing subscribes to), from the deployment's own engine pods (NIXL KV transfer, DP RPC, KV events: any port) and from
+  the operator's pods (the planner scrapes /metrics on the serving port). A pod elsewhere cannot send
+  prompts to an engine directly, bypassing the proxy's API key, nor talk NIXL to it.
+- The router accepts clients on its Service port from anywhere (client authentication is the proxy's
+  API key, spec.routing.apiKeySecretRef), and its metrics port only from the operator.
+
+Egress is not restricted (engines download weights; the router watches the apiserver). Kubelet probes
+come from the node, which CNIs allow regardless of NetworkPolicy. A cluster without a NetworkPolicy-
+enforcing CNI (the local e2e cluster) accepts these objects but does not enforce them.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from . import labels as L
+from .engine import ENGINE_PORT
+from .router import METRICS_PORT, ROUTER_PORT
+
+# Labels the operator chart puts on the operator's own pods (charts/v41flash-operator/templates/deployment.yaml).
+OPERATOR_POD_LABELS = {"app.kubernetes.io/component": "operator", L.SCRAPER_LABEL: "true"}
+
+
+def _operator_peer(operator_namespace: str | None) -> dict[str, Any]:
+    ns = ({"matchLabels": {"kubernetes.io/metadata.name": operator_namespace}} if operator_namespace else {})
+    return {"namespaceSelector": ns, "podSelector": {"matchLabels": dict(OPERATOR_POD_LABELS)}}
+
+
+def network_policies(cr_name: str, namespace: str, roles: list[str], owner: dict[str, Any] | None,
+                     operator_namespace: str | None = None) -> list[dict[str, Any]]:
+    def engines() -> dict[str, Any]:  # fresh each use: no shared subtrees (YAML anchors) in the output
+        return {"matchLabels": {L.DEPLOYMENT_LABEL: cr_name},
+                "matchExpressions": [{"key": L.ROLE_LABEL, "operator": "In", "values": sorted(roles)}]}
+
+    def router() -> dict[str, Any]:
+        return {"matchLabels": L.selector_labels(cr_name, L.ROUTER)}
+    tcp = lambda port: {"protocol": "TCP", "port": port}  # noqa: E731
+    def policy(suffix: str, pods: dict[str, Any], ingress: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": L.metadata(cr_name, namespace, L.child_name(cr_name, suffix), "network", owner),
+            "spec": {"podSelector": pods, "policyTypes": ["Ingress"], "ingress": ingress},
+        }
+    engine_policy = policy("engines", engines(), [
+        # any port: the router also subscribes to the engines' KV-event publishers (ports per DP rank)
+        {"from": [{"podSelector": router()}]},
+        {"from": [{"podSelector": engines()}]},  # P/D KV transfer and DP ranks: every port
+        {"from": [_operator_peer(operator_namespace)], "ports": [tcp(ENGINE_PORT)]},
+    ])
+    router_policy = policy("router-ingress", router(), [
+        {"ports": [tcp(ROUTER_PORT)]},  # clients, from anywhere
+        {"from": [_operator_peer(operator_namespace)], "ports": [tcp(METRICS_PORT)]},
+    ])
+    return [engine_policy, router_policy]

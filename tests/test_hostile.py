@@ -1,0 +1,158 @@
+"""The hostile corpus (issue 12): every spec is refused with its field named, or accepted and proven
+harmless by rendering it; none raises. Admission on a real apiserver: e2e."""
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+
+import pytest
+import yaml
+
+from e2e.hostile_corpus import hostile_cases
+from v41flash.api import v1alpha1 as api
+from v41flash.api.validation import validate
+from v41flash.render import render
+from v41flash.render.checks import operator_checks
+
+CASES = hostile_cases()
+
+
+def _doc(case):
+    doc = case.doc()
+    if isinstance(doc.get("metadata"), dict):
+        doc["metadata"].setdefault("namespace", "ns")
+    return doc
+
+
+def _render(doc):
+    return render(api.V41FlashDeployment.model_validate(doc),
+                  owner={"apiVersion": api.API_VERSION, "kind": api.KIND, "name": "hostile", "uid": "u"})
+
+
+def _containers(objs, component=None):
+    for o in objs:
+        if o["kind"] not in ("Deployment", "LeaderWorkerSet"):
+            continue
+        if component and o["metadata"]["labels"]["app.kubernetes.io/component"] != component:
+            continue
+        t = o["spec"].get("template") or o["spec"]["leaderWorkerTemplate"]["leaderTemplate"]
+        yield from t["spec"]["containers"]
+
+
+def _pod_specs(objs):
+    for o in objs:
+        if o["kind"] == "Deployment":
+            yield o["metadata"]["labels"]["app.kubernetes.io/component"], o["spec"]["template"]["spec"]
+
+
+def _config_text(objs):
+    return next(o for o in objs if o["kind"] == "ConfigMap")["data"]["resolved.yaml"]
+
+
+# --- the harmless checks: each renders the spec and looks at what would run ------------------------------
+
+def tolerations_noschedule_only(doc, objs):
+    for role, pod in _pod_specs(objs):
+        if role != "router":
+            assert pod["tolerations"] == [{"operator": "Exists", "effect": "NoSchedule"}]
+
+
+def probes_int32(doc, objs):
+    for c in _containers(objs):
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            for k, v in c.get(probe, {}).items():
+                if isinstance(v, int):
+                    assert 0 < v < 2 ** 31, (probe, k, v)
+    startup = next(_containers(objs, "decode"))["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 999999
+
+
+def kv_transfer_config_is_json(doc, objs):
+    args = next(_containers(objs, "decode"))["args"]
+    cfg = json.loads(args[args.index("--kv-transfer-config") + 1])
+    assert cfg["kv_connector_extra_config"]["a"]["a"]
+
+
+def extra_args_hidden(doc, objs):
+    assert next(_containers(objs, "decode"))["args"][-1] == "--enable-log-requests"
+    assert "--enable-log-requests" not in _config_text(objs)
+
+
+def extra_env_hidden(doc, objs):
+    for role in ("prefill", "decode"):
+        for e in doc["spec"].get(role, {}).get("extraEnv", []):
+            env = {x["name"]: x.get("value") for x in next(_containers(objs, role))["env"]}
+            assert env[e["name"]] == e["value"]
+            assert e["value"] not in _config_text(objs)
+
+
+def gpu_limit_kept(doc, objs):
+    for c in _containers(objs):
+        if c["name"] == "vllm":
+            assert c["resources"]["limits"]["nvidia.com/gpu"] == "4" and c["resources"]["limits"]["rdma/ib"] == "1"
+
+
+def api_key_from_secret(doc, objs):
+    proxy = next(c for c in _containers(objs, "router") if c["name"] == "session-proxy")
+    assert proxy["env"] == [{"name": "V41FLASH_PROXY_API_KEY",
+                             "valueFrom": {"secretKeyRef": {"name": "keys", "key": "api-key"}}}]
+
+
+def default_is_locked_down(doc, objs):
+    kinds = Counter(o["kind"] for o in objs)
+    assert kinds["NetworkPolicy"] == 2
+    for role, pod in _pod_specs(objs):
+        if role != "router":
+            assert pod["automountServiceAccountToken"] is False
+            assert all("capabilities" not in c["securityContext"] for c in pod["containers"])
+    router = [c["name"] for c in _containers(objs, "router")]
+    assert router == ["session-proxy", "router"]  # clients meet the proxy's path allowlist first
+
+
+CHECKS = {f.__name__: f for f in (tolerations_noschedule_only, probes_int32, kv_transfer_config_is_json,
+                                  extra_args_hidden, extra_env_hidden, gpu_limit_kept, api_key_from_secret,
+                                  default_is_locked_down)}
+
+
+def test_the_corpus_is_big_and_well_formed():
+    assert len(CASES) >= 60
+    for c in CASES:
+        assert c.expect in ("refused", "harmless"), c.name
+        if c.expect == "refused":
+            assert c.field and c.admission in ("refused", "stalled"), c.name
+        else:
+            assert c.check in CHECKS, c.name
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.expect == "refused"], ids=lambda c: c.name)
+def test_refused_with_the_field_named(case):
+    problems = validate(_doc(case), operator_checks())  # never raises: a traceback fails this test
+    assert problems, f"{case.name} was accepted"
+    assert any(p.path == case.field or p.path.startswith((case.field + ".", case.field + "["))
+               for p in problems), [str(p) for p in problems]
+    assert all(p.message for p in problems)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.expect == "harmless"], ids=lambda c: c.name)
+def test_accepted_and_harmless(case):
+    doc = _doc(case)
+    assert validate(doc, operator_checks()) == []
+    objs = _render(doc)
+    CHECKS[case.check](doc, objs)
+
+
+def test_the_deepest_case_runs_at_the_default_recursion_limit():
+    deep = next(c for c in CASES if "3000" in c.name)
+    doc = _doc(deep)
+    assert sys.getrecursionlimit() < 3000 * 2
+    problems = validate(doc, operator_checks())
+    assert [p.path for p in problems] == ["spec.kvTransfer.extraConfig"]
+
+
+def test_summary_figures(capsys):
+    refused = [c for c in CASES if c.expect == "refused"]
+    by_admission = Counter(c.admission for c in refused)
+    print(f"hostile corpus: {len(CASES)} specs, {len(refused)} refused ({by_admission['refused']} at admission, "
+          f"{by_admission['stalled']} by the operator), {len(CASES) - len(refused)} accepted and proven harmless")
+    assert yaml  # the corpus files are YAML (one, too deep for the serializer, in JSON flow style)

@@ -1,0 +1,85 @@
+"""NetworkPolicies (issue 12): engines reachable only from their router, their own engines and the
+operator; the router's client port from anywhere, its metrics port only from the operator; the session
+proxy's API key wired from the Secret."""
+from v41flash.api.v1alpha1 import V41FlashDeployment
+from v41flash.render import render
+from v41flash.render import labels as L
+
+
+def _cr(spec=None, name="demo"):
+    return V41FlashDeployment.model_validate({"apiVersion": "v41flash.io/v1alpha1", "kind": "V41FlashDeployment",
+                                              "metadata": {"name": name, "namespace": "ns"}, "spec": spec or {}})
+
+
+def _policies(objs):
+    return {o["metadata"]["name"]: o for o in objs if o["kind"] == "NetworkPolicy"}
+
+
+def _selects(selector, labels):
+    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    for e in selector.get("matchExpressions", []):
+        assert e["operator"] == "In"
+        if labels.get(e["key"]) not in e["values"]:
+            return False
+    return True
+
+
+def _pod_labels(objs):
+    out = {}
+    for o in objs:
+        if o["kind"] == "Deployment":
+            out[o["metadata"]["name"]] = o["spec"]["template"]["metadata"]["labels"]
+    return out
+
+
+def test_engine_policy_selects_every_engine_pod_and_admits_only_router_engines_operator():
+    objs = render(_cr(), operator_namespace="v41flash-system")
+    pols = _policies(objs)
+    assert set(pols) == {"demo-engines", "demo-router-ingress"}
+    eng = pols["demo-engines"]["spec"]
+    pods = _pod_labels(objs)
+    assert _selects(eng["podSelector"], pods["demo-prefill"]) and _selects(eng["podSelector"], pods["demo-decode"])
+    assert not _selects(eng["podSelector"], pods["demo-router"])
+    assert eng["policyTypes"] == ["Ingress"]
+    peers = [(r["from"][0], r.get("ports")) for r in eng["ingress"]]
+    assert all("from" in r for r in eng["ingress"])  # no rule open to everyone
+    router_peer, engines_peer, operator_peer = peers
+    assert _selects(router_peer[0]["podSelector"], pods["demo-router"]) and router_peer[1] is None  # + KV events
+    assert _selects(engines_peer[0]["podSelector"], pods["demo-decode"]) and engines_peer[1] is None
+    assert operator_peer[0] == {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "v41flash-system"}},
+                                "podSelector": {"matchLabels": {"app.kubernetes.io/component": "operator",
+                                                                L.SCRAPER_LABEL: "true"}}}
+    # another deployment's router is not a peer
+    other = _pod_labels(render(_cr(name="other")))["other-router"]
+    assert not _selects(router_peer[0]["podSelector"], other)
+
+
+def test_router_policy_opens_the_client_port_and_keeps_metrics_to_the_operator():
+    objs = render(_cr())
+    rt = _policies(objs)["demo-router-ingress"]["spec"]
+    assert _selects(rt["podSelector"], _pod_labels(objs)["demo-router"])
+    clients, metrics = rt["ingress"]
+    assert clients == {"ports": [{"protocol": "TCP", "port": 30000}]}
+    assert metrics["ports"] == [{"protocol": "TCP", "port": 29000}]
+    assert metrics["from"][0]["namespaceSelector"] == {}  # operator namespace unknown offline: any namespace
+
+
+def test_aggregated_engine_policy_covers_decode_only():
+    objs = render(_cr({"prefill": {"enabled": False}}))
+    expr = _policies(objs)["demo-engines"]["spec"]["podSelector"]["matchExpressions"]
+    assert expr == [{"key": L.ROLE_LABEL, "operator": "In", "values": ["decode"]}]
+
+
+def test_api_key_secret_reaches_the_proxy_as_env_not_as_text():
+    objs = render(_cr({"routing": {"apiKeySecretRef": {"name": "clients", "key": "key"}}}))
+    router = next(o for o in objs if o["metadata"]["name"] == "demo-router" and o["kind"] == "Deployment")
+    proxy = router["spec"]["template"]["spec"]["containers"][0]
+    assert proxy["name"] == "session-proxy"
+    assert proxy["args"][-2:] == ["--api-key-env", "V41FLASH_PROXY_API_KEY"]
+    assert proxy["env"] == [{"name": "V41FLASH_PROXY_API_KEY",
+                             "valueFrom": {"secretKeyRef": {"name": "clients", "key": "key"}}}]
+    no_key = render(_cr())
+    proxy = next(o for o in no_key if o["metadata"]["name"] == "demo-router" and o["kind"] == "Deployment")[
+        "spec"]["template"]["spec"]["containers"][0]
+    assert "env" not in proxy and "--api-key-env" not in proxy["args"]
