@@ -13,8 +13,10 @@ import time
 import pytest
 from kubernetes import client
 
+from e2e.harness import NODE_ANNOTATION
 from e2e.kit import OperatorProcess, wait_for
-from e2e.test_operator import REPO, apply, children, get_cr, load, rendered, wait_ready
+from e2e.test_autoscale import Load
+from e2e.test_operator import REPO, apply, children, condition, get_cr, load, rendered, wait_ready
 
 pytestmark = pytest.mark.e2e
 
@@ -63,24 +65,68 @@ def assert_exact_children(cluster, ns: str, doc: dict, cr: dict) -> None:
     assert len(pods) == want, sorted(pods)
 
 
+class Background:
+    """Closed-loop clients through the deployment's router pod for the length of a `with` block."""
+
+    def __init__(self, cluster, ns: str, name: str, clients: int = 4):
+        import threading
+        router = next(p for p in cluster.core.list_namespaced_pod(ns, label_selector=f"v41flash.io/deployment={name},"
+                                                                                     "v41flash.io/role=router").items
+                      if not p.metadata.deletion_timestamp)
+        sim = cluster.sim_for(router.metadata.name, ns)
+        self.load = Load(url=f"http://{sim['ip']}:{sim['port']}")
+        self.stop_at = float("inf")
+        self.clients = clients
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while time.time() < self.stop_at:
+            self.load.run(self.clients, min(5.0, max(0.0, self.stop_at - time.time())))
+
+    def __enter__(self) -> Load:
+        self.thread.start()
+        wait_for(lambda: self.load.ok > 0, 60, "the first answer through the router")
+        return self.load
+
+    def __exit__(self, *exc) -> None:
+        self.stop_at = time.time()
+        self.thread.join(90)
+
+
 def test_operator_sigkilled_at_random_points_converges_without_orphans_or_duplicates(cluster, operator_process, ns):
     rng = random.Random(int(os.environ.get("V41F_FAULT_SEED", "13")))
     doc = load(EXAMPLE)
     name = doc["metadata"]["name"]
     apply(cluster, doc, ns)
-    kills = int(os.environ.get("V41F_FAULT_KILLS", "6"))
+    kills = int(os.environ.get("V41F_FAULT_KILLS", "20"))
     for i in range(kills):
         # a spec change that rolls the router (its args change): the kill lands during create, the
         # rollout, or a status write
         doc = copy.deepcopy(doc)
         doc["spec"].setdefault("routing", {})["requestTimeoutSeconds"] = 600 + i
         apply(cluster, doc, ns)
-        time.sleep(rng.uniform(0.0, 2.5))
+        time.sleep(rng.uniform(0.0, 2.0))
         operator_process.restart(sig=signal.SIGKILL)
     cr = wait_ready(cluster, ns, name)
     assert cr["status"]["observedGeneration"] == cr["metadata"]["generation"]
     assert_exact_children(cluster, ns, doc, cr)
     operator_process.assert_alive()
+
+    # under client load: SIGKILLs during planner passes and edits that restart no pod; serving never notices
+    uids = pod_uids(cluster, ns)
+    with Background(cluster, ns, name) as traffic:
+        for i in range(kills // 2):
+            doc = copy.deepcopy(doc)
+            doc["spec"]["decode"]["maxReplicas"] = 3 + i % 2  # a bound above what runs: no pod changes
+            apply(cluster, doc, ns)
+            time.sleep(rng.uniform(0.0, 2.0))
+            operator_process.restart(sig=signal.SIGKILL)
+        cr = wait_ready(cluster, ns, name)
+    assert cr["status"]["observedGeneration"] == cr["metadata"]["generation"]
+    assert_exact_children(cluster, ns, doc, cr)
+    assert set(uids.items()) <= set(pod_uids(cluster, ns).items())  # nothing recreated (the planner may add one)
+    assert traffic.ok > 0 and not traffic.failed, traffic.failed[:5]
+    print(f"\n[fault] {kills + kills // 2} SIGKILLs; {traffic.ok} requests answered under load, 0 failed")
 
 
 @pytest.mark.parametrize("component", ["kube-apiserver", "etcd"])
@@ -91,15 +137,19 @@ def test_control_plane_restart_resumes_without_recreating_anything(cluster, oper
     cr = wait_ready(cluster, ns, name)
     before = pod_uids(cluster, ns)
     restarts_before = operator_process.starts
-    cluster.cluster.restart(component, down_seconds=5)
-    back = time.monotonic()
-    wait_for(cluster.cluster.is_up, 120, f"the cluster answering after the {component} restart")
-    print(f"\n[fault] {component}: apiserver ready {time.monotonic() - back:.1f}s after the restart")
-    generation = wait_for(lambda: _try(lambda: change(cluster, ns, name, 3)), 60, "a spec change accepted")
-    t0 = time.monotonic()
-    wait_for(lambda: observed(cluster, ns, name, generation), 120, "the operator observing the new generation")
-    print(f"[fault] {component}: new generation observed {time.monotonic() - t0:.1f}s after it was applied "
-          f"({time.monotonic() - back:.1f}s after the restart)")
+    rounds = int(os.environ.get("V41F_FAULT_RESTARTS", "3"))
+    with Background(cluster, ns, name) as traffic:
+        for r in range(rounds):
+            cluster.cluster.restart(component, down_seconds=5)
+            back = time.monotonic()
+            wait_for(cluster.cluster.is_up, 120, f"the cluster answering after the {component} restart")
+            print(f"\n[fault] {component} #{r + 1}: apiserver ready {time.monotonic() - back:.1f}s after the restart")
+            generation = wait_for(lambda: _try(lambda: change(cluster, ns, name, 3 + r % 2)), 60, "a spec change accepted")
+            t0 = time.monotonic()
+            wait_for(lambda: observed(cluster, ns, name, generation), 60, "the operator observing the new generation")
+            print(f"[fault] {component} #{r + 1}: new generation observed {time.monotonic() - t0:.1f}s after it was "
+                  f"applied ({time.monotonic() - back:.1f}s after the restart)")
+    assert traffic.ok > 0 and not traffic.failed, traffic.failed[:5]  # serving never depended on the control plane
     assert pod_uids(cluster, ns) == before  # nothing recreated
     cr = get_cr(cluster, ns, name)
     assert_exact_children(cluster, ns, {**doc, "spec": cr["spec"]}, cr)
@@ -187,3 +237,61 @@ def test_the_documented_command_needs_no_kubeconfig_variable(operator_process):
     assert not [e for e in env if e.startswith(b"KUBECONFIG=")]
     assert "--kubeconfig" in operator_process.argv
     operator_process.assert_alive()
+
+
+def _node_ready(cluster, node: str) -> bool:
+    n = cluster.core.read_node(node)
+    return any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or []) and not [
+        t for t in n.spec.taints or [] if t.key.startswith("node.kubernetes.io/")]
+
+
+def test_a_node_going_notready_is_reported_and_its_engine_replaced_on_the_remaining_capacity(
+        cluster, operator_process, ns):
+    """kwok stops managing one node (as a kubelet that died) and its Ready condition goes False: the node
+    lifecycle controller marks the pods NotReady and taints the node; the deployment says which pods on
+    which node (NodeNotReady), Kubernetes evicts them when the toleration ends, and the replacement on
+    another node brings the deployment back to Ready."""
+    from datetime import datetime, timezone
+    doc = load(EXAMPLE)
+    name = doc["metadata"]["name"]
+    doc["spec"]["gpu"]["tolerations"] = [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        *({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 45}
+          for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"))]
+    doc["spec"]["autoscaling"] = {"intervalSeconds": 5}
+    apply(cluster, doc, ns)
+    wait_ready(cluster, ns, name)
+    (engine,) = [p for p in cluster.core.list_namespaced_pod(
+        ns, label_selector=f"v41flash.io/deployment={name},v41flash.io/role=decode").items
+        if not p.metadata.deletion_timestamp]
+    node = engine.spec.node_name
+    cluster.core.patch_node(node, {"metadata": {"annotations": {NODE_ANNOTATION: None}}})  # kwok lets go of it
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    cluster.core.patch_node_status(node, {"status": {"conditions": [
+        {"type": "Ready", "status": "False", "reason": "KubeletDown", "message": "e2e: the kubelet stopped",
+         "lastHeartbeatTime": now, "lastTransitionTime": now}]}})
+    t0 = time.monotonic()
+    try:
+        def reported():
+            c = condition(get_cr(cluster, ns, name), "NodeNotReady")
+            return c if c and c["status"] == "True" else None
+        c = wait_for(reported, 90, "the NodeNotReady condition")
+        assert c["message"].startswith(f"1 decode pod on NotReady node {node}"), c["message"]
+        print(f"\n[fault] node {node} NotReady: reported after {time.monotonic() - t0:.1f}s: {c['message']}")
+        ready = condition(get_cr(cluster, ns, name), "Ready")
+        assert ready["status"] == "False", ready
+
+        def replaced():
+            pods = [p for p in cluster.core.list_namespaced_pod(
+                ns, label_selector=f"v41flash.io/deployment={name},v41flash.io/role=decode").items
+                if not p.metadata.deletion_timestamp]
+            return pods and all(p.spec.node_name and p.spec.node_name != node for p in pods)
+        wait_for(replaced, 120, "the engine replaced on another node")
+        cr = wait_ready(cluster, ns, name, timeout=120)
+        print(f"[fault] node {node} NotReady: Ready again on the remaining capacity after {time.monotonic() - t0:.1f}s")
+        wait_for(lambda: condition(get_cr(cluster, ns, name), "NodeNotReady") is None, 60,
+                 "NodeNotReady gone once the pod on the dead node is evicted")
+        assert cr["status"]["decode"]["readyReplicas"] == 1
+    finally:
+        cluster.core.patch_node(node, {"metadata": {"annotations": {NODE_ANNOTATION: "fake"}}})  # kwok takes it back
+        wait_for(lambda: _node_ready(cluster, node), 120, f"node {node} Ready and untainted again")

@@ -48,7 +48,8 @@ NAMESPACED_RULES = {
     ("", "events"): {"create"},
     ("events.k8s.io", "events"): {"create"},
 }
-CRD_OBSERVATION = {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"}}
+CRD_OBSERVATION = {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
+                   ("", "nodes"): {"get"}}  # the node of an engine pod that is not Ready (NodeNotReady)
 NAMESPACE_OBSERVATION = {("", "namespaces"): {"list", "watch"}}
 LEADER_ELECTION = {("coordination.k8s.io", "leases"): {"create", "get", "update"}}  # get/update: its own Lease
 
@@ -180,7 +181,7 @@ def test_namespaced_rbac_is_a_role_per_watched_namespace(helm):
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
     for b in bindings:
         assert b["roleRef"]["kind"] == "Role" and b["subjects"][0]["namespace"] == "v41flash-system"
-    # The only cluster-scoped grant is kopf's read-only observation of CRDs and namespaces.
+    # The only cluster-scoped grant is read-only: kopf's observation of CRDs and namespaces, nodes by name.
     (observer,) = by_kind(objs, "ClusterRole")
     assert rules_of(observer) == CRD_OBSERVATION | NAMESPACE_OBSERVATION
     assert not by_kind(template(helm, *VALUE_SETS["namespaced-no-observer"]), "ClusterRole")

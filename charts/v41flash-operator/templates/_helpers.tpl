@@ -112,6 +112,10 @@ Server-side apply is a PATCH that creates a missing object, so it needs both pat
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
   verbs: ["list", "watch"]
+# get: the planner reads the node of an engine pod that is not Ready (NodeNotReady); without it, it cannot tell
+- apiGroups: [""]
+  resources: ["nodes"]
+  verbs: ["get"]
 {{- if .Values.watchNamespaces }}
 - apiGroups: [""]
   resources: ["namespaces"]

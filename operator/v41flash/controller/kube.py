@@ -207,6 +207,17 @@ class Kube:
         return self.core.list_namespaced_pod(namespace, label_selector=selector,
                                              _request_timeout=REQUEST_TIMEOUT).items
 
+    def node_ready(self, name: str) -> bool | None:
+        """Whether a node's Ready condition is True; None when it cannot be told (absent, not allowed to read)."""
+        try:
+            node = self.core.read_node(name, _request_timeout=REQUEST_TIMEOUT)
+        except ApiException as exc:
+            if exc.status in (403, 404):
+                return None
+            raise
+        ready = next((c for c in (node.status.conditions or []) if c.type == "Ready"), None) if node.status else None
+        return None if ready is None else ready.status == "True"
+
     def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
         self._may_write()
         self.core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": annotations}},
