@@ -163,14 +163,15 @@ class FakeKube:
                 out.append(exc)
         return out
 
-    def read(self, ref: ChildRef, namespace: str) -> dict[str, Any] | None:
+    def read(self, ref: ChildRef, namespace: str, cached: bool = False) -> dict[str, Any] | None:
         """Kube.read: one object by name, None when absent or its kind is not served."""
         self.calls.append(("read", f"{ref.kind}/{ref.name}"))
         if (ref.api_version, ref.kind) not in self.kinds:
             return None
         return copy.deepcopy(self.objects.get((ref.api_version, ref.kind, namespace, ref.name)))
 
-    def read_many(self, refs: list[ChildRef], namespace: str) -> list[dict[str, Any] | None | BaseException]:
+    def read_many(self, refs: list[ChildRef], namespace: str, cached: bool = False
+                  ) -> list[dict[str, Any] | None | BaseException]:
         """Kube.read_many: read() of each (in order; the real one is concurrent)."""
         out: list[dict[str, Any] | None | BaseException] = []
         for ref in refs:

@@ -77,7 +77,7 @@ class FakeKube:
         self.calls.append(("get", ref.kind, ref.name))
         return copy.deepcopy(self.store.get(ref))
 
-    def read_many(self, refs, namespace):
+    def read_many(self, refs, namespace, cached=False):
         return [self.read(ref, namespace) for ref in refs]
 
     def list_pods(self, namespace, selector):

@@ -173,21 +173,25 @@ class Kube:
             return out
         return [item for items in self._pool.map(of_kind, CHILD_KINDS) for item in items]
 
-    def read(self, ref: ChildRef, namespace: str) -> dict[str, Any] | None:
+    def read(self, ref: ChildRef, namespace: str, cached: bool = False) -> dict[str, Any] | None:
+        """One object by name, None when absent or its kind is not served. cached: from the apiserver's watch
+        cache (resourceVersion=0: no etcd read, possibly a moment old) — for checks that tolerate that."""
         try:
-            out = self._resource(ref.api_version, ref.kind).get(name=ref.name, namespace=namespace,
-                                                                _request_timeout=REQUEST_TIMEOUT).to_dict()
+            out = self._resource(ref.api_version, ref.kind).get(
+                name=ref.name, namespace=namespace, resource_version="0" if cached else None,
+                _request_timeout=REQUEST_TIMEOUT).to_dict()
         except (NotFoundError, KindNotInstalled):
             return None
         out.setdefault("apiVersion", ref.api_version)
         out.setdefault("kind", ref.kind)
         return out
 
-    def read_many(self, refs: list[ChildRef], namespace: str) -> list[dict[str, Any] | None | BaseException]:
+    def read_many(self, refs: list[ChildRef], namespace: str, cached: bool = False
+                  ) -> list[dict[str, Any] | None | BaseException]:
         """read() of each ref concurrently; each result is the object, None (absent) or the exception raised."""
         def one(ref: ChildRef) -> dict[str, Any] | None | BaseException:
             try:
-                return self.read(ref, namespace)
+                return self.read(ref, namespace, cached)
             except Exception as exc:  # the caller decides
                 return exc
         if len(refs) <= 1:

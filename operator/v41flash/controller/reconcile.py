@@ -280,10 +280,11 @@ def name_collisions(kube: Kube, namespace: str, uid: str, desired: list[dict[str
     """An existing object with a child's name that this deployment does not own (no ownerReference to its
     uid) is someone else's: never adopt it. Server-side apply with force would overwrite it and the
     ownerReference would have garbage collection delete it with the CR. Checked before anything is applied;
-    children listed as ours or applied by us before (known) cost no call, the rest are read concurrently."""
+    children listed as ours or applied by us before (known) cost no call, the rest are read concurrently
+    from the apiserver's watch cache (no etcd read per child of a new deployment)."""
     unknown = [ChildRef.of(o) for o in desired if ChildRef.of(o) not in live and ChildRef.of(o) not in known]
     taken = []
-    for ref, existing in zip(unknown, kube.read_many(unknown, namespace)):
+    for ref, existing in zip(unknown, kube.read_many(unknown, namespace, cached=True)):
         if isinstance(existing, KindNotInstalled):  # uninstalled since discovery: nothing applied yet
             return Stall("KindNotInstalled", str(existing))
         if isinstance(existing, BaseException):
