@@ -396,9 +396,10 @@ class Cluster:
             data["procs"] = [asdict(p) for p in procs]
             write_json(self.pids_file, data)
 
-    def restart(self, name: str, down_seconds: float = 0.0, sig: int = signal.SIGKILL) -> Proc:
-        """Kill one component (SIGKILL: a crash) and start it again with the same command line and log, after
-        `down_seconds`; returns the new process. Fault tests use it on kube-apiserver and etcd."""
+    def restart(self, name: str, down_seconds: float = 0.0, sig: int = signal.SIGKILL,
+                argv: list[str] | None = None) -> Proc:
+        """Kill one component (SIGKILL: a crash) and start it again with the same command line (or `argv`) and
+        log, after `down_seconds`; returns the new process. Fault tests use it on kube-apiserver and etcd."""
         with self._locked():
             procs = self.procs()
         (old,) = [p for p in procs if p.name == name]
@@ -414,9 +415,22 @@ class Cluster:
         if old.alive():
             raise RuntimeError(f"{name} (pid {old.pid}) did not die")
         time.sleep(down_seconds)
-        new = spawn(name, old.argv, Path(old.log), port=old.port, extra=old.extra)
+        new = spawn(name, argv or old.argv, Path(old.log), port=old.port, extra=old.extra)
         self.register(new)
         return new
+
+    def pod_controllers(self, on: bool) -> None:
+        """Turn the controller-manager's Deployment, ReplicaSet and StatefulSet controllers off or back on (a
+        restart of kube-controller-manager). Off, workloads make no pods: `v41flash bench operator` measures
+        the operator's work alone, without 1,000 Pending pods loading the same two cores."""
+        with self._locked():
+            (kcm,) = [p for p in self.procs() if p.name == "kube-controller-manager"]
+        argv = [a for a in kcm.argv if not a.startswith("--controllers=")]
+        if not on:
+            argv.append("--controllers=*,-deployment-controller,-replicaset-controller,-statefulset-controller")
+        new = self.restart("kube-controller-manager", sig=signal.SIGTERM, argv=argv)
+        wait_until(lambda: _http_ok(f"https://127.0.0.1:{new.port}/healthz", insecure=True), 60,
+                   "kube-controller-manager /healthz", new)
 
     def unregister(self, name: str) -> None:
         with self._locked():
@@ -743,6 +757,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("up", help="start the local cluster (idempotent)")
     sub.add_parser("down", help="stop every process it started and remove the state")
     sub.add_parser("status", help="what runs, with PIDs and ports")
+    pc = sub.add_parser("pod-controllers", help="turn the Deployment/ReplicaSet/StatefulSet controllers off or on")
+    pc.add_argument("state", choices=["on", "off"])
     lg = sub.add_parser("logs", help="tail component logs")
     lg.add_argument("component", nargs="?", help="e.g. kube-apiserver, supervisor, sim-default-mypod")
     lg.add_argument("-n", type=int, default=40)
@@ -755,6 +771,8 @@ def main(argv: list[str] | None = None) -> int:
     elif a.cmd == "status":
         print(c.status())
         return 0 if c.is_up() else 3
+    elif a.cmd == "pod-controllers":
+        c.pod_controllers(a.state == "on")
     elif a.cmd == "logs":
         files = sorted(c.logs.glob("*.log")) if c.logs.exists() else []
         if a.component:

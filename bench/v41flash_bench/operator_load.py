@@ -13,7 +13,9 @@ watching only that namespace, so its CPU and memory are the operator's alone):
 5. delete: every CR deleted → until the CRs and their workloads are gone.
 
 Nodes are cordoned for the run (and restored after): pods stay Pending, so no simulator or router process
-competes for the CPU and the figure is the operator's. Figures: reconcile pass durations by trigger and
+competes for the CPU and the figure is the operator's. Unless --pods, the controller-manager's Deployment,
+ReplicaSet and StatefulSet controllers are off for the run too (`python -m e2e.harness pod-controllers
+off|on`): no ReplicaSet or Pending pod is made, so the apiserver's work is the operator's alone. Figures: reconcile pass durations by trigger and
 the periodic cycle (tick → every deployment's pass done) from the operator's /metrics, operator CPU
 seconds and peak RSS (from /proc), API requests per deployment (the operator's client; kopf's watches and
 its annotation patches are not in that count, but are in the apiserver's write count).
@@ -480,17 +482,22 @@ def run(args) -> int:
     was = {n.metadata.name: bool(n.spec.unschedulable) for n in b.core.list_node().items}
     b.say(f"cordoning {len(nodes)} nodes (pods stay Pending: no simulators in the figure)")
     b.cordon(True, nodes)
+    if not args.pods:
+        b.say("pod controllers off (no ReplicaSets or pods: the apiserver's work is the operator's)")
+        subprocess.run([sys.executable, "-m", "e2e.harness", "pod-controllers", "off"], cwd=REPO, check=True)
     runs = []
     try:
         for n in counts:
             b.say(f"N={n}: burst, one more ×{PROBES}, idle {args.idle_seconds:g}s, spec change, delete")
             runs.append(b.run_one(n, out))
-            (out / "report.json").write_text(json.dumps({"runs": runs, "example": str(args.example),
+            (out / "report.json").write_text(json.dumps({"runs": runs, "example": str(args.example), "pods": bool(args.pods),
                                                          "cpus": os.cpu_count()}, indent=2))
     finally:
         for n in nodes:
             if not was[n]:
                 b.core.patch_node(n, {"spec": {"unschedulable": False}})
+        if not args.pods:
+            subprocess.run([sys.executable, "-m", "e2e.harness", "pod-controllers", "on"], cwd=REPO, check=True)
     plot(runs, out / "latency_vs_n.png")
     print(f"{'N':>5} {'burst obs p50/p99':>18} {'all conv':>9} {'one-more obs p50/p99':>21} "
           f"{'children p50/p99':>17} {'change p99':>10} {'cycle max':>9} {'RSS MB':>7} {'req/dep':>7} {'idle W':>6}")
@@ -517,5 +524,7 @@ def add_parser(sub) -> None:
                    help="the CR copied N times (default: %(default)s)")
     p.add_argument("--idle-seconds", type=float, default=90.0, help="quiet window for the write count")
     p.add_argument("--timeout", type=float, default=600.0, help="per phase")
+    p.add_argument("--pods", action="store_true",
+                   help="leave the controller-manager's pod-making controllers on (1,000s of Pending pods in the figure)")
     p.add_argument("--out", default="bench-operator", help="output directory (report.json, latency_vs_n.png)")
     p.set_defaults(func=run)
