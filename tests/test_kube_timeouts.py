@@ -31,3 +31,20 @@ def test_every_call_has_a_request_timeout():
     for call in (k.core.list_namespaced_pod, k.core.patch_namespaced_pod, k.core.create_namespaced_event,
                  k.custom.patch_namespaced_custom_object_status):
         assert call.call_args.kwargs["_request_timeout"] == REQUEST_TIMEOUT, call
+
+
+def test_an_event_in_a_namespace_being_deleted_is_dropped_quietly(caplog):
+    import json
+
+    from kubernetes.client.exceptions import ApiException
+    k = _kube()
+    exc = ApiException(status=403, reason="Forbidden")
+    exc.body = json.dumps({"details": {"causes": [{"reason": "NamespaceTerminating"}]}})
+    k.core.create_namespaced_event.side_effect = exc
+    obj = {"apiVersion": "v41flash.io/v1alpha1", "kind": "V41FlashDeployment",
+           "metadata": {"name": "x", "namespace": "ns", "uid": "u"}}
+    k.post_event(obj, "Normal", "Applied", "created")
+    assert "could not post event" not in caplog.text
+    k.core.create_namespaced_event.side_effect = ApiException(status=403, reason="Forbidden")  # RBAC: said
+    k.post_event(obj, "Normal", "Applied", "created")
+    assert "could not post event Applied" in caplog.text

@@ -4,6 +4,7 @@ Everything else in the controller is pure and takes what this module reads.
 """
 from __future__ import annotations
 
+import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -263,7 +264,19 @@ class Kube:
         except NotLeader:
             return
         except ApiException as exc:  # an Event is best effort: never fail a reconcile over it
+            if namespace_terminating(exc):  # the namespace goes, and its Events with it
+                return
             log.warning("could not post event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], exc.reason)
+
+
+def namespace_terminating(exc: ApiException) -> bool:
+    if exc.status != 403:
+        return False
+    try:
+        causes = (json.loads(exc.body or "{}").get("details") or {}).get("causes") or []
+    except (ValueError, AttributeError):
+        return False
+    return any(c.get("reason") == "NamespaceTerminating" for c in causes)
 
 
 def is_conflict(exc: Exception) -> bool:

@@ -25,7 +25,7 @@ from ..render.resolve import DEPLOYMENT, LEADER_WORKER_SET, resolve
 from ..render.router import service_address
 from ..roles import ROLES
 from .autoscale import PLANNER_CONDITIONS, PlannerOutcome, iso_time
-from .kube import ChildRef, Kube, KindNotInstalled, is_conflict
+from .kube import ChildRef, Kube, KindNotInstalled, is_conflict, namespace_terminating
 from .status import Stall, WorkloadState, _condition, compute_status, may_run_older_pods, workload_state
 
 log = logging.getLogger(__name__)
@@ -256,16 +256,6 @@ def _waves(desired: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 class NamespaceTerminating(Exception):
     """The namespace is being deleted: the apiserver refuses new objects in it (403 NamespaceTerminating),
     and the deployment goes with it. Not a failure to retry."""
-
-
-def namespace_terminating(exc: ApiException) -> bool:
-    if exc.status != 403:
-        return False
-    try:
-        causes = (json.loads(exc.body or "{}").get("details") or {}).get("causes") or []
-    except (ValueError, AttributeError):
-        return False
-    return any(c.get("reason") == "NamespaceTerminating" for c in causes)
 
 
 def _owner_text(obj: dict[str, Any]) -> str:
