@@ -39,6 +39,7 @@ REPO = E2E.parent
 VENV_BIN = REPO / ".venv" / "bin"
 
 NODE_ANNOTATION = "kwok.x-k8s.io/node"
+NODE_NOT_READY_LABEL = "node-not-ready.stage.kwok.x-k8s.io"  # kwok's chaos stage: the node reports Ready False
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
 # Each cluster's pods live in 127.<N>.0.0/16 (all of 127.0.0.0/8 is on the loopback interface, so pod IPs
@@ -106,7 +107,8 @@ class Tools:
     def missing(self) -> list[str]:
         """Components of build-tools.sh whose outputs are absent (helm is not needed to run)."""
         need = {
-            "etcd": [self.etcd], "kwok": [self.kwok, self.kwok_assets / "pod-ready.yaml"],
+            "etcd": [self.etcd], "kwok": [self.kwok, self.kwok_assets / "pod-ready.yaml",
+                                                    self.kwok_assets / "node-not-ready.yaml"],
             "inference-sim": [self.sim], "lws": [self.lws, self.lws_assets / "manifests.yaml"],
             "kubernetes": [self.kube / b for b in ("kube-apiserver", "kube-controller-manager", "kube-scheduler")],
         }
@@ -305,11 +307,11 @@ ROLE_LABEL = "v41flash.io/role"
 
 
 def kwok_stages(assets: Path) -> str:
-    """kwok's stock stages, except that pods carrying v41flash.io/role start Running but not Ready: the
+    """kwok's stock stages (with its chaos stage that fails a node on a label), except that pods carrying v41flash.io/role start Running but not Ready: the
     supervisor plays kubelet for them and sets Ready from their readiness probe against the simulator."""
     docs = {f: yaml.safe_load((assets / f).read_text()) for f in (
         "node-initialize.yaml", "node-heartbeat-with-lease.yaml", "pod-ready.yaml", "pod-complete.yaml",
-        "pod-delete.yaml")}
+        "pod-delete.yaml", "node-not-ready.yaml")}  # the last: a node labelled NODE_NOT_READY_LABEL=true fails
     ready = docs["pod-ready.yaml"]
     role_key = f'.metadata.labels["{ROLE_LABEL}"]'
     running = json.loads(json.dumps(ready))

@@ -336,9 +336,9 @@ def test_pods_on_a_notready_node_are_neither_serving_nor_starting_and_show_in_a_
         autoscale_mod.plan = real_plan
     rep = seen["obs"].decode.replicas
     assert (rep.desired, rep.ready, rep.starting, rep.lost) == (2, 0, 1, 1)
-    assert sorted(kube.node_reads) == ["gpu-1", "gpu-2"]  # only nodes of pods not Ready, each once
+    assert sorted(kube.node_reads) == ["gpu-1", "gpu-2"]  # each node once
     (type_, reason, msg), = [c for c in out.conditions if c[0] == "NodeNotReady"]
-    assert reason == "NodeNotReady" and msg.startswith("1 decode pod on NotReady node gpu-2: not serving")
+    assert reason == "NodeNotReady" and msg.startswith("1 decode pod on NotReady node gpu-2: Kubernetes evicts")
     assert ("Warning", "NodeNotReady", msg) in out.events
     kube.nodes["gpu-2"] = True  # the node is back (or the pod was replaced): the condition goes
     scaler._nodes.clear()
@@ -351,3 +351,12 @@ def test_a_node_that_cannot_be_read_is_not_reported():
     pods = [PodView(name="d-0", role="decode", ready=False, ip=None, node="n1")]
     assert nodes_not_ready(with_node_health(pods, lambda n: None), ["decode"]) is None
     assert nodes_not_ready(with_node_health(pods, lambda n: False), ["decode"]).startswith("1 decode pod on NotReady node n1")
+
+
+def test_a_ready_pod_on_a_node_that_reports_notready_is_reported_but_still_counted_ready():
+    from v41flash.controller.observation import PodView, nodes_not_ready, with_node_health
+    pods = with_node_health([PodView(name="d-0", role="decode", ready=True, ip=None, node="n1"),
+                             PodView(name="d-1", role="decode", ready=True, ip=None, node="n2")],
+                            {"n1": False, "n2": True}.get)
+    assert [p.node_not_ready for p in pods] == [True, False]
+    assert nodes_not_ready(pods, ["decode"]).startswith("1 decode pod on NotReady node n1:")

@@ -48,3 +48,15 @@ def test_an_event_in_a_namespace_being_deleted_is_dropped_quietly(caplog):
     k.core.create_namespaced_event.side_effect = ApiException(status=403, reason="Forbidden")  # RBAC: said
     k.post_event(obj, "Normal", "Applied", "created")
     assert "could not post event Applied" in caplog.text
+
+
+def test_node_readiness_is_read_from_the_watch_cache_with_a_timeout():
+    k = _kube()
+    res = k.dynamic.resources.get.return_value
+    res.get.return_value.to_dict.return_value = {"status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}}
+    assert k.node_ready("n1") is False
+    assert res.get.call_args.kwargs == {"name": "n1", "resource_version": "0", "_request_timeout": REQUEST_TIMEOUT}
+    res.get.return_value.to_dict.return_value = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    assert k.node_ready("n1") is True
+    res.get.return_value.to_dict.return_value = {"status": {}}
+    assert k.node_ready("n1") is None

@@ -213,15 +213,19 @@ class Kube:
                                              _request_timeout=REQUEST_TIMEOUT).items
 
     def node_ready(self, name: str) -> bool | None:
-        """Whether a node's Ready condition is True; None when it cannot be told (absent, not allowed to read)."""
+        """Whether a node's Ready condition is True; None when it cannot be told (absent, not allowed to read).
+        Read from the apiserver's watch cache (resourceVersion=0): no etcd read."""
         try:
-            node = self.core.read_node(name, _request_timeout=REQUEST_TIMEOUT)
+            node = self._resource("v1", "Node").get(name=name, resource_version="0",
+                                                     _request_timeout=REQUEST_TIMEOUT).to_dict()
+        except (NotFoundError, KindNotInstalled):
+            return None
         except ApiException as exc:
-            if exc.status in (403, 404):
+            if exc.status == 403:
                 return None
             raise
-        ready = next((c for c in (node.status.conditions or []) if c.type == "Ready"), None) if node.status else None
-        return None if ready is None else ready.status == "True"
+        ready = next((c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), None)
+        return None if ready is None else ready.get("status") == "True"
 
     def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
         self._may_write()

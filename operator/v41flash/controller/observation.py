@@ -69,12 +69,13 @@ def pod_view(pod: Any) -> PodView:
 
 
 def with_node_health(pods: Sequence[PodView], node_ready: Callable[[str], bool | None]) -> list[PodView]:
-    """Mark the pods that are not Ready and sit on a node whose Ready condition is not True (one lookup per
-    such node): they are neither serving nor capacity on its way until they are evicted and replaced."""
+    """Mark the pods (not being deleted) on a node whose Ready condition is not True, one lookup per node. A
+    kubelet that died leaves its pods NotReady; a kubelet that reports its node NotReady can leave them
+    Ready: either way they are about to be evicted, and a NotReady one serves nothing meanwhile."""
     verdict: dict[str, bool | None] = {}
     out = []
     for p in pods:
-        if p.node and not p.ready and not p.deleting:
+        if p.node and not p.deleting:
             if p.node not in verdict:
                 verdict[p.node] = node_ready(p.node)
             if verdict[p.node] is False:
@@ -94,7 +95,7 @@ def nodes_not_ready(pods: Sequence[PodView], roles: Sequence[str]) -> str | None
                          f"{'s' if ',' in nodes else ''} {nodes}")
     if not parts:
         return None
-    return "; ".join(parts) + ": not serving; Kubernetes evicts them when their not-ready toleration ends and the " \
+    return "; ".join(parts) + ": Kubernetes evicts them when their not-ready/unreachable toleration ends and the " \
                               "workload replaces them on the remaining capacity"
 
 
@@ -232,8 +233,9 @@ def observe(spec: api.V41FlashDeploymentSpec, resolved: Resolved, pods: Sequence
         # pods no node can take are not capacity on its way (a multi-node replica needs all its pods)
         stuck = [p for p in role_pods if p.unschedulable]
         unschedulable = math.ceil(len(stuck) / max(1, resolved.roles[role].nodes_per_replica))
-        # pods on a NotReady node serve nothing and are not on their way either
-        lost = math.ceil(len([p for p in role_pods if p.node_not_ready]) / max(1, resolved.roles[role].nodes_per_replica))
+        # pods not Ready on a NotReady node serve nothing and are not on their way either
+        lost = math.ceil(len([p for p in role_pods if p.node_not_ready and not p.ready])
+                         / max(1, resolved.roles[role].nodes_per_replica))
         starting = [p for p in role_pods if not p.ready and not p.unschedulable and not p.node_not_ready]
         created = [p.created for p in starting if p.created is not None]
         desired = rs.get("desiredReplicas") or getattr(spec, role).min_replicas
