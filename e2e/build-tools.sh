@@ -147,7 +147,7 @@ for c in $want; do
           assets kwok "$KWOK_VERSION" sigs.k8s.io/kwok kustomize/stage/node/fast/node-initialize.yaml \
             kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
             kustomize/stage/pod/fast/pod-ready.yaml kustomize/stage/pod/fast/pod-complete.yaml \
-            kustomize/stage/pod/fast/pod-delete.yaml ;;
+            kustomize/stage/pod/fast/pod-delete.yaml kustomize/stage/node/chaos/node-not-ready.yaml ;;
     inference-sim) build_inference_sim ;;
     helm) build_simple helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm helm \
             -ldflags "$helm_ld" ;;

@@ -17,6 +17,7 @@ import base64
 import json
 import os
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -38,12 +39,13 @@ REPO = E2E.parent
 VENV_BIN = REPO / ".venv" / "bin"
 
 NODE_ANNOTATION = "kwok.x-k8s.io/node"
+NODE_NOT_READY_LABEL = "node-not-ready.stage.kwok.x-k8s.io"  # kwok's chaos stage: the node reports Ready False
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
 # Each cluster's pods live in 127.<N>.0.0/16 (all of 127.0.0.0/8 is on the loopback interface, so pod IPs
 # are bindable). N is claimed per cluster (claim_pod_network), so several clusters on one machine never
 # share pod IPs; node i gets 127.<N>.<i>.0/24 and 127.<N>.0.0/24 is kwok's fallback pool.
-SERVICE_CIDR = "10.0.0.0/24"
+SERVICE_CIDR = "10.0.0.0/16"  # 65k Service IPs: 500+ deployments (3 Services each) and room to spare
 LWS_NAMESPACE = "lws-system"
 CORE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "supervisor")
 
@@ -105,7 +107,8 @@ class Tools:
     def missing(self) -> list[str]:
         """Components of build-tools.sh whose outputs are absent (helm is not needed to run)."""
         need = {
-            "etcd": [self.etcd], "kwok": [self.kwok, self.kwok_assets / "pod-ready.yaml"],
+            "etcd": [self.etcd], "kwok": [self.kwok, self.kwok_assets / "pod-ready.yaml",
+                                                    self.kwok_assets / "node-not-ready.yaml"],
             "inference-sim": [self.sim], "lws": [self.lws, self.lws_assets / "manifests.yaml"],
             "kubernetes": [self.kube / b for b in ("kube-apiserver", "kube-controller-manager", "kube-scheduler")],
         }
@@ -304,11 +307,11 @@ ROLE_LABEL = "v41flash.io/role"
 
 
 def kwok_stages(assets: Path) -> str:
-    """kwok's stock stages, except that pods carrying v41flash.io/role start Running but not Ready: the
+    """kwok's stock stages (with its chaos stage that fails a node on a label), except that pods carrying v41flash.io/role start Running but not Ready: the
     supervisor plays kubelet for them and sets Ready from their readiness probe against the simulator."""
     docs = {f: yaml.safe_load((assets / f).read_text()) for f in (
         "node-initialize.yaml", "node-heartbeat-with-lease.yaml", "pod-ready.yaml", "pod-complete.yaml",
-        "pod-delete.yaml")}
+        "pod-delete.yaml", "node-not-ready.yaml")}  # the last: a node labelled NODE_NOT_READY_LABEL=true fails
     ready = docs["pod-ready.yaml"]
     role_key = f'.metadata.labels["{ROLE_LABEL}"]'
     running = json.loads(json.dumps(ready))
@@ -394,6 +397,42 @@ class Cluster:
             data = self.info()
             data["procs"] = [asdict(p) for p in procs]
             write_json(self.pids_file, data)
+
+    def restart(self, name: str, down_seconds: float = 0.0, sig: int = signal.SIGKILL,
+                argv: list[str] | None = None) -> Proc:
+        """Kill one component (SIGKILL: a crash) and start it again with the same command line (or `argv`) and
+        log, after `down_seconds`; returns the new process. Fault tests use it on kube-apiserver and etcd."""
+        with self._locked():
+            procs = self.procs()
+        (old,) = [p for p in procs if p.name == name]
+        if old.alive():
+            try:
+                os.killpg(old.pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 30
+        while old.alive() and time.monotonic() < deadline:
+            old.exit_code()  # reaps it when this process started it
+            time.sleep(0.05)
+        if old.alive():
+            raise RuntimeError(f"{name} (pid {old.pid}) did not die")
+        time.sleep(down_seconds)
+        new = spawn(name, argv or old.argv, Path(old.log), port=old.port, extra=old.extra)
+        self.register(new)
+        return new
+
+    def pod_controllers(self, on: bool) -> None:
+        """Turn the controller-manager's Deployment, ReplicaSet and StatefulSet controllers off or back on (a
+        restart of kube-controller-manager). Off, workloads make no pods: `v41flash bench operator` measures
+        the operator's work alone, without 1,000 Pending pods loading the same two cores."""
+        with self._locked():
+            (kcm,) = [p for p in self.procs() if p.name == "kube-controller-manager"]
+        argv = [a for a in kcm.argv if not a.startswith("--controllers=")]
+        if not on:
+            argv.append("--controllers=*,-deployment-controller,-replicaset-controller,-statefulset-controller")
+        new = self.restart("kube-controller-manager", sig=signal.SIGTERM, argv=argv)
+        wait_until(lambda: _http_ok(f"https://127.0.0.1:{new.port}/healthz", insecure=True), 60,
+                   "kube-controller-manager /healthz", new)
 
     def unregister(self, name: str) -> None:
         with self._locked():
@@ -720,6 +759,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("up", help="start the local cluster (idempotent)")
     sub.add_parser("down", help="stop every process it started and remove the state")
     sub.add_parser("status", help="what runs, with PIDs and ports")
+    pc = sub.add_parser("pod-controllers", help="turn the Deployment/ReplicaSet/StatefulSet controllers off or on")
+    pc.add_argument("state", choices=["on", "off"])
     lg = sub.add_parser("logs", help="tail component logs")
     lg.add_argument("component", nargs="?", help="e.g. kube-apiserver, supervisor, sim-default-mypod")
     lg.add_argument("-n", type=int, default=40)
@@ -732,6 +773,8 @@ def main(argv: list[str] | None = None) -> int:
     elif a.cmd == "status":
         print(c.status())
         return 0 if c.is_up() else 3
+    elif a.cmd == "pod-controllers":
+        c.pod_controllers(a.state == "on")
     elif a.cmd == "logs":
         files = sorted(c.logs.glob("*.log")) if c.logs.exists() else []
         if a.component:

@@ -124,12 +124,18 @@ class ClusterHandle:
 
 
 class OperatorProcess:
-    """The operator under test, run as `v41flash operator` against the e2e cluster."""
+    """The operator under test, run as `v41flash operator --kubeconfig PATH` against the e2e cluster, exactly
+    as the README runs it: no KUBECONFIG in its environment (issue 13's bug hid behind it). Leader election is
+    on, as in the chart, with a stable identity so a restart takes its Lease back at once."""
 
     name = "operator"
 
-    def __init__(self, handle: ClusterHandle, extra_args: list[str] | None = None):
+    def __init__(self, handle: ClusterHandle, extra_args: list[str] | None = None, name: str | None = None,
+                 identity: str | None = None):
+        import uuid
         self.handle = handle
+        self.name = name or self.name
+        self.identity = identity or f"e2e-{self.name}-{uuid.uuid4().hex[:6]}"
         self.extra_args = list(extra_args or [])
         self.log_path = handle.cluster.logs / f"{self.name}.log"
         self.proc: Proc | None = None
@@ -144,7 +150,8 @@ class OperatorProcess:
 
     @property
     def argv(self) -> list[str]:
-        return operator_argv(self.handle.kubeconfig, self.metrics_port, self.health_port, *self.extra_args)
+        return operator_argv(self.handle.kubeconfig, self.metrics_port, self.health_port,
+                             "--leader-election-id", self.identity, *self.extra_args)
 
     def start(self) -> "OperatorProcess":
         assert not self.alive, "operator already running"
@@ -152,7 +159,7 @@ class OperatorProcess:
         with open(self.log_path, "ab") as out:
             out.write(f"\n===== [e2e] start #{self.starts + 1}: {' '.join(self.argv)}\n".encode())
         self.proc = spawn(self.name, self.argv, self.log_path,
-                          env=dict(os.environ, KUBECONFIG=str(self.handle.kubeconfig)))
+                          env={k: v for k, v in os.environ.items() if k != "KUBECONFIG"})
         self.handle.cluster.register(self.proc)  # so `python -m e2e.harness down` stops it even if pytest dies
         self.starts += 1
         return self

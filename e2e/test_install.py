@@ -61,7 +61,7 @@ class ServiceAccountOperator(OperatorProcess):
     name = "operator-install"
 
     def __init__(self, cluster, kubeconfig: Path, container_args: list[str]):
-        super().__init__(SimpleNamespace(cluster=cluster.cluster, kubeconfig=kubeconfig))
+        super().__init__(SimpleNamespace(cluster=cluster.cluster, kubeconfig=kubeconfig), name=self.name)
         self.log_path = cluster.cluster.logs / f"{self.name}.log"  # its own log: checked for permission errors
         self.metrics_port, self.health_port = free_port(), free_port()
         self.container_args = container_args
@@ -97,7 +97,7 @@ def check_installed_operator(cluster, tmp_path: Path, example_ns: str) -> None:
     """Run the installed identity, make the example Ready, then delete it and see its children go."""
     deploy = operator_deployment(cluster)
     pod = deploy["spec"]["template"]["spec"]
-    assert deploy["spec"]["replicas"] == 1 and deploy["spec"]["strategy"]["type"] == "Recreate"
+    assert deploy["spec"]["replicas"] == 2 and deploy["spec"]["strategy"]["type"] == "RollingUpdate"
     sa = pod["serviceAccountName"]
     kubeconfig = sa_kubeconfig(cluster, OP_NS, sa, tmp_path / "sa.kubeconfig")
     can_i = lambda *a: subprocess.run(  # noqa: E731
@@ -106,6 +106,8 @@ def check_installed_operator(cluster, tmp_path: Path, example_ns: str) -> None:
     # Least privilege as the apiserver sees it: what the operator needs, and nothing like admin.
     assert can_i("patch", "v41flashdeployments.v41flash.io", "-n", example_ns) == "yes"
     assert can_i("create", "deployments.apps", "-n", example_ns) == "yes"
+    assert can_i("update", "leases.coordination.k8s.io/v41flash-operator", "-n", OP_NS) == "yes"
+    assert can_i("update", "leases.coordination.k8s.io/someone-else", "-n", OP_NS) == "no"
     for verb, what in (("get", "secrets"), ("create", "clusterroles"), ("delete", "namespaces"),
                        ("update", "deployments.apps"), ("escalate", "roles")):
         assert can_i(verb, what, "-n", example_ns) == "no", f"the operator may {verb} {what}"
@@ -177,7 +179,8 @@ def test_helm_install_runs_under_the_chart_rbac_and_uninstalls_cleanly(cluster, 
         manifest = subprocess.run([str(helm), kc, "get", "manifest", "v41flash-operator", "-n", OP_NS],
                                   check=True, capture_output=True, text=True).stdout
         kinds = sorted(d["kind"] for d in yaml.safe_load_all(manifest) if d)
-        assert kinds == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "ServiceAccount"]
+        assert kinds == ["ClusterRole", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding",
+                         "Service", "ServiceAccount"]  # Role/RoleBinding: the leader-election Lease
         check_installed_operator(cluster, tmp_path, ns)
     finally:
         subprocess.run([str(helm), kc, "uninstall", "v41flash-operator", "-n", OP_NS, "--wait"],
@@ -216,11 +219,13 @@ def test_kustomize_install_runs_under_its_rbac_and_uninstalls_cleanly(cluster, a
             kubectl("delete", "-k", str(REPO / "manifests"), "--ignore-not-found", "--wait=true", "--timeout=150s",
                     kubeconfig=kc, timeout=200)
         cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
-    crd_gone = cluster.kubectl("get", "crd", "v41flashdeployments.v41flash.io", check=False).returncode != 0
-    if crd_gone:
-        # Put the CRD back as the harness installed it, for the rest of the session.
-        crds = sorted((REPO / "crds").glob("*.yaml"))
-        cluster.kubectl("apply", "--server-side", "--force-conflicts", *[f"-f={c}" for c in crds])
-        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/v41flashdeployments.v41flash.io")
+        crd_gone = cluster.kubectl("get", "crd", "v41flashdeployments.v41flash.io", check=False).returncode != 0
+        if crd_gone:
+            # Put the CRD back as the harness installed it, for the rest of the session (also after a failure:
+            # otherwise every later test of the session fails on a missing CRD instead of on its own).
+            crds = sorted((REPO / "crds").glob("*.yaml"))
+            cluster.kubectl("apply", "--server-side", "--force-conflicts", *[f"-f={c}" for c in crds])
+            cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                            "crd/v41flashdeployments.v41flash.io")
     assert_nothing_left(cluster, ns, "app.kubernetes.io/instance=v41flash-operator")
     assert crd_gone or others, "kubectl delete -k manifests/ left the CRD"

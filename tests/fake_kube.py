@@ -117,13 +117,6 @@ class FakeKube:
                 found.append(copy.deepcopy(obj))
         return found
 
-    def get_object(self, api_version: str, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
-        self.calls.append(("get_object", f"{kind}/{name}"))
-        if (api_version, kind) not in self.kinds:
-            raise KindNotInstalled(f"{kind}.{api_version} is not served by this cluster")
-        obj = self.objects.get((api_version, kind, namespace, name))
-        return copy.deepcopy(obj) if obj is not None else None
-
     def list_pods(self, namespace: str, selector: str) -> list[client.V1Pod]:
         self.calls.append(("list_pods", selector))
         want = dict(term.split("=", 1) for term in selector.split(",") if term)
@@ -160,13 +153,42 @@ class FakeKube:
         self.writes.append(("update", what))
         return copy.deepcopy(mine)
 
+    def apply_many(self, objs: list[dict[str, Any]], namespace: str) -> list[dict[str, Any] | BaseException]:
+        """Kube.apply_many: each object's result or the exception it raised (in order; the real one is concurrent)."""
+        out: list[dict[str, Any] | BaseException] = []
+        for obj in objs:
+            try:
+                out.append(self.apply(obj, namespace))
+            except Exception as exc:
+                out.append(exc)
+        return out
+
+    def read(self, ref: ChildRef, namespace: str, cached: bool = False) -> dict[str, Any] | None:
+        """Kube.read: one object by name, None when absent or its kind is not served."""
+        self.calls.append(("read", f"{ref.kind}/{ref.name}"))
+        if (ref.api_version, ref.kind) not in self.kinds:
+            return None
+        return copy.deepcopy(self.objects.get((ref.api_version, ref.kind, namespace, ref.name)))
+
+    def read_many(self, refs: list[ChildRef], namespace: str, cached: bool = False
+                  ) -> list[dict[str, Any] | None | BaseException]:
+        """Kube.read_many: read() of each (in order; the real one is concurrent)."""
+        out: list[dict[str, Any] | None | BaseException] = []
+        for ref in refs:
+            try:
+                out.append(self.read(ref, namespace))
+            except Exception as exc:
+                out.append(exc)
+        return out
+
     def delete(self, ref: ChildRef, namespace: str) -> None:
         what = f"{ref.kind}/{ref.name}"
         self.calls.append(("delete", what))
         if self.objects.pop((ref.api_version, ref.kind, namespace, ref.name), None) is not None:
             self.writes.append(("delete", what))
 
-    def patch_status(self, namespace: str, name: str, status: dict[str, Any], resource_version: str) -> None:
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any], resource_version: str
+                     ) -> dict[str, Any]:
         self.calls.append(("patch_status", name))
         self._failure("patch_status", name)
         body = self.crs[(namespace, name)]
@@ -175,3 +197,4 @@ class FakeKube:
         body["status"] = copy.deepcopy(status)
         body["metadata"]["resourceVersion"] = str(next(self._rv))
         self.writes.append(("status", f"{api.KIND}/{name}"))
+        return copy.deepcopy(body)

@@ -35,8 +35,8 @@ NAMESPACED_RULES = {
     ("v41flash.io", "v41flashdeployments"): {"get", "list", "watch", "patch"},
     ("v41flash.io", "v41flashdeployments/status"): {"patch"},
     ("v41flash.io", "v41flashdeployments/finalizers"): {"update"},
-    ("apps", "deployments"): CHILD,
-    ("leaderworkerset.x-k8s.io", "leaderworkersets"): CHILD,
+    ("apps", "deployments"): CHILD | {"get", "watch"},  # workloads: also watched (status) and read by name
+    ("leaderworkerset.x-k8s.io", "leaderworkersets"): CHILD | {"get", "watch"},
     ("", "services"): CHILD,
     ("", "serviceaccounts"): CHILD,
     ("", "configmaps"): CHILD,
@@ -48,8 +48,19 @@ NAMESPACED_RULES = {
     ("", "events"): {"create"},
     ("events.k8s.io", "events"): {"create"},
 }
-CRD_OBSERVATION = {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"}}
+CRD_OBSERVATION = {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
+                   ("", "nodes"): {"get"}}  # the node of an engine pod that is not Ready (NodeNotReady)
 NAMESPACE_OBSERVATION = {("", "namespaces"): {"list", "watch"}}
+LEADER_ELECTION = {("coordination.k8s.io", "leases"): {"create", "get", "update"}}  # get/update: its own Lease
+
+
+def leader_election_role(objs: list[dict]) -> dict:
+    (role,) = [r for r in by_kind(objs, "Role") if r["metadata"]["name"].endswith("-leader-election")]
+    assert role["metadata"]["namespace"] == "v41flash-system"
+    assert rules_of(role, named=True) == LEADER_ELECTION
+    named = [r for r in role["rules"] if set(r["verbs"]) & {"get", "update"}]
+    assert all(r.get("resourceNames") == ["v41flash-operator"] for r in named)
+    return role
 VALUE_SETS = {
     "defaults": [],
     "namespaced": ["--set", "watchNamespaces={team-a,team-b}"],
@@ -72,16 +83,18 @@ def template(helm: Path, *args: str) -> list[dict]:
     return [d for d in yaml.safe_load_all(out) if d]
 
 
-def rules_of(role: dict) -> dict[tuple[str, str], set[str]]:
-    """(apiGroup, resource) -> verbs; fails on any wildcard or a resource granted twice."""
+def rules_of(role: dict, named: bool = False) -> dict[tuple[str, str], set[str]]:
+    """(apiGroup, resource) -> verbs; fails on any wildcard or a resource granted twice (a grant limited to
+    resourceNames may sit beside an unnamed one only where `named` says so: the leader-election Lease)."""
     out: dict[tuple[str, str], set[str]] = {}
     for rule in role["rules"]:
-        assert "resourceNames" not in rule and "nonResourceURLs" not in rule
+        assert "nonResourceURLs" not in rule
+        assert named or "resourceNames" not in rule
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 assert "*" not in group and "*" not in resource and "*" not in rule["verbs"], rule
-                assert (group, resource) not in out, f"{group}/{resource} granted twice"
-                out[(group, resource)] = set(rule["verbs"])
+                assert not out.get((group, resource), set()) & set(rule["verbs"]), f"{group}/{resource} granted twice"
+                out[(group, resource)] = out.get((group, resource), set()) | set(rule["verbs"])
     return out
 
 
@@ -129,13 +142,15 @@ def test_every_rendered_object_is_valid_kubernetes(helm, values):
 
 def test_optional_objects_follow_their_toggles(helm):
     kinds = lambda objs: sorted(o["kind"] for o in objs)  # noqa: E731
-    assert kinds(template(helm)) == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
-                                     "ServiceAccount"]
+    assert kinds(template(helm)) == ["ClusterRole", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget",
+                                     "Role", "RoleBinding", "Service", "ServiceAccount"]
     on = template(helm, *VALUE_SETS["everything-on"])
-    assert kinds(on) == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "PodMonitor",
-                         "PrometheusRule", "Service", "ServiceAccount", "ServiceMonitor"]
+    assert kinds(on) == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "PodDisruptionBudget",
+                         "PodMonitor", "PrometheusRule", "Role", "RoleBinding", "Service", "ServiceAccount",
+                         "ServiceMonitor"]
     none = template(helm, "--set", "rbac.create=false", "--set", "serviceAccount.create=false",
-                    "--set", "serviceAccount.name=existing", "--set", "metrics.service.enabled=false")
+                    "--set", "serviceAccount.name=existing", "--set", "metrics.service.enabled=false",
+                    "--set", "podDisruptionBudget.enabled=false")
     assert kinds(none) == ["Deployment"]
     assert none[0]["spec"]["template"]["spec"]["serviceAccountName"] == "existing"
 
@@ -152,20 +167,21 @@ def test_clusterwide_rbac_has_exactly_the_verbs_the_operator_uses(helm):
                                   "name": role["metadata"]["name"]}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
                                     "namespace": "v41flash-system"}]
-    assert not by_kind(objs, "Role")
+    assert by_kind(objs, "Role") == [leader_election_role(objs)]
 
 
 def test_namespaced_rbac_is_a_role_per_watched_namespace(helm):
     objs = template(helm, *VALUE_SETS["namespaced"])
-    roles = by_kind(objs, "Role")
+    lease_role = leader_election_role(objs)
+    roles = [r for r in by_kind(objs, "Role") if r is not lease_role]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     for role in roles:
         assert rules_of(role) == NAMESPACED_RULES
-    bindings = by_kind(objs, "RoleBinding")
+    bindings = [b for b in by_kind(objs, "RoleBinding") if b["roleRef"]["name"] != lease_role["metadata"]["name"]]
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
     for b in bindings:
         assert b["roleRef"]["kind"] == "Role" and b["subjects"][0]["namespace"] == "v41flash-system"
-    # The only cluster-scoped grant is kopf's read-only observation of CRDs and namespaces.
+    # The only cluster-scoped grant is read-only: kopf's observation of CRDs and namespaces, nodes by name.
     (observer,) = by_kind(objs, "ClusterRole")
     assert rules_of(observer) == CRD_OBSERVATION | NAMESPACE_OBSERVATION
     assert not by_kind(template(helm, *VALUE_SETS["namespaced-no-observer"]), "ClusterRole")
@@ -212,16 +228,39 @@ def test_operator_holds_every_permission_it_grants_and_creates_every_kind_it_ren
 
 # --- The operator Deployment -------------------------------------------------------------------------------
 
+def test_one_replica_without_leader_election_is_recreated_not_rolled(helm):
+    objs = template(helm, "--set", "replicaCount=1", "--set", "leaderElection.enabled=false")
+    deploy, c = _operator(objs)
+    assert deploy["spec"]["replicas"] == 1 and deploy["spec"]["strategy"] == {"type": "Recreate"}
+    assert "--no-leader-elect" in c["args"]
+    assert "affinity" not in deploy["spec"]["template"]["spec"]
+    assert not by_kind(objs, "PodDisruptionBudget")
+    assert not [r for r in by_kind(objs, "Role") if r["metadata"]["name"].endswith("-leader-election")]
+
+
 def _operator(objs: list[dict]) -> tuple[dict, dict]:
     (deploy,) = by_kind(objs, "Deployment")
     (container,) = deploy["spec"]["template"]["spec"]["containers"]
     return deploy, container
 
 
-def test_operator_deployment_is_hardened_and_single_active(helm):
-    deploy, c = _operator(template(helm))
+def test_operator_deployment_is_hardened_and_highly_available(helm):
+    objs = template(helm)
+    deploy, c = _operator(objs)
     spec, pod = deploy["spec"], deploy["spec"]["template"]["spec"]
-    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    # two replicas, one acting (the Lease); a rolling update never leaves none running
+    assert spec["replicas"] == 2
+    assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    assert "--leader-elect" in c["args"] and "--leader-election-namespace=v41flash-system" in c["args"]
+    assert {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in c["env"]} == {
+        "POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
+    (term,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == spec["selector"]["matchLabels"]
+    (pdb,) = by_kind(objs, "PodDisruptionBudget")
+    assert pdb["spec"] == {"minAvailable": 1, "selector": {"matchLabels": spec["selector"]["matchLabels"]}}
+    rb = [b for b in by_kind(objs, "RoleBinding") if b["roleRef"]["name"].endswith("-leader-election")]
+    assert rb and rb[0]["subjects"][0]["name"] == pod["serviceAccountName"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] != 0
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}

@@ -98,6 +98,13 @@ class FakeKube:
     def patch_pod_annotations(self, namespace, name, annotations):
         self.annotated.append((name, annotations))
 
+    nodes: dict = {}  # node name → Ready (absent: cannot be told)
+    node_reads: list = []
+
+    def node_ready(self, name):
+        self.node_reads.append(name)
+        return self.nodes.get(name)
+
 
 SPEC = api.V41FlashDeploymentSpec.model_validate({
     "gpu": {"product": "H200"}, "prefill": {"minReplicas": 1, "maxReplicas": 4},
@@ -300,3 +307,56 @@ def test_router_pods_are_listed_and_scraped_with_their_session_proxy(servers, mo
     Autoscaler(kube).step(BODY, SPEC)
     assert router_target("r-0", f"{_NET}.3") in seen and proxy_target("r-0", f"{_NET}.3") in seen
     assert sorted(t.role for t in seen) == ["decode", "prefill", "router", "router"]
+
+
+def on_node(p: SimpleNamespace, node: str) -> SimpleNamespace:
+    p.spec = SimpleNamespace(node_name=node)
+    return p
+
+
+def test_pods_on_a_notready_node_are_neither_serving_nor_starting_and_show_in_a_condition(servers):
+    kube = FakeKube()
+    kube.nodes, kube.node_reads = {"gpu-1": True, "gpu-2": False}, []
+    kube.pods = [on_node(pod("p-0", "prefill"), "gpu-1"), on_node(pod("d-0", "decode", ready=False), "gpu-2"),
+                 on_node(pod("d-1", "decode", ready=False), "gpu-1")]  # loading weights on a healthy node
+    scaler = Autoscaler(kube)
+    body = {**BODY, "status": {**BODY["status"], "decode": {"desiredReplicas": 2, "readyReplicas": 0, "replicas": 2}}}
+    seen = {}
+    import v41flash.controller.autoscale as autoscale_mod
+    real_plan = autoscale_mod.plan
+
+    def spy(observation, *args, **kwargs):
+        seen["obs"] = observation
+        return real_plan(observation, *args, **kwargs)
+
+    autoscale_mod.plan = spy
+    try:
+        out = scaler.step(body, SPEC)
+    finally:
+        autoscale_mod.plan = real_plan
+    rep = seen["obs"].decode.replicas
+    assert (rep.desired, rep.ready, rep.starting, rep.lost) == (2, 0, 1, 1)
+    assert sorted(kube.node_reads) == ["gpu-1", "gpu-2"]  # each node once
+    (type_, reason, msg), = [c for c in out.conditions if c[0] == "NodeNotReady"]
+    assert reason == "NodeNotReady" and msg.startswith("1 decode pod on NotReady node gpu-2: Kubernetes evicts")
+    assert ("Warning", "NodeNotReady", msg) in out.events
+    kube.nodes["gpu-2"] = True  # the node is back (or the pod was replaced): the condition goes
+    scaler._nodes.clear()
+    scaler.states["u1"] = replace(scaler.states["u1"], last_decision_time=0.0)
+    assert not [c for c in scaler.step(body, SPEC).conditions if c[0] == "NodeNotReady"]
+
+
+def test_a_node_that_cannot_be_read_is_not_reported():
+    from v41flash.controller.observation import PodView, nodes_not_ready, with_node_health
+    pods = [PodView(name="d-0", role="decode", ready=False, ip=None, node="n1")]
+    assert nodes_not_ready(with_node_health(pods, lambda n: None), ["decode"]) is None
+    assert nodes_not_ready(with_node_health(pods, lambda n: False), ["decode"]).startswith("1 decode pod on NotReady node n1")
+
+
+def test_a_ready_pod_on_a_node_that_reports_notready_is_reported_but_still_counted_ready():
+    from v41flash.controller.observation import PodView, nodes_not_ready, with_node_health
+    pods = with_node_health([PodView(name="d-0", role="decode", ready=True, ip=None, node="n1"),
+                             PodView(name="d-1", role="decode", ready=True, ip=None, node="n2")],
+                            {"n1": False, "n2": True}.get)
+    assert [p.node_not_ready for p in pods] == [True, False]
+    assert nodes_not_ready(pods, ["decode"]).startswith("1 decode pod on NotReady node n1:")

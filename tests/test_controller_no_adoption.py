@@ -65,7 +65,7 @@ def test_own_children_are_not_collisions_even_unlabelled():
     # the steady state costs no lookups: every child is listed already
     kube.calls.clear()
     out = run(kube)
-    assert out.stall is None and not [c for c in kube.calls if c[0] == "get_object"]
+    assert out.stall is None and not [c for c in kube.calls if c[0] == "read"]
 
 
 def test_a_spec_refused_in_a_child_never_reaches_apply():

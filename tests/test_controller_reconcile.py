@@ -315,7 +315,8 @@ def test_the_fake_has_the_real_signatures():
 
     from v41flash.controller.kube import Kube
 
-    for method in ("has_kind", "list_children", "get_object", "list_pods", "apply", "delete", "patch_status"):
+    for method in ("has_kind", "list_children", "list_pods", "apply", "apply_many", "read", "read_many", "delete",
+                   "patch_status"):
         assert inspect.signature(getattr(FakeKube, method)) == inspect.signature(getattr(Kube, method)), method
 
 
@@ -356,3 +357,23 @@ def test_an_engine_edit_is_served_only_once_every_engine_pod_runs_it():
     kube.settle()
     out, _ = run(kube, name, now=LATER)
     assert out.status["servingRevision"] == new and cond(out.status, "Ready")["status"] == "True"
+
+
+def test_pods_are_listed_only_while_engine_pods_of_another_revision_may_run():
+    kube, name = converged()
+    run(kube, name, now=LATER)
+    assert not [c for c in kube.calls if c[0] == "list_pods"]  # at rest: no pod list per pass
+    fresh = FakeKube()
+    pending = fresh.add_cr(example("tp4-h200-low-latency"))["metadata"]["name"]
+    run(fresh, pending)
+    fresh.settle(ready=False)  # nodes full: pods never Ready, every replica of the current template
+    fresh.calls.clear()
+    run(fresh, pending, now=LATER)
+    assert not [c for c in fresh.calls if c[0] == "list_pods"]
+    spec = kube.cr(name)["spec"]
+    spec["decode"]["maxNumSeqs"] = 48
+    kube.update_spec(name, spec)
+    kube.calls.clear()
+    out, _ = run(kube, name, now=LATER)
+    assert [c for c in kube.calls if c[0] == "list_pods"] and out.status["servingRevision"] != \
+        kube.get("Deployment", f"{name}-prefill")["metadata"]["labels"][L.REVISION_LABEL]

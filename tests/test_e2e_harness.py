@@ -206,13 +206,14 @@ def test_kwok_stages_leave_role_pods_unready(tmp_path):
             '  state:\n    running:\n      startedAt: now\n{{ end }}\nphase: Running\n')
     stage = {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage", "metadata": {"name": "pod-ready"},
              "spec": {"selector": {"matchExpressions": []}, "next": {"statusTemplate": tmpl}}}
-    for f in ("node-initialize.yaml", "node-heartbeat-with-lease.yaml", "pod-complete.yaml", "pod-delete.yaml"):
+    for f in ("node-initialize.yaml", "node-heartbeat-with-lease.yaml", "pod-complete.yaml", "pod-delete.yaml",
+              "node-not-ready.yaml"):
         (tmp_path / f).write_text(yaml.safe_dump({"kind": "Stage", "metadata": {"name": f[:-5]}}))
     (tmp_path / "pod-ready.yaml").write_text(yaml.safe_dump(stage))
     docs = list(yaml.safe_load_all(harness_kwok_stages(tmp_path)))
     by_name = {d["metadata"]["name"]: d for d in docs}
     assert set(by_name) == {"node-initialize", "node-heartbeat-with-lease", "pod-complete", "pod-delete", "pod-ready",
-                            "v41flash-pod-running-unready"}
+                            "node-not-ready", "v41flash-pod-running-unready"}
     key = '.metadata.labels["v41flash.io/role"]'
     assert by_name["pod-ready"]["spec"]["selector"]["matchExpressions"] == [{"key": key, "operator": "DoesNotExist"}]
     unready = by_name["v41flash-pod-running-unready"]

@@ -1,5 +1,6 @@
 """Every Kubernetes API call the operator makes carries a request timeout (issue 12): a hung connection
 must not hold a reconcile, and the per-deployment lock, forever."""
+from concurrent.futures import ThreadPoolExecutor
 from unittest.mock import MagicMock
 
 from v41flash.controller.kube import REQUEST_TIMEOUT, ChildRef, Kube
@@ -8,6 +9,8 @@ from v41flash.controller.kube import REQUEST_TIMEOUT, ChildRef, Kube
 def _kube():
     k = object.__new__(Kube)
     k.core, k.custom, k.dynamic = MagicMock(), MagicMock(), MagicMock()
+    k.fence = None
+    k._pool = ThreadPoolExecutor(2)
     return k
 
 
@@ -15,7 +18,7 @@ def test_every_call_has_a_request_timeout():
     k = _kube()
     res = k.dynamic.resources.get.return_value
     k.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}, "ns")
-    k.get_object("v1", "ConfigMap", "x", "ns")
+    k.read(ChildRef("v1", "ConfigMap", "x"), "ns")
     k.list_children("ns", "x", "uid")
     k.delete(ChildRef("v1", "ConfigMap", "x"), "ns")
     for call in (res.server_side_apply, res.get, res.delete):
@@ -28,3 +31,32 @@ def test_every_call_has_a_request_timeout():
     for call in (k.core.list_namespaced_pod, k.core.patch_namespaced_pod, k.core.create_namespaced_event,
                  k.custom.patch_namespaced_custom_object_status):
         assert call.call_args.kwargs["_request_timeout"] == REQUEST_TIMEOUT, call
+
+
+def test_an_event_in_a_namespace_being_deleted_is_dropped_quietly(caplog):
+    import json
+
+    from kubernetes.client.exceptions import ApiException
+    k = _kube()
+    exc = ApiException(status=403, reason="Forbidden")
+    exc.body = json.dumps({"details": {"causes": [{"reason": "NamespaceTerminating"}]}})
+    k.core.create_namespaced_event.side_effect = exc
+    obj = {"apiVersion": "v41flash.io/v1alpha1", "kind": "V41FlashDeployment",
+           "metadata": {"name": "x", "namespace": "ns", "uid": "u"}}
+    k.post_event(obj, "Normal", "Applied", "created")
+    assert "could not post event" not in caplog.text
+    k.core.create_namespaced_event.side_effect = ApiException(status=403, reason="Forbidden")  # RBAC: said
+    k.post_event(obj, "Normal", "Applied", "created")
+    assert "could not post event Applied" in caplog.text
+
+
+def test_node_readiness_is_read_from_the_watch_cache_with_a_timeout():
+    k = _kube()
+    res = k.dynamic.resources.get.return_value
+    res.get.return_value.to_dict.return_value = {"status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}}
+    assert k.node_ready("n1") is False
+    assert res.get.call_args.kwargs == {"name": "n1", "resource_version": "0", "_request_timeout": REQUEST_TIMEOUT}
+    res.get.return_value.to_dict.return_value = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    assert k.node_ready("n1") is True
+    res.get.return_value.to_dict.return_value = {"status": {}}
+    assert k.node_ready("n1") is None

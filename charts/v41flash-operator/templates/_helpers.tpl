@@ -69,13 +69,14 @@ Server-side apply is a PATCH that creates a missing object, so it needs both pat
   resources: ["v41flashdeployments/finalizers"]
   verbs: ["update"]
 # Children: server-side apply, list by label to prune, delete what is no longer desired; get: an object
-# of a child's name that is not ours is never adopted (reconcile.name_collisions).
+# of a child's name that is not ours is never adopted (reconcile.name_collisions), and a workload is read by
+# name when the watch cache is cold; the workloads are watched (their status, without reading them every pass).
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["get", "list", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: ["leaderworkerset.x-k8s.io"]
   resources: ["leaderworkersets"]
-  verbs: ["get", "list", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["services", "serviceaccounts"]
   verbs: ["get", "list", "create", "patch", "delete"]
@@ -111,6 +112,10 @@ Server-side apply is a PATCH that creates a missing object, so it needs both pat
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
   verbs: ["list", "watch"]
+# get: the planner reads the node of an engine pod that is not Ready (NodeNotReady); without it, it cannot tell
+- apiGroups: [""]
+  resources: ["nodes"]
+  verbs: ["get"]
 {{- if .Values.watchNamespaces }}
 - apiGroups: [""]
   resources: ["namespaces"]

@@ -393,12 +393,19 @@ class Toleration(Model):
             "a toleration without a key and without effect NoSchedule tolerates every taint, including "
             "node.kubernetes.io/unreachable and not-ready (NoExecute): engine pods would stay bound to dead "
             "nodes forever. Name the taint key", field_path=".key"),
+        cel("!has(self.tolerationSeconds) || self.effect == 'NoExecute'",
+            "tolerationSeconds applies only to effect NoExecute", field_path=".tolerationSeconds"),
     ))
     key: str = Field("", max_length=F.LABEL_KEY_MAX, pattern=F.LABEL_KEY.replace("^", "^$|^", 1),
                      description="Taint key ('' with operator Exists matches every taint of the effect).")
     operator: Literal["Exists", "Equal"] = Field("Exists", description="Exists or Equal.")
     value: str = Field("", max_length=F.LABEL_VALUE_MAX, pattern=F.LABEL_VALUE, description="Taint value for Equal.")
     effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] = Field("", description="Taint effect.")
+    toleration_seconds: int | None = Field(
+        None, ge=0, le=F.INT32_MAX,
+        description="With effect NoExecute: how long a pod stays bound to a node with the taint before it is "
+                    "evicted (e.g. key node.kubernetes.io/not-ready or unreachable; Kubernetes' default for those "
+                    "two is 300 s). Unset: tolerated forever (or Kubernetes' default for the two).")
 
 
 class GPUSpec(Model):

@@ -1,33 +1,110 @@
-"""`v41flash operator`: run the controller (kopf) against the cluster in KUBECONFIG or in-cluster."""
+"""`v41flash operator`: run the controller (kopf) against the cluster of --kubeconfig, else in-cluster, else
+~/.kube/config.
+
+With leader election (the default) the process first becomes leader on a coordination.k8s.io Lease and
+only then starts kopf; a standby answers /healthz and serves /metrics but reads and writes nothing else.
+A leader that cannot renew within the renew deadline re-executes itself (same PID, a fresh process
+image: every thread and connection of the old term is gone) and stands by again.
+"""
 from __future__ import annotations
 
 import argparse
 import logging
 import os
+import socket
+import sys
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+log = logging.getLogger("v41flash.operator")
+
+
+def default_identity() -> str:
+    """The pod name in a cluster (a restarted container re-takes its own Lease at once), else host + random."""
+    return os.environ.get("POD_NAME") or f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
+
+
+class _Health(BaseHTTPRequestHandler):
+    healthy = staticmethod(lambda: True)
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        ok = self.path.split("?")[0] in ("/healthz", "/readyz") and self.healthy()
+        body = b"ok\n" if ok else b"not ok\n"
+        self.send_response(200 if ok else 503)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: object) -> None:  # probes are not news
+        pass
+
+
+def _standby_health(bind: str, port: int, healthy) -> ThreadingHTTPServer | None:
+    """/healthz while standing by; handed to kopf's liveness endpoint once leading."""
+    if not port:
+        return None
+    handler = type("Health", (_Health,), {"healthy": staticmethod(healthy)})
+    server = ThreadingHTTPServer((bind, port), handler)
+    threading.Thread(target=server.serve_forever, name="standby-health", daemon=True).start()
+    return server
+
+
+def _reexec() -> None:
+    """Leadership lost: stop every thread of this term at once and start over as a candidate."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "v41flash.cli.main", *sys.argv[1:]])
 
 
 def cmd_operator(args: argparse.Namespace) -> int:
     import kopf
     from prometheus_client import start_http_server
 
-    if args.kubeconfig:
-        os.environ["KUBECONFIG"] = args.kubeconfig  # kopf's login and the kubernetes client both read it
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat.JSON if args.log_format == "json"
                    else kopf.LogFormat.FULL)
-    from ..controller import handlers  # importing registers the kopf handlers
+    if not args.verbose:  # "Handler 'track' succeeded." for every watch event is no news at 500 deployments
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    from ..controller import handlers  # importing registers the kopf handlers (and our login handler)
     from ..controller.kube import Kube, load_config
 
-    handlers._kube = Kube(load_config(args.kubeconfig))
+    api_client = load_config(args.kubeconfig)  # the path is passed, never left to $KUBECONFIG
+    handlers._kube = Kube(api_client)
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.bind_address)
-        logging.getLogger("v41flash").info("metrics on %s:%d/metrics", args.bind_address, args.metrics_port)
+        log.info("metrics on %s:%d/metrics", args.bind_address, args.metrics_port)
+    liveness = f"http://{args.bind_address}:{args.health_port}/healthz" if args.health_port else None
+
+    elector = None
+    if args.leader_elect:
+        from kubernetes import client
+
+        from ..controller.leader import LeaderElector
+        elector = LeaderElector(client.CoordinationV1Api(api_client), args.leader_election_namespace,
+                                args.leader_election_id or default_identity())
+        health = _standby_health(args.bind_address, args.health_port, lambda: True)
+        log.info("leader election: %s is a candidate for Lease %s/%s", elector.identity, elector.namespace,
+                 elector.name)
+        if not elector.acquire():
+            return 0
+        if health is not None:
+            health.shutdown()
+            health.server_close()
+        handlers.set_fence(elector.is_leading)  # our writes stop the moment the term may have ended
+        elector.keep(on_lost=_reexec)
     namespaces = args.namespace or []
-    kopf.run(
-        standalone=True,  # one active replica (the chart runs one with a Recreate strategy)
-        clusterwide=not namespaces,
-        namespaces=namespaces,
-        liveness_endpoint=f"http://{args.bind_address}:{args.health_port}/healthz" if args.health_port else None,
-    )
+    try:
+        kopf.run(
+            standalone=True,  # no kopf peering: the Lease above decides who acts
+            clusterwide=not namespaces,
+            namespaces=namespaces,
+            liveness_endpoint=liveness,
+        )
+    finally:
+        if elector is not None:
+            elector.release()  # a clean stop hands over at once instead of after the lease expires
     return 0
 
 
@@ -39,6 +116,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metrics-port", type=int, default=8080, help="Prometheus metrics port (0 = off)")
     p.add_argument("--health-port", type=int, default=8081, help="liveness endpoint port (0 = off)")
     p.add_argument("--bind-address", default="0.0.0.0", help="address for metrics and health endpoints")
+    p.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=True,
+                   help="act only while holding the Lease (run several replicas; default: on)")
+    p.add_argument("--leader-election-namespace", default=os.environ.get("POD_NAMESPACE") or "default",
+                   help="namespace of the Lease (default: $POD_NAMESPACE, else default)")
+    p.add_argument("--leader-election-id", default=None,
+                   help="this replica's identity in the Lease (default: $POD_NAME, else host name + random)")
     p.add_argument("--log-format", choices=("text", "json"), default="text", help="log format")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.set_defaults(func=cmd_operator)

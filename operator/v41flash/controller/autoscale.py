@@ -38,7 +38,8 @@ from ..vllm import args as vargs
 from ..vllm import features as vfeatures
 from .kube import Kube
 from .observation import (  # noqa: F401  (observed_slo_status: re-exported)
-    PodView, observe, observed_slo_status, owned_pod, planner_bounds, planner_slo, pod_view, scrape_targets,
+    Observed, PodView, observe, observed_slo_status, owned_pod, planner_bounds, planner_slo, pod_view, scrape_targets,
+    with_node_health,
 )
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,8 @@ class PlannerOutcome:
 
 
 CAPACITY_PENDING = "CapacityPending"  # replicas that cannot be scheduled (no free GPUs, taints, ...)
-PLANNER_CONDITIONS = (CAPACITY_PENDING,)
+NODE_NOT_READY = "NodeNotReady"  # replicas whose pods sit on NotReady nodes
+PLANNER_CONDITIONS = (CAPACITY_PENDING, NODE_NOT_READY)
 
 
 STATUS_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # RFC 3339 in UTC, as Kubernetes writes times
@@ -176,14 +178,17 @@ def planner_outcome(decision: Decision, slo_status: dict[str, Any], now: float, 
     return out
 
 
-def with_pending(out: PlannerOutcome, pending: str | None, status: Mapping[str, Any]) -> PlannerOutcome:
-    """The CapacityPending condition while pods cannot be scheduled, and a Warning when that news changes."""
-    if pending is None:
-        return out
-    out.conditions.append((CAPACITY_PENDING, "Unschedulable", pending))
-    before = next((c for c in status.get("conditions") or [] if c.get("type") == CAPACITY_PENDING), None)
-    if before is None or before.get("message") != pending:
-        out.events.append(("Warning", "Unschedulable", pending))
+def with_pending(out: PlannerOutcome, observed: Observed, status: Mapping[str, Any]) -> PlannerOutcome:
+    """The CapacityPending condition while pods cannot be scheduled, NodeNotReady while pods sit on NotReady
+    nodes, and a Warning when either news changes."""
+    for type_, reason, message in ((CAPACITY_PENDING, "Unschedulable", observed.pending),
+                                   (NODE_NOT_READY, "NodeNotReady", observed.not_ready_nodes)):
+        if message is None:
+            continue
+        out.conditions.append((type_, reason, message))
+        before = next((c for c in status.get("conditions") or [] if c.get("type") == type_), None)
+        if before is None or before.get("message") != message:
+            out.events.append(("Warning", reason, message))
     return out
 
 
@@ -214,6 +219,16 @@ class Autoscaler:
         self.states: dict[str, PlannerState] = {}  # full planner memory; status keeps the durable part
         self.metrics = planner_metrics()
         self.config = config
+        self._nodes: dict[str, tuple[float, bool | None]] = {}
+
+    NODE_TTL_S = 10.0  # a node's readiness is read at most this often, whichever deployments ask
+
+    def _node_ready(self, node: str) -> bool | None:
+        now = time.monotonic()
+        hit = self._nodes.get(node)
+        if hit is None or now - hit[0] > self.NODE_TTL_S:
+            hit = self._nodes[node] = (now, self.kube.node_ready(node))
+        return hit[1]
 
     def forget(self, uid: str, namespace: str, name: str) -> None:
         self.histories.pop(uid, None)
@@ -227,8 +242,8 @@ class Autoscaler:
         meta, status = body["metadata"], body.get("status") or {}
         ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
         resolved = resolve(spec)
-        pods = [pod_view(p) for sel in (L.serving_pods_selector(name), L.router_pods_selector(name))
-                for p in self.kube.list_pods(ns, L.label_selector(sel))]
+        pods = with_node_health([pod_view(p) for sel in (L.serving_pods_selector(name), L.router_pods_selector(name))
+                                 for p in self.kube.list_pods(ns, L.label_selector(sel))], self._node_ready)
         # scrape only pods our workloads made: labels alone can be copied onto any pod (observation.owned_pod)
         targets = scrape_targets([p for p in pods if owned_pod(p, name)], session_proxy=uses_session_proxy(spec))
         t0 = time.monotonic()
@@ -248,7 +263,7 @@ class Autoscaler:
         state = known or PlannerState.from_dict(status.get("plannerState"))
         if profile is None:
             self.states[uid] = replace(state, last_decision_time=now)
-            return with_pending(no_profile_outcome(spec, observed.slo_status, previous, now), observed.pending, status)
+            return with_pending(no_profile_outcome(spec, observed.slo_status, previous, now), observed, status)
 
         slo = planner_slo(spec)
         config = self.config or PlannerConfig.for_spec(spec.autoscaling.interval_seconds,
@@ -263,7 +278,7 @@ class Autoscaler:
         self.states[uid] = decision.state
         self.metrics.record_decision(ns, name, decision, advisory=advisory)
         return with_pending(planner_outcome(decision, observed.slo_status, now, previous, advisory),
-                            observed.pending, status)
+                            observed, status)
 
     def _annotate(self, ns: str, annotations: list[tuple[str, dict[str, str | None]]]) -> None:
         """Deletion costs are a preference: a scale-down goes ahead without them (the ReplicaSet picks)."""

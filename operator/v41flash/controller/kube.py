@@ -4,8 +4,11 @@ Everything else in the controller is pure and takes what this module reads.
 """
 from __future__ import annotations
 
+import json
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cached_property
 from datetime import datetime, timezone
 from typing import Any
 
@@ -13,6 +16,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
+from prometheus_client import Counter
 
 from ..api import v1alpha1 as api
 from ..render import labels as L
@@ -39,6 +43,10 @@ CHILD_KINDS: tuple[tuple[str, str], ...] = (
 )
 
 
+class NotLeader(Exception):
+    """This replica's leadership term may have ended: it writes nothing until it leads again."""
+
+
 class KindNotInstalled(Exception):
     """The cluster lacks a kind the deployment needs (e.g. the LeaderWorkerSet CRD)."""
 
@@ -54,23 +62,59 @@ class ChildRef:
         return cls(obj["apiVersion"], obj["kind"], obj["metadata"]["name"])
 
 
+# Every call to the apiserver has a deadline (connect, read seconds): a hung connection fails the pass, which
+# is retried, instead of holding a worker forever. Watches are kopf's and have their own timeouts.
+REQUEST_TIMEOUT: tuple[float, float] = (5.0, 30.0)
+CONNECTION_POOL = 64  # concurrent applies across deployments share these connections
+APPLY_WORKERS = 32  # one pool for every deployment's child applies: bounded however many reconcile at once
+
+
+API_REQUESTS = Counter("v41flash_api_requests_total",
+                       "Requests to the apiserver from the operator's own client (kopf's watches not included)",
+                       ["verb"])
+
+
+class TimeoutApiClient(client.ApiClient):
+    """An ApiClient whose every request carries REQUEST_TIMEOUT unless the caller passes its own."""
+
+    def call_api(self, method: str, *args: Any, _request_timeout: Any = None, **kwargs: Any):  # type: ignore[override]
+        API_REQUESTS.labels(method).inc()
+        return super().call_api(method, *args, _request_timeout=_request_timeout or REQUEST_TIMEOUT, **kwargs)
+
+
 def load_config(kubeconfig: str | None = None) -> client.ApiClient:
+    """A client for the given kubeconfig, else in-cluster, else ~/.kube/config (or $KUBECONFIG).
+
+    The configuration is our own object, never the library's process-wide default, and the path is
+    passed explicitly: the library reads $KUBECONFIG once at import, so setting it later does nothing.
+    """
+    cfg = client.Configuration()
     if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig)
+        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
     else:
         try:
-            config.load_incluster_config()
+            config.load_incluster_config(client_configuration=cfg)
         except config.ConfigException:
-            config.load_kube_config()
-    return client.ApiClient()
+            config.load_kube_config(client_configuration=cfg)
+    cfg.connection_pool_maxsize = CONNECTION_POOL
+    return TimeoutApiClient(cfg)
 
 
 class Kube:
     def __init__(self, api_client: client.ApiClient | None = None):
-        self.api_client = api_client or client.ApiClient()
-        self.dynamic = DynamicClient(self.api_client)
+        self.api_client = api_client or TimeoutApiClient()
+        self._pool = ThreadPoolExecutor(APPLY_WORKERS, thread_name_prefix="apply")
+        self.fence: Any = None  # () -> bool: may we write? (leader election); None = always
         self.core = client.CoreV1Api(self.api_client)
         self.custom = client.CustomObjectsApi(self.api_client)
+
+    @cached_property
+    def dynamic(self) -> DynamicClient:
+        return DynamicClient(self.api_client)  # discovery: a request, so not at construction
+
+    def _may_write(self) -> None:
+        if self.fence is not None and not self.fence():
+            raise NotLeader("not the leader (or the Lease could not be renewed in time): not writing")
 
     def _resource(self, api_version: str, kind: str):
         try:
@@ -92,39 +136,71 @@ class Kube:
     def apply(self, obj: dict[str, Any], namespace: str) -> dict[str, Any]:
         """Server-side apply under our field manager; force: the operator fully owns its children's fields."""
         res = self._resource(obj["apiVersion"], obj["kind"])
+        self._may_write()
         out = res.server_side_apply(body=obj, name=obj["metadata"]["name"], namespace=namespace,
                                     field_manager=FIELD_MANAGER, force_conflicts=True,
                                     _request_timeout=REQUEST_TIMEOUT)
         return out.to_dict()
 
-    def get_object(self, api_version: str, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
-        """One object by name, or None when there is none."""
-        try:
-            out = self._resource(api_version, kind).get(name=name, namespace=namespace,
-                                                        _request_timeout=REQUEST_TIMEOUT)
-        except NotFoundError:
-            return None
-        return out.to_dict()
+    def apply_many(self, objs: list[dict[str, Any]], namespace: str) -> list[dict[str, Any] | BaseException]:
+        """Apply objects concurrently; each result is the applied object or the exception it raised."""
+        def one(obj: dict[str, Any]) -> dict[str, Any] | BaseException:
+            try:
+                return self.apply(obj, namespace)
+            except Exception as exc:  # the caller decides per object (stall, retry)
+                return exc
+        if len(objs) <= 1:
+            return [one(o) for o in objs]
+        return list(self._pool.map(one, objs))
 
     def list_children(self, namespace: str, instance: str, owner_uid: str) -> list[dict[str, Any]]:
-        """Our children of one deployment: labelled by us AND owned by this very CR (uid)."""
+        """Our children of one deployment: labelled by us AND owned by this very CR (uid); kinds listed concurrently."""
         selector = L.label_selector(L.owned_selector(instance))
-        found: list[dict[str, Any]] = []
-        for api_version, kind in CHILD_KINDS:
+
+        def of_kind(kind_ref: tuple[str, str]) -> list[dict[str, Any]]:
+            api_version, kind = kind_ref
             try:
                 res = self._resource(api_version, kind)
             except KindNotInstalled:
-                continue
+                return []
+            out = []
             items = res.get(namespace=namespace, label_selector=selector, _request_timeout=REQUEST_TIMEOUT)
             for item in items.to_dict().get("items", []):
                 owners = item["metadata"].get("ownerReferences") or []
                 if any(o.get("uid") == owner_uid for o in owners):
                     item.setdefault("apiVersion", api_version)
                     item.setdefault("kind", kind)
-                    found.append(item)
-        return found
+                    out.append(item)
+            return out
+        return [item for items in self._pool.map(of_kind, CHILD_KINDS) for item in items]
+
+    def read(self, ref: ChildRef, namespace: str, cached: bool = False) -> dict[str, Any] | None:
+        """One object by name, None when absent or its kind is not served. cached: from the apiserver's watch
+        cache (resourceVersion=0: no etcd read, possibly a moment old) — for checks that tolerate that."""
+        try:
+            out = self._resource(ref.api_version, ref.kind).get(
+                name=ref.name, namespace=namespace, resource_version="0" if cached else None,
+                _request_timeout=REQUEST_TIMEOUT).to_dict()
+        except (NotFoundError, KindNotInstalled):
+            return None
+        out.setdefault("apiVersion", ref.api_version)
+        out.setdefault("kind", ref.kind)
+        return out
+
+    def read_many(self, refs: list[ChildRef], namespace: str, cached: bool = False
+                  ) -> list[dict[str, Any] | None | BaseException]:
+        """read() of each ref concurrently; each result is the object, None (absent) or the exception raised."""
+        def one(ref: ChildRef) -> dict[str, Any] | None | BaseException:
+            try:
+                return self.read(ref, namespace, cached)
+            except Exception as exc:  # the caller decides
+                return exc
+        if len(refs) <= 1:
+            return [one(r) for r in refs]
+        return list(self._pool.map(one, refs))
 
     def delete(self, ref: ChildRef, namespace: str) -> None:
+        self._may_write()
         try:
             self._resource(ref.api_version, ref.kind).delete(
                 name=ref.name, namespace=namespace, body={"propagationPolicy": "Background"},
@@ -136,19 +212,42 @@ class Kube:
         return self.core.list_namespaced_pod(namespace, label_selector=selector,
                                              _request_timeout=REQUEST_TIMEOUT).items
 
+    def node_ready(self, name: str) -> bool | None:
+        """Whether a node's Ready condition is True; None when it cannot be told (absent, not allowed to read).
+        Read from the apiserver's watch cache (resourceVersion=0): no etcd read."""
+        try:
+            node = self._resource("v1", "Node").get(name=name, resource_version="0",
+                                                     _request_timeout=REQUEST_TIMEOUT).to_dict()
+        except (NotFoundError, KindNotInstalled):
+            return None
+        except ApiException as exc:
+            if exc.status == 403:
+                return None
+            raise
+        ready = next((c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), None)
+        return None if ready is None else ready.get("status") == "True"
+
     def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
+        self._may_write()
         self.core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": annotations}},
                                        _request_timeout=REQUEST_TIMEOUT)
 
-    def patch_status(self, namespace: str, name: str, status: dict[str, Any], resource_version: str) -> None:
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any], resource_version: str
+                     ) -> dict[str, Any]:
         """Replace the status with an optimistic lock: a stale view fails the `test` op (422/409) and the next
-        pass retries from a fresh read."""
+        pass retries from a fresh read. Returns the object as written."""
+        self._may_write()
         body = [{"op": "test", "path": "/metadata/resourceVersion", "value": resource_version},
                 {"op": "add", "path": "/status", "value": status}]
-        self.custom.patch_namespaced_custom_object_status(api.GROUP, api.VERSION, namespace, api.PLURAL, name, body,
-                                                          _content_type="application/json-patch+json",
-                                                          _request_timeout=REQUEST_TIMEOUT)
+        return self.custom.patch_namespaced_custom_object_status(api.GROUP, api.VERSION, namespace, api.PLURAL, name, body,
+                                                                 _content_type="application/json-patch+json",
+                                                                 _request_timeout=REQUEST_TIMEOUT)
 
+
+    def post_event_soon(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        """post_event on the pool: the pass does not wait for it (best effort either way)."""
+        self._may_write()
+        self._pool.submit(self.post_event, obj, type_, reason, message)
 
     def post_event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
         """A core/v1 Event about obj (written directly: works from any thread, unlike kopf.event)."""
@@ -164,9 +263,24 @@ class Kube:
             source=client.V1EventSource(component=FIELD_MANAGER), reporting_component=FIELD_MANAGER,
             reporting_instance=FIELD_MANAGER)
         try:
+            self._may_write()
             self.core.create_namespaced_event(meta["namespace"], event, _request_timeout=REQUEST_TIMEOUT)
+        except NotLeader:
+            return
         except ApiException as exc:  # an Event is best effort: never fail a reconcile over it
+            if namespace_terminating(exc):  # the namespace goes, and its Events with it
+                return
             log.warning("could not post event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], exc.reason)
+
+
+def namespace_terminating(exc: ApiException) -> bool:
+    if exc.status != 403:
+        return False
+    try:
+        causes = (json.loads(exc.body or "{}").get("details") or {}).get("causes") or []
+    except (ValueError, AttributeError):
+        return False
+    return any(c.get("reason") == "NamespaceTerminating" for c in causes)
 
 
 def is_conflict(exc: Exception) -> bool:

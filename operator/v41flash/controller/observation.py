@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..api import v1alpha1 as api
@@ -36,6 +36,8 @@ class PodView:
     ready_since: float | None = None  # unix seconds of the Ready condition's last transition (Ready pods)
     unschedulable: str | None = None  # the scheduler's message while PodScheduled=False (Unschedulable)
     controller: tuple[str, str] | None = None  # (kind, name) of the controller ownerReference, if any
+    node: str | None = None  # spec.nodeName once scheduled
+    node_not_ready: bool = False  # its node's Ready condition is not True (set by the caller, who reads nodes)
 
 
 def pod_view(pod: Any) -> PodView:
@@ -62,7 +64,39 @@ def pod_view(pod: Any) -> PodView:
         unschedulable=(getattr(stuck, "message", "") or "no reason given") if stuck is not None else None,
         controller=next(((r.kind, r.name) for r in (getattr(meta, "owner_references", None) or [])
                          if getattr(r, "controller", False)), None),
+        node=getattr(pod.spec, "node_name", None) if getattr(pod, "spec", None) is not None else None,
     )
+
+
+def with_node_health(pods: Sequence[PodView], node_ready: Callable[[str], bool | None]) -> list[PodView]:
+    """Mark the pods (not being deleted) on a node whose Ready condition is not True, one lookup per node. A
+    kubelet that died leaves its pods NotReady; a kubelet that reports its node NotReady can leave them
+    Ready: either way they are about to be evicted, and a NotReady one serves nothing meanwhile."""
+    verdict: dict[str, bool | None] = {}
+    out = []
+    for p in pods:
+        if p.node and not p.deleting:
+            if p.node not in verdict:
+                verdict[p.node] = node_ready(p.node)
+            if verdict[p.node] is False:
+                p = replace(p, node_not_ready=True)
+        out.append(p)
+    return out
+
+
+def nodes_not_ready(pods: Sequence[PodView], roles: Sequence[str]) -> str | None:
+    """'1 decode pod on a NotReady node (kwok-node-2): evicted and replaced once its toleration ends' or None."""
+    parts = []
+    for role in roles:
+        stuck = [p for p in pods if p.role == role and p.node_not_ready and not p.deleting]
+        if stuck:
+            nodes = ", ".join(sorted({p.node for p in stuck if p.node}))
+            parts.append(f"{len(stuck)} {role} pod{'s' if len(stuck) != 1 else ''} on NotReady node"
+                         f"{'s' if ',' in nodes else ''} {nodes}")
+    if not parts:
+        return None
+    return "; ".join(parts) + ": Kubernetes evicts them when their not-ready/unreachable toleration ends and the " \
+                              "workload replaces them on the remaining capacity"
 
 
 _INSUFFICIENT = re.compile(r"Insufficient ([\w/-]+(?:\.[\w/-]+)*)")  # a resource name, not the sentence's dot
@@ -173,6 +207,7 @@ class Observed:
     observation: Observation  # the planner's input
     slo_status: dict[str, Any]  # status.slo
     pending: str | None = None  # pods no node can take, for the CapacityPending condition
+    not_ready_nodes: str | None = None  # pods on NotReady nodes, for the NodeNotReady condition
 
 
 def observe(spec: api.V41FlashDeploymentSpec, resolved: Resolved, pods: Sequence[PodView], history: SnapshotHistory,
@@ -198,14 +233,17 @@ def observe(spec: api.V41FlashDeploymentSpec, resolved: Resolved, pods: Sequence
         # pods no node can take are not capacity on its way (a multi-node replica needs all its pods)
         stuck = [p for p in role_pods if p.unschedulable]
         unschedulable = math.ceil(len(stuck) / max(1, resolved.roles[role].nodes_per_replica))
-        starting = [p for p in role_pods if not p.ready and not p.unschedulable]
+        # pods not Ready on a NotReady node serve nothing and are not on their way either
+        lost = math.ceil(len([p for p in role_pods if p.node_not_ready and not p.ready])
+                         / max(1, resolved.roles[role].nodes_per_replica))
+        starting = [p for p in role_pods if not p.ready and not p.unschedulable and not p.node_not_ready]
         created = [p.created for p in starting if p.created is not None]
         desired = rs.get("desiredReplicas") or getattr(spec, role).min_replicas
         return RoleObservation(
             replicas=RoleReplicas(desired=desired, ready=rs.get("readyReplicas", len(ready[role])),
-                                  starting=max(0, desired - rs.get("readyReplicas", 0) - unschedulable),
+                                  starting=max(0, desired - rs.get("readyReplicas", 0) - unschedulable - lost),
                                   starting_for_s=tuple(max(0.0, now - c) for c in created),
-                                  unschedulable=unschedulable),
+                                  unschedulable=unschedulable, lost=lost),
             window=windows.get(role),
             rolling_out=rs.get("replicas", 0) > desired,
             cold_start_s=measured_cold_start(role_pods))
@@ -217,7 +255,8 @@ def observe(spec: api.V41FlashDeploymentSpec, resolved: Resolved, pods: Sequence
     slo_status.update(throughput_status(windows, {r: len(ready[r]) for r in ROLES},
                                         {r: resolved.roles[r].gpus_per_replica for r in ROLES},
                                         spec.autoscaling.cost_per_gpu_hour))
-    return Observed(observation=observation, slo_status=slo_status, pending=capacity_pending(live, enabled))
+    return Observed(observation=observation, slo_status=slo_status, pending=capacity_pending(live, enabled),
+                    not_ready_nodes=nodes_not_ready(live, enabled))
 
 
 def planner_bounds(spec: api.V41FlashDeploymentSpec) -> Bounds:

@@ -25,8 +25,8 @@ from ..render.resolve import DEPLOYMENT, LEADER_WORKER_SET, resolve
 from ..render.router import service_address
 from ..roles import ROLES
 from .autoscale import PLANNER_CONDITIONS, PlannerOutcome, iso_time
-from .kube import ChildRef, Kube, KindNotInstalled, is_conflict
-from .status import Stall, WorkloadState, _condition, compute_status, workload_state
+from .kube import ChildRef, Kube, KindNotInstalled, is_conflict, namespace_terminating
+from .status import Stall, WorkloadState, _condition, compute_status, may_run_older_pods, workload_state
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +69,69 @@ class Outcome:
     applied: list[str] = field(default_factory=list)  # objects created or changed by this pass
     pruned: list[str] = field(default_factory=list)
     stall: Stall | None = None
+    capacity: bool = False  # the cluster refused an object for capacity: retry later, with backoff
+    conflict: bool = False  # the status changed under us: the caller re-reads and passes again
+    body: dict[str, Any] | None = None  # the CR as our status write returned it
+    desired: frozenset[ChildRef] = frozenset()  # what this spec renders (prune needs a list only when it moves)
+
+
+@dataclass(frozen=True)
+class Pass:
+    """What one pass does besides computing status. The default is everything (create/update/resume).
+
+    apply=False observes only: the workloads come from `workloads` (a watch cache) or are read by name.
+    prune=False skips listing what exists, for passes where nothing undesired can be there (a new CR);
+    a set of refs lists only when the desired set differs from it (the set a previous pass pruned against).
+    """
+    apply: bool = True
+    prune: bool | frozenset[ChildRef] = True
+    workloads: Callable[[str, str], dict[ChildRef, dict[str, Any]]] | None = None  # (namespace, uid) → live
+
+
+FULL = Pass()
+
+# Validating and rendering cost ~25 ms of CPU; a spec at one generation renders the same objects for the
+# same replicas, so the periodic pass reuses the last result per deployment (uid).
+_prepared: dict[str, tuple[tuple, tuple]] = {}
+# resourceVersion of each child as our last apply left it: a pass that did not list can still tell a
+# no-op apply (same version) from a change (an Event and a log line only for the latter).
+_applied_rv: dict[str, dict[ChildRef, str]] = {}
+
+
+def forget(uid: str) -> None:
+    _prepared.pop(uid, None)
+    _applied_rv.pop(uid, None)
+
+
+def _prepare(body: dict[str, Any], previous: dict[str, Any], planned: dict[str, int] | None
+             ) -> tuple[list, api.V41FlashDeployment | None, list[dict[str, Any]], Stall | None]:
+    """(problems, the model, the rendered children, a render failure) — cached per uid for an unchanged key."""
+    meta = body["metadata"]
+    replicas_key = tuple(sorted((planned or {}).items())) + tuple(
+        (role, (previous.get(role) or {}).get("desiredReplicas")) for role in ROLES)
+    key = (meta.get("generation"), meta.get("resourceVersion") if meta.get("generation") is None else None,
+           replicas_key, json.dumps(body.get("spec") or {}, sort_keys=True, default=str))
+    hit = _prepared.get(meta["uid"])
+    if hit is not None and hit[0] == key:
+        return hit[1]  # type: ignore[return-value]
+    doc = {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": meta, "spec": body.get("spec") or {}}
+    problems = validate(doc, extra_checks=operator_checks())
+    obj = api.V41FlashDeployment.model_validate(doc) if not problems else None
+    desired_objs: list[dict[str, Any]] = []
+    render_stall: Stall | None = None
+    if obj is not None:
+        replicas = desired_replicas(obj.spec, previous, planned)
+        owner = {"apiVersion": api.API_VERSION, "kind": api.KIND, "name": meta["name"], "uid": meta["uid"]}
+        try:
+            desired_objs = render(obj, replicas=replicas, owner=owner,
+                                  operator_namespace=os.environ.get("POD_NAMESPACE") or None)
+        except Exception as exc:  # noqa: BLE001 - validate renders too; this is the net under it
+            log.exception("render of %s/%s failed", meta["namespace"], meta["name"])
+            render_stall = Stall("RenderFailed", f"spec: the operator cannot render it: "
+                                                 f"{type(exc).__name__}: {str(exc)[:300]}")
+    result = (problems, obj, desired_objs, render_stall)
+    _prepared[meta["uid"]] = (key, result)
+    return result
 
 
 def _stall_for_problems(problems: list) -> Stall:
@@ -79,38 +142,32 @@ def _label(obj: dict[str, Any]) -> str:
     return f"{obj['kind']}/{obj['metadata']['name']}"
 
 
+WORKLOAD_KINDS = (DEPLOYMENT, LEADER_WORKER_SET)
+
+
 def reconcile(kube: Kube, body: dict[str, Any], emit: Emit, *, now: str | None = None,
-              planner: PlannerOutcome | None = None) -> Outcome:
+              planner: PlannerOutcome | None = None, how: Pass = FULL) -> Outcome:
     now = now or now_iso()
     meta = body["metadata"]
     name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
     generation = meta.get("generation", 1)
     previous = dict(body.get("status") or {})
 
-    existing = kube.list_children(namespace, name, uid)
-    live = {ChildRef.of(o): o for o in existing}
-
     stall: Stall | None = None
+    capacity = False
     applied: list[str] = []
     pruned: list[str] = []
-    desired_objs: list[dict[str, Any]] = []
-    doc = {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": meta, "spec": body.get("spec") or {}}
-    problems = validate(doc, extra_checks=operator_checks())
-    obj = api.V41FlashDeployment.model_validate(doc) if not problems else None
+    problems, obj, desired_objs, render_stall = _prepare(body, previous, planner.desired if planner else None)
+    want = frozenset(ChildRef.of(o) for o in desired_objs)
+    prune = how.apply and (how.prune if isinstance(how.prune, bool) else want != how.prune)
+    live: dict[ChildRef, dict[str, Any]] = {}
+    if prune:
+        live = {ChildRef.of(o): o for o in kube.list_children(namespace, name, uid)}
 
     if problems:
         stall = _stall_for_problems(problems)
     else:
-        assert obj is not None
-        replicas = desired_replicas(obj.spec, previous, planner.desired if planner else None)
-        owner = {"apiVersion": api.API_VERSION, "kind": api.KIND, "name": name, "uid": uid}
-        try:
-            desired_objs = render(obj, replicas=replicas, owner=owner,
-                                  operator_namespace=os.environ.get("POD_NAMESPACE") or None)
-        except Exception as exc:  # noqa: BLE001 - validate renders too; this is the net under it
-            log.exception("render of %s/%s failed", namespace, name)
-            desired_objs, stall = [], Stall("RenderFailed", f"spec: the operator cannot render it: "
-                                                           f"{type(exc).__name__}: {str(exc)[:300]}")
+        stall = render_stall
         missing = sorted({f"{o['kind']}.{o['apiVersion']}" for o in desired_objs
                           if not kube.has_kind(o["apiVersion"], o["kind"])})
         if stall is not None:
@@ -118,20 +175,27 @@ def reconcile(kube: Kube, body: dict[str, Any], emit: Emit, *, now: str | None =
         elif missing:
             stall = Stall("KindNotInstalled", f"the cluster does not serve {', '.join(missing)}: install it "
                                               f"(e.g. the LeaderWorkerSet controller for multi-node replicas)")
-        else:
-            stall = (name_collisions(kube, namespace, uid, desired_objs, live)
-                     or _apply_all(kube, namespace, desired_objs, live, applied))
+        elif how.apply:
+            known = _applied_rv.setdefault(uid, {})
+            stall = name_collisions(kube, namespace, uid, desired_objs, live, known)
             if stall is None:
-                want = {ChildRef.of(o) for o in desired_objs}
+                stall, capacity = _apply_all(kube, namespace, desired_objs, live, applied, known)
+            if stall is None and prune:
                 for ref in [r for r in live if r not in want]:
                     kube.delete(ref, namespace)
+                    _applied_rv.get(uid, {}).pop(ref, None)
                     pruned.append(f"{ref.kind}/{ref.name}")
                     del live[ref]
+    if not how.apply or (problems and not prune):  # observe: workloads as they run
+        cached = how.workloads(namespace, uid) if how.workloads else {}
+        live.update(cached)
+        # one the watch has not delivered yet is read, not reported missing (no status flapping)
+        live.update(_read_workloads(kube, namespace, frozenset(r for r in want if r not in cached)))
 
     revision = revision_of(desired_objs) if stall is None else None
-    pod_revisions = _pod_revisions(kube, namespace, name) if revision else None
-    status = _status(obj, body, live, previous, stall, generation, now, planner, revision, pod_revisions)
-    outcome = Outcome(status=status, applied=applied, pruned=pruned, stall=stall)
+    status = _status(obj, body, live, previous, stall, generation, now, planner, revision,
+                     lambda: _pod_revisions(kube, namespace, name))
+    outcome = Outcome(status=status, applied=applied, pruned=pruned, stall=stall, capacity=capacity, desired=want)
     if applied:
         emit("Normal", "Applied", "created or updated " + ", ".join(applied))
     if pruned:
@@ -142,18 +206,56 @@ def reconcile(kube: Kube, body: dict[str, Any], emit: Emit, *, now: str | None =
         emit(*event)
     if status != previous:
         try:
-            kube.patch_status(namespace, name, status, meta["resourceVersion"])
+            outcome.body = kube.patch_status(namespace, name, status, meta["resourceVersion"])
             outcome.status_written = True
         except ApiException as exc:
             if not is_conflict(exc):
                 raise
-            log.info("status of %s/%s changed under us; the next pass writes it", namespace, name)
+            outcome.conflict = True
+            log.info("status of %s/%s changed under us; passing again from a fresh read", namespace, name)
     return outcome
+
+
+def _read_workloads(kube: Kube, namespace: str, want: frozenset[ChildRef]) -> dict[ChildRef, dict[str, Any]]:
+    out = {}
+    for ref in want:
+        if ref.kind in WORKLOAD_KINDS and (obj := kube.read(ref, namespace)) is not None:
+            out[ref] = obj
+    return out
 
 
 def _was_stalled_same(previous: dict[str, Any], stall: Stall) -> bool:
     return any(c.get("type") == "Stalled" and c.get("status") == "True" and c.get("message") == stall.message
                for c in previous.get("conditions") or [])
+
+
+# What the apiserver says when the cluster has no room for an object (not a problem of the spec):
+# a full Service IP or NodePort range, an exhausted ResourceQuota.
+_CAPACITY_SIGNS = ("range is full", "exceeded quota", "insufficient quota", "no available", "too many")
+
+
+def capacity_refusal(exc: ApiException) -> bool:
+    text = f"{exc.reason} {_api_message(exc)}".lower()
+    return exc.status in (403, 409, 422, 500, 507) and any(sign in text for sign in _CAPACITY_SIGNS)
+
+
+# Objects others refer to (ServiceAccount, Role, ConfigMap...) go first; then the workloads and the
+# RoleBindings. A RoleBinding refers to its Role: the apiserver's RBAC escalation check resolves that Role
+# when the binding is written, and answers 404 for a Role not created yet to any writer that is not
+# cluster-admin (the chart's least-privilege ServiceAccount: found by the install e2e). Within a wave
+# nothing depends on anything else, so each wave is applied concurrently.
+SECOND_WAVE_KINDS = (*WORKLOAD_KINDS, "RoleBinding")
+
+
+def _waves(desired: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    first = [o for o in desired if o["kind"] not in SECOND_WAVE_KINDS]
+    second = [o for o in desired if o["kind"] in SECOND_WAVE_KINDS]
+    return [w for w in (first, second) if w]
+
+
+class NamespaceTerminating(Exception):
+    """The namespace is being deleted: the apiserver refuses new objects in it (403 NamespaceTerminating),
+    and the deployment goes with it. Not a failure to retry."""
 
 
 def _owner_text(obj: dict[str, Any]) -> str:
@@ -164,20 +266,19 @@ def _owner_text(obj: dict[str, Any]) -> str:
 
 
 def name_collisions(kube: Kube, namespace: str, uid: str, desired: list[dict[str, Any]],
-                    live: dict[ChildRef, dict[str, Any]]) -> Stall | None:
+                    live: dict[ChildRef, dict[str, Any]], known: dict[ChildRef, str]) -> Stall | None:
     """An existing object with a child's name that this deployment does not own (no ownerReference to its
     uid) is someone else's: never adopt it. Server-side apply with force would overwrite it and the
     ownerReference would have garbage collection delete it with the CR. Checked before anything is applied;
-    children already listed as ours cost no call."""
+    children listed as ours or applied by us before (known) cost no call, the rest are read concurrently
+    from the apiserver's watch cache (no etcd read per child of a new deployment)."""
+    unknown = [ChildRef.of(o) for o in desired if ChildRef.of(o) not in live and ChildRef.of(o) not in known]
     taken = []
-    for obj in desired:
-        ref = ChildRef.of(obj)
-        if ref in live:
-            continue
-        try:
-            existing = kube.get_object(ref.api_version, ref.kind, ref.name, namespace)
-        except KindNotInstalled as exc:  # uninstalled since discovery: nothing applied yet
-            return Stall("KindNotInstalled", str(exc))
+    for ref, existing in zip(unknown, kube.read_many(unknown, namespace, cached=True)):
+        if isinstance(existing, KindNotInstalled):  # uninstalled since discovery: nothing applied yet
+            return Stall("KindNotInstalled", str(existing))
+        if isinstance(existing, BaseException):
+            raise existing
         if existing is None:
             continue
         owners = existing.get("metadata", {}).get("ownerReferences") or []
@@ -192,22 +293,36 @@ def name_collisions(kube: Kube, namespace: str, uid: str, desired: list[dict[str
 
 
 def _apply_all(kube: Kube, namespace: str, desired: list[dict[str, Any]], live: dict[ChildRef, dict[str, Any]],
-               applied: list[str]) -> Stall | None:
-    for obj in desired:
-        ref = ChildRef.of(obj)
-        before = (live.get(ref) or {}).get("metadata", {}).get("resourceVersion")
-        try:
-            after = kube.apply(obj, namespace)
-        except KindNotInstalled as exc:
-            return Stall("KindNotInstalled", str(exc))
-        except ApiException as exc:
-            if exc.status in (400, 422):  # the apiserver refuses what we rendered: permanent until the spec changes
-                return Stall("ApplyRejected", f"{_label(obj)}: {exc.reason}: {_api_message(exc)}")
-            raise
-        live[ref] = after
-        if after.get("metadata", {}).get("resourceVersion") != before:
-            applied.append(_label(obj))
-    return None
+               applied: list[str], versions: dict[ChildRef, str]) -> tuple[Stall | None, bool]:
+    """(stall, refused-for-capacity). An error that is neither a stall nor capacity is raised (retried)."""
+    for wave in _waves(desired):
+        results = kube.apply_many(wave, namespace)
+        for obj, after in zip(wave, results):
+            if isinstance(after, BaseException):
+                continue
+            ref = ChildRef.of(obj)
+            before = (live.get(ref) or {}).get("metadata", {}).get("resourceVersion") or versions.get(ref)
+            live[ref] = after
+            versions[ref] = after.get("metadata", {}).get("resourceVersion")
+            if versions[ref] != before:
+                applied.append(_label(obj))
+        for obj, exc in zip(wave, results):
+            if not isinstance(exc, BaseException):
+                continue
+            if isinstance(exc, KindNotInstalled):
+                return Stall("KindNotInstalled", str(exc)), False
+            if isinstance(exc, ApiException) and namespace_terminating(exc):
+                raise NamespaceTerminating(f"namespace {namespace} is being deleted") from None
+            if isinstance(exc, ApiException) and capacity_refusal(exc):
+                return Stall("CapacityExhausted", f"the cluster refused {_label(obj)} for capacity: "
+                                                  f"{_api_message(exc) or exc.reason}; retrying with backoff"), True
+            if isinstance(exc, ApiException) and exc.status in (400, 422):
+                # the apiserver refuses what we rendered: permanent until the spec changes
+                return Stall("ApplyRejected", f"{_label(obj)}: {exc.reason}: {_api_message(exc)}"), False
+        for exc in results:
+            if isinstance(exc, BaseException):
+                raise exc
+    return None, False
 
 
 def _api_message(exc: ApiException) -> str:
@@ -233,7 +348,10 @@ def _pod_revisions(kube: Kube, namespace: str, name: str) -> dict[str, tuple[int
 def _status(obj: api.V41FlashDeployment | None, body: dict[str, Any], live: dict[ChildRef, dict[str, Any]],
             previous: dict[str, Any], stall: Stall | None, generation: int, now: str,
             planner: PlannerOutcome | None, revision: str | None = None,
-            pod_revisions: dict[str, int] | None = None) -> dict[str, Any]:
+            pod_revisions: Callable[[], dict[str, tuple[int, int]]] | None = None) -> dict[str, Any]:
+    """pod_revisions is called (one pod list) only while engine pods of another revision may be live: the
+    serving revision is another one, or a role's workload may still run pods of an older template. So a
+    deployment at rest, or one whose pods cannot be scheduled, lists no pods on its periodic passes."""
     name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
     by_name = {ref.name: o for ref, o in live.items() if ref.kind in (DEPLOYMENT, LEADER_WORKER_SET)}
     workloads = {role: workload_state(by_name.get(L.child_name(name, role))) for role in ROLES}
@@ -250,11 +368,16 @@ def _status(obj: api.V41FlashDeployment | None, body: dict[str, Any], live: dict
         desired = {role: workloads[role].spec_replicas for role in ROLES}
         gpus = {role: _gpus_per_replica(previous.get(role) or {}) for role in ROLES}
         router_desired = router.spec_replicas or 0
+    pods = None
+    if revision is not None and pod_revisions is not None and (
+            previous.get("servingRevision") not in (None, revision)
+            or any(may_run_older_pods(workloads[role]) for role in ROLES if enabled.get(role))):
+        pods = pod_revisions()
     status = compute_status(
         generation=generation, enabled=enabled, desired=desired, workloads=workloads, router=router,
         router_desired=router_desired, gpus_per_replica=gpus,
         router_service=service_address(name, namespace), stall=stall, previous=previous, now=now,
-        revision=revision, pod_revisions=pod_revisions)
+        revision=revision, pod_revisions=pods)
     if planner is not None and stall is None:
         status.update(planner.status)
     status["conditions"] = _planner_conditions(status["conditions"], previous, planner if stall is None else None,

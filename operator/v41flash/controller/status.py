@@ -38,6 +38,12 @@ def workload_state(obj: dict[str, Any] | None) -> WorkloadState:
     )
 
 
+def may_run_older_pods(w: WorkloadState) -> bool:
+    """Whether the workload may still run pods of an older template (its controller has not seen the latest
+    spec, or not every replica is updated). A settled workload's pods are all of its current template."""
+    return w.exists and (not w.up_to_date or w.updated < w.replicas)
+
+
 @dataclass(frozen=True)
 class Stall:
     reason: str  # CamelCase, e.g. InvalidSpec

@@ -27,6 +27,9 @@ class RoleReplicas:
     # Pending because no node can take them (PodScheduled=False, Unschedulable): part of ``desired``,
     # never of ``starting`` — they are not capacity on its way
     unschedulable: int = 0
+    # on a node that is NotReady (pods not Ready there): part of ``desired``, neither ``ready`` nor
+    # ``starting`` — they serve nothing until Kubernetes evicts and the workload replaces them
+    lost: int = 0
 
 
 @dataclass(frozen=True)

@@ -582,6 +582,8 @@ def act(role: Role, observed: RoleObservation, bounds: RoleBounds, judged: RoleJ
         need_txt += f"; {headroom_note}"
     if observed.replicas.unschedulable:
         need_txt += f"; {observed.replicas.unschedulable} replica(s) unschedulable (not counted as capacity on its way)"
+    if observed.replicas.lost:
+        need_txt += f"; {observed.replicas.lost} replica(s) on NotReady nodes (not counted as capacity)"
     up_target = math.ceil(need.replicas - 1e-9)
     if not judged.breached and need.replicas <= cur * (1 + cfg.up_tolerance):
         up_target = min(up_target, cur)  # the SLO holds and the need is within noise of what runs

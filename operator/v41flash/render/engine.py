@@ -215,6 +215,8 @@ def _tolerations(spec: api.V41FlashDeploymentSpec) -> list[dict[str, Any]]:
             tol["value"] = t.value
         if t.effect:
             tol["effect"] = t.effect
+        if t.toleration_seconds is not None:
+            tol["tolerationSeconds"] = t.toleration_seconds
         out.append(tol)
     return out
 

@@ -1,0 +1,362 @@
+"""Throughput and failure handling of the controller without a cluster: which calls a pass makes (no list on
+create, concurrent waves, observe passes from the watch cache), a refused-for-capacity apply as a condition,
+and the scheduler (one stuck deployment never blocks another; backoff with one log line per step)."""
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import logging
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes.client.exceptions import ApiException
+
+from v41flash.controller import handlers
+from v41flash.controller import reconcile as rec
+from v41flash.controller.kube import ChildRef
+from v41flash.controller.reconcile import Pass, capacity_refusal, reconcile
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "manifests" / "examples" / "tp4-h200-low-latency.yaml"
+
+
+def body(uid: str = "u1", generation: int = 1) -> dict:
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["metadata"].update(namespace="ns", uid=uid, generation=generation, resourceVersion="10")
+    return doc
+
+
+def api_error(status: int, message: str) -> ApiException:
+    exc = ApiException(status=status, reason="Internal Server Error" if status == 500 else "Forbidden")
+    exc.body = json.dumps({"kind": "Status", "message": message})
+    return exc
+
+
+class FakeKube:
+    """Records calls; apply returns the object with a resourceVersion (bumped when it changed)."""
+
+    def __init__(self, refuse: dict[str, ApiException] | None = None):
+        self.calls: list[tuple] = []
+        self.store: dict[ChildRef, dict] = {}
+        self.refuse = refuse or {}
+        self.status_writes: list[dict] = []
+        self.lock = threading.Lock()
+        self.in_flight = 0
+        self.max_in_flight = 0
+
+    def has_kind(self, api_version, kind):
+        return True
+
+    def list_children(self, namespace, instance, owner_uid):
+        self.calls.append(("list",))
+        return [copy.deepcopy(o) for o in self.store.values()]
+
+    def apply_many(self, objs, namespace):
+        with self.lock:
+            self.in_flight += len(objs)
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        out = []
+        for obj in objs:
+            self.calls.append(("apply", obj["kind"], obj["metadata"]["name"]))
+            if obj["kind"] in self.refuse:
+                out.append(self.refuse[obj["kind"]])
+                continue
+            ref = ChildRef.of(obj)
+            old = self.store.get(ref)
+            changed = old is None or {k: v for k, v in old.items() if k != "metadata"} != {k: v for k, v in obj.items() if k != "metadata"}
+            rv = str(int(old["metadata"]["resourceVersion"]) + changed) if old else "1"
+            self.store[ref] = {**copy.deepcopy(obj), "metadata": {**obj["metadata"], "resourceVersion": rv}}
+            out.append(copy.deepcopy(self.store[ref]))
+        with self.lock:
+            self.in_flight -= len(objs)
+        return out
+
+    def read(self, ref, namespace):
+        self.calls.append(("get", ref.kind, ref.name))
+        return copy.deepcopy(self.store.get(ref))
+
+    def read_many(self, refs, namespace, cached=False):
+        return [self.read(ref, namespace) for ref in refs]
+
+    def list_pods(self, namespace, selector):
+        self.calls.append(("pods",))
+        return []
+
+    def delete(self, ref, namespace):
+        self.calls.append(("delete", ref.kind, ref.name))
+        self.store.pop(ref, None)
+
+    def patch_status(self, namespace, name, status, resource_version):
+        self.calls.append(("status",))
+        self.status_writes.append(status)
+        return {"metadata": {"uid": "u1", "name": name, "namespace": namespace, "resourceVersion": "11"},
+                "status": status}
+
+
+def no_events(*_):
+    pass
+
+
+@pytest.fixture(autouse=True)
+def fresh_prepare_cache():
+    rec._prepared.clear()
+    rec._applied_rv.clear()
+    yield
+    rec._prepared.clear()
+    rec._applied_rv.clear()
+
+
+def kinds(calls, verb):
+    return [c[1] for c in calls if c[0] == verb]
+
+
+def test_create_lists_nothing_and_applies_references_before_workloads():
+    kube = FakeKube()
+    out = reconcile(kube, body(), no_events, how=Pass(prune=False))
+    assert ("list",) not in kube.calls  # a new uid owns nothing: nothing to prune
+    applied = kinds(kube.calls, "apply")
+    workloads = [i for i, k in enumerate(applied) if k == "Deployment"]
+    others = [i for i, k in enumerate(applied) if k not in ("Deployment", "RoleBinding")]
+    assert workloads and others and max(others) < min(workloads)  # ServiceAccount, Role, ... first
+    assert out.status_written and out.stall is None
+    assert out.desired == frozenset(kube.store)
+
+
+def test_a_rolebinding_is_applied_after_its_role():
+    """The RBAC escalation check resolves the Role when a binding is written (404 before it exists, for any
+    writer short of cluster-admin): the binding goes in the second wave."""
+    kube = FakeKube()
+    reconcile(kube, body(), no_events, how=Pass(prune=False))
+    waves = rec._waves([{"kind": k} for k in kinds(kube.calls, "apply")])
+    first, second = ({o["kind"] for o in w} for w in waves)
+    assert "Role" in first and "ServiceAccount" in first and "RoleBinding" in second and "Role" not in second
+
+
+def test_a_namespace_being_deleted_ends_the_pass_without_a_retry():
+    terminating = ApiException(status=403, reason="Forbidden")
+    terminating.body = json.dumps({"kind": "Status", "code": 403, "reason": "Forbidden", "message": "is forbidden: "
+                                   "unable to create new content in namespace ns because it is being terminated",
+                                   "details": {"causes": [{"reason": "NamespaceTerminating"}]}})
+    with pytest.raises(rec.NamespaceTerminating):
+        reconcile(FakeKube(refuse={"Deployment": terminating}), body(), no_events, how=Pass(prune=False))
+    plain = ApiException(status=403, reason="Forbidden")
+    plain.body = json.dumps({"kind": "Status", "code": 403, "message": "forbidden: no RBAC"})
+    with pytest.raises(ApiException):  # any other refusal is a failure: retried with backoff, logged
+        reconcile(FakeKube(refuse={"Deployment": plain}), body(), no_events, how=Pass(prune=False))
+
+
+def test_an_unchanged_desired_set_is_not_listed_again_and_a_changed_one_is_pruned():
+    kube = FakeKube()
+    first = reconcile(kube, body(), no_events, how=Pass(prune=False))
+    kube.calls.clear()
+    reconcile(kube, {**body(), "status": first.status}, no_events, how=Pass(prune=first.desired))
+    assert ("list",) not in kube.calls and not kube.status_writes[1:]  # nothing changed: no list, no write
+    stray = ChildRef("v1", "ConfigMap", "left-over")
+    kube.store[stray] = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "left-over",
+                                                                               "resourceVersion": "1"}}
+    reconcile(kube, {**body(), "status": first.status}, no_events, how=Pass(prune=first.desired - {
+        next(iter(first.desired))}))
+    assert ("list",) in kube.calls and ("delete", "ConfigMap", "left-over") in kube.calls
+
+
+def test_an_observe_pass_reads_the_cache_applies_nothing_and_writes_only_a_change():
+    kube = FakeKube()
+    first = reconcile(kube, body(), no_events, how=Pass(prune=False))
+    workloads = {ref: obj for ref, obj in kube.store.items() if ref.kind == "Deployment"}
+    kube.calls.clear()
+    seen = []
+
+    def cache(namespace, uid):
+        seen.append(uid)
+        return workloads
+
+    same = reconcile(kube, {**body(), "status": first.status}, no_events, how=Pass(apply=False, workloads=cache))
+    assert seen == ["u1"] and kube.calls == []  # no API call at all
+    assert not same.status_written
+    for obj in workloads.values():  # the workload controller caught up and one replica became ready
+        obj["status"] = {"observedGeneration": 1, "replicas": 1, "readyReplicas": 1, "updatedReplicas": 1}
+    moved = reconcile(kube, {**body(), "status": first.status}, no_events, how=Pass(apply=False, workloads=cache))
+    assert kube.calls == [("status",)] and moved.status_written
+
+
+def test_a_full_service_range_becomes_a_condition_naming_it_and_nothing_after_it_is_applied():
+    message = "Internal error occurred: failed to allocate a serviceIP: range is full"
+    kube = FakeKube(refuse={"Service": api_error(500, message)})
+    events = []
+    out = reconcile(kube, body(), lambda *e: events.append(e), how=Pass(prune=False))
+    assert out.capacity and out.stall.reason == "CapacityExhausted"
+    assert "range is full" in out.stall.message and "Service/" in out.stall.message
+    stalled = next(c for c in out.status["conditions"] if c["type"] == "Stalled")
+    assert stalled["status"] == "True" and "range is full" in stalled["message"]
+    assert "Deployment" not in kinds(kube.calls, "apply")  # the workloads wait for their Services
+    assert [e[1] for e in events if e[1] != "Applied"] == ["CapacityExhausted"]
+    # the retry refused the same way: the same status (no write) and no second Event
+    events.clear()
+    kube.status_writes.clear()
+    again = reconcile(kube, {**body(), "status": out.status}, lambda *e: events.append(e), how=Pass(prune=False))
+    assert again.capacity and not kube.status_writes and events == []
+
+
+def test_capacity_signs():
+    assert capacity_refusal(api_error(500, "failed to allocate a serviceIP: range is full"))
+    assert capacity_refusal(api_error(403, 'services "x" is forbidden: exceeded quota: q, requested: services=1'))
+    assert not capacity_refusal(api_error(422, "spec.replicas: Invalid value: -1"))
+    assert not capacity_refusal(api_error(500, "etcdserver: request timed out"))
+
+
+# -- the scheduler ---------------------------------------------------------------------------------------------
+
+def test_one_stuck_deployment_never_delays_another(monkeypatch):
+    release = threading.Event()
+    other_done = threading.Event()
+
+    def fake_pass(uid, work):
+        if uid == "stuck":
+            assert release.wait(30), "the other deployment's pass never ran"
+        else:
+            other_done.set()
+            release.set()
+
+    monkeypatch.setattr(handlers, "run_pass", fake_pass)
+
+    async def main():
+        sched = handlers.Scheduler(workers=1, deadline=0.05)  # ONE worker: only the deadline frees it
+        sched.start()
+        sched.request("stuck", handlers.Work(trigger="create", full=True))
+        sched.request("other", handlers.Work(trigger="create", full=True))
+        while not other_done.is_set() or sched.running:  # both passes finished (their callbacks ran)
+            await asyncio.sleep(0.01)
+        sched.stop()
+        return sched
+
+    sched = asyncio.run(asyncio.wait_for(main(), 30))
+    assert other_done.is_set() and not sched.running
+
+
+def test_a_capacity_refusal_backs_off_with_one_line_per_step_and_skips_ticks(monkeypatch, caplog):
+    attempts = []
+
+    def refused(uid, work):
+        attempts.append(work.trigger)
+        raise handlers.CapacityRefused("the cluster refused Service/x-router for capacity: range is full")
+
+    monkeypatch.setattr(handlers, "run_pass", refused)
+    monkeypatch.setattr(handlers, "BACKOFF_SECONDS", (0.05, 0.1, 0.2))
+    monkeypatch.setitem(handlers._bodies, "u1", body())
+
+    async def main():
+        sched = handlers.Scheduler(workers=2)
+        sched.start()
+        sched.request("u1", handlers.Work(trigger="create", full=True))
+        while len(attempts) < 3:
+            await asyncio.sleep(0.01)
+        assert sched.not_before["u1"] > 0
+        sched.request("u1", handlers.Work(trigger="periodic"))  # a tick during backoff: dropped
+        assert "u1" not in sched.pending
+        sched.stop()
+        return sched
+
+    with caplog.at_level(logging.WARNING, logger=handlers.log.name):
+        sched = asyncio.run(asyncio.wait_for(main(), 30))
+    assert attempts[:3] == ["create", "retry", "retry"]
+    lines = [r for r in caplog.records if "range is full" in r.getMessage()]
+    assert len(lines) >= 2 and all(r.exc_info is None for r in lines)  # no traceback for a full cluster
+    assert [int(r.getMessage().split("retry ")[1].split()[0]) for r in lines[:3]] == [1, 2, 3][:len(lines[:3])]
+    assert sched.failures["u1"] >= 3
+
+
+def test_work_for_one_deployment_coalesces():
+    a = handlers.Work(trigger="periodic", requested=2.0)
+    b = handlers.Work(trigger="child", full=False, requested=1.0)
+    c = handlers.Work(trigger="update", full=True, prune=True)
+    merged = a.merge(b).merge(c)
+    assert merged.trigger == "child" and merged.full and merged.prune
+
+
+def test_the_child_cache_reports_only_what_status_reads():
+    cache = handlers.ChildCache()
+    dep = {"apiVersion": "apps/v1", "kind": "Deployment",
+           "metadata": {"name": "x-decode", "generation": 1, "resourceVersion": "5",
+                        "ownerReferences": [{"apiVersion": "v41flash.io/v1alpha1", "kind": "V41FlashDeployment",
+                                             "uid": "u1"}]},
+           "spec": {"replicas": 1, "template": {}}, "status": {"replicas": 1}}
+    assert cache.update("ADDED", dep) == ("u1", True)
+    assert cache.update("MODIFIED", {**dep, "metadata": {**dep["metadata"], "resourceVersion": "6"}}) == ("u1", False)
+    assert cache.update("MODIFIED", {**dep, "status": {"replicas": 1, "readyReplicas": 1}}) == ("u1", True)
+    assert cache.of("ns", "u1")[ChildRef("apps/v1", "Deployment", "x-decode")]["status"]["readyReplicas"] == 1
+    assert cache.update("DELETED", dep) == ("u1", True) and cache.of("ns", "u1") == {}
+    assert cache.update("ADDED", {**dep, "metadata": {"name": "foreign"}}) == (None, False)
+
+
+def test_a_workload_changed_by_someone_else_is_reapplied_at_once_and_our_own_change_only_observed(monkeypatch):
+    asked = []
+    monkeypatch.setattr(handlers, "_request", lambda uid, work: asked.append((uid, work.full)))
+    monkeypatch.setattr(handlers, "_children", handlers.ChildCache())
+    monkeypatch.setitem(handlers._bodies, "u1", body())
+    owner = [{"apiVersion": "v41flash.io/v1alpha1", "kind": "V41FlashDeployment", "uid": "u1"}]
+
+    def dep(generation, rv, ready=0):
+        return {"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "x-decode", "generation": generation, "resourceVersion": rv,
+                             "ownerReferences": owner},
+                "spec": {"replicas": 1}, "status": {"readyReplicas": ready}}
+    run = lambda kind, obj: asyncio.run(handlers._child_event({"type": kind}, obj))  # noqa: E731
+    run("ADDED", dep(1, "5"))
+    monkeypatch.setitem(rec._applied_rv, "u1", {ChildRef("apps/v1", "Deployment", "x-decode"): "7"})
+    run("MODIFIED", dep(2, "7"))  # our own apply (the version it returned): status only
+    run("MODIFIED", dep(2, "8", ready=1))  # the workload controller's status: status only
+    run("MODIFIED", dep(3, "9", ready=1))  # someone edited its spec: re-apply
+    run("DELETED", dep(3, "9", ready=1))
+    assert asked == [("u1", False), ("u1", False), ("u1", False), ("u1", True), ("u1", True)]
+
+
+def test_a_planner_hold_decided_on_an_older_body_keeps_the_recorded_decision(monkeypatch):
+    """The planner decides from the body at its start; if status meanwhile recorded the same decision (only
+    its time moved), the pass must not write the older record back (it did: a status write per decision)."""
+    from v41flash.controller.autoscale import PlannerOutcome
+    recorded = {"time": "2026-12-01T10:00:30Z", "action": "hold", "reason": "decode 1->1: no metrics", "decode": 1}
+    older = {**recorded, "time": "2026-12-01T10:00:00Z"}
+    seen = []
+
+    def fake_reconcile(kube, body, emit, *, planner=None, how=None, now=None):
+        seen.append(planner.status["lastDecision"])
+        return rec.Outcome(status={"conditions": []})
+    monkeypatch.setattr(handlers, "reconcile", fake_reconcile)
+    monkeypatch.setattr(handlers, "_kube", FakeKube())
+    b = body()
+    b["status"] = {"lastDecision": recorded}
+    monkeypatch.setitem(handlers._bodies, "u1", b)
+    monkeypatch.setitem(handlers._applied_generation, "u1", 1)
+    handlers.run_pass("u1", handlers.Work(trigger="planner", planner=PlannerOutcome(status={"lastDecision": older})))
+    assert seen == [recorded]
+
+
+def test_a_new_cr_goes_before_the_periodic_refreshes_already_queued(monkeypatch):
+    order = []
+    gate = threading.Event()
+
+    def fake_pass(uid, work):
+        if uid == "busy":
+            assert gate.wait(30)
+        order.append(uid)
+
+    monkeypatch.setattr(handlers, "run_pass", fake_pass)
+
+    async def main():
+        sched = handlers.Scheduler(workers=1)
+        sched.start()
+        sched.request("busy", handlers.Work(trigger="periodic"))
+        await asyncio.sleep(0.05)  # the one worker is now busy
+        for uid in ("a", "b", "c"):
+            sched.request(uid, handlers.Work(trigger="periodic"))
+        sched.request("b", handlers.Work(trigger="child"))  # merged, still background
+        sched.request("new", handlers.Work(trigger="create", full=True))
+        gate.set()
+        while len(order) < 5:
+            await asyncio.sleep(0.01)
+        sched.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+    assert order == ["busy", "new", "a", "b", "c"]
