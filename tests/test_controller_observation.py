@@ -10,6 +10,7 @@ import pytest
 from kubernetes.client import V1ObjectMeta, V1Pod, V1PodCondition, V1PodStatus
 from kubernetes.client.exceptions import ApiException
 
+from v41flash.render import labels as L
 from v41flash.api import v1alpha1 as api
 from v41flash.controller.autoscale import (
     Autoscaler, no_profile_outcome, planner_due, planner_outcome, removal_annotations,
@@ -215,7 +216,8 @@ class Cluster(Pods):
     """Two decode pods starting (nothing to scrape) and the annotation behaviour of Pods."""
 
     def list_pods(self, namespace, selector):
-        return [V1Pod(metadata=V1ObjectMeta(name=f"d-{i}", labels={"v41flash.io/role": "decode"}),
+        return [V1Pod(metadata=V1ObjectMeta(name=f"d-{i}", labels={"v41flash.io/role": "decode",
+                                                                   **L.serving_pods_selector("x")}),
                       status=V1PodStatus(conditions=[])) for i in range(2)]
 
 

@@ -360,3 +360,25 @@ def test_a_new_cr_goes_before_the_periodic_refreshes_already_queued(monkeypatch)
 
     asyncio.run(asyncio.wait_for(main(), 30))
     assert order == ["busy", "new", "a", "b", "c"]
+
+
+def test_a_holding_planner_pass_and_the_periodic_pass_share_one_prepared_render(monkeypatch):
+    """Validating and rendering is the costly part of a pass (~25 ms): a planner pass whose replicas equal what
+    status records must reuse the periodic pass's result, and vice versa (at 500 deployments, alternating
+    misses cost most of a core)."""
+    from v41flash.controller.autoscale import PlannerOutcome
+    kube = FakeKube()
+    first = reconcile(kube, body(), no_events, how=Pass(prune=False))
+    calls = []
+    real = rec.validate
+    monkeypatch.setattr(rec, "validate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    settled = {**body(), "status": first.status}
+    held = PlannerOutcome(desired={"prefill": first.status["prefill"]["desiredReplicas"],
+                                   "decode": first.status["decode"]["desiredReplicas"]})
+    for _ in range(3):
+        reconcile(kube, settled, no_events, how=Pass(apply=False))
+        reconcile(kube, settled, no_events, how=Pass(apply=False), planner=held)
+    assert len(calls) == 1  # once for the status that now records replicas, then shared
+    moved = PlannerOutcome(desired={"prefill": 2, "decode": first.status["decode"]["desiredReplicas"]})
+    reconcile(kube, settled, no_events, how=Pass(apply=False), planner=moved)
+    assert len(calls) == 2  # a new replica count renders anew

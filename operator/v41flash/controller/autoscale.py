@@ -242,8 +242,10 @@ class Autoscaler:
         meta, status = body["metadata"], body.get("status") or {}
         ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
         resolved = resolve(spec)
-        pods = with_node_health([pod_view(p) for sel in (L.serving_pods_selector(name), L.router_pods_selector(name))
-                                 for p in self.kube.list_pods(ns, L.label_selector(sel))], self._node_ready)
+        # one list for the serving engine pods and the router pods (both carry the deployment label)
+        wanted = (L.serving_pods_selector(name).items(), L.router_pods_selector(name).items())
+        pods = with_node_health([pod_view(p) for p in self.kube.list_pods(ns, L.label_selector({L.DEPLOYMENT_LABEL: name}))
+                                 if any(sel <= (p.metadata.labels or {}).items() for sel in wanted)], self._node_ready)
         # scrape only pods our workloads made: labels alone can be copied onto any pod (observation.owned_pod)
         targets = scrape_targets([p for p in pods if owned_pod(p, name)], session_proxy=uses_session_proxy(spec))
         t0 = time.monotonic()

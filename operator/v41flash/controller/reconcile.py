@@ -107,8 +107,10 @@ def _prepare(body: dict[str, Any], previous: dict[str, Any], planned: dict[str, 
              ) -> tuple[list, api.V41FlashDeployment | None, list[dict[str, Any]], Stall | None]:
     """(problems, the model, the rendered children, a render failure) — cached per uid for an unchanged key."""
     meta = body["metadata"]
-    replicas_key = tuple(sorted((planned or {}).items())) + tuple(
-        (role, (previous.get(role) or {}).get("desiredReplicas")) for role in ROLES)
+    # what desired_replicas() reads (the spec's bounds are in the spec part of the key): a planner pass that
+    # holds at what status records and the periodic pass between planner passes share one entry
+    replicas_key = tuple((role, (planned or {}).get(role, (previous.get(role) or {}).get("desiredReplicas")))
+                         for role in ROLES)
     key = (meta.get("generation"), meta.get("resourceVersion") if meta.get("generation") is None else None,
            replicas_key, json.dumps(body.get("spec") or {}, sort_keys=True, default=str))
     hit = _prepared.get(meta["uid"])
