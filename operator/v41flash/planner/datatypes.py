@@ -127,6 +127,9 @@ class PlannerConfig:
     learn_down_margin: bool = True
     down_breach_window_s: float = 300.0
     scale_up_stabilization_s: float = 0.0  # scale up only to the lowest need of this long (HPA semantics)
+    # no scale-down of a role that computes prompts when the sessions it moves (1/N) are more than the TTFT
+    # percentile's tail and one full-context re-prefill exceeds the TTFT budget (steps.moved_sessions_guard)
+    guard_moved_sessions: bool = True
 
     @classmethod
     def for_spec(cls, interval_s: float, scale_down_stabilization_s: float,

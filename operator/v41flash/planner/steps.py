@@ -413,6 +413,30 @@ def forecast(judged: RoleJudgement, demand: Demand, computes_prompts: bool, cold
 class Sizing:
     need: capacity.Need | None  # fractional replicas; None: nothing to size on (missing or stale data)
     kv_note: str = ""  # set when KV-cache memory, not compute, decided the need
+    down_guard: str = ""  # set when removing a replica would itself break the TTFT percentile (moved sessions)
+
+
+def moved_sessions_guard(role: Role, disaggregated: bool, current: int, learned: Learned, budgets: Budgets,
+                         profile: CapacityProfile, slo: Slo, config: PlannerConfig) -> str:
+    """Why removing one replica that computes prompts would break the TTFT percentile by itself ("" if it would not).
+
+    Session affinity keeps each session's prefix on one replica; removing one of N moves 1/N of the sessions,
+    and each moved session's next turn re-prefills its whole context. Those turns are ~1/N of the requests of
+    the window they fall in: when that share is above the percentile's tail (1 − p) and one full-context
+    prefill alone takes longer than prefill's TTFT budget, the window misses the SLO however much spare
+    capacity the fleet has (no queueing model sees it: the moved turns are slow, not queued).
+    """
+    if not config.guard_moved_sessions or current <= 1 or (role != "prefill" and disaggregated):
+        return ""
+    moved = min(1.0, config.max_scale_down_step / current)
+    tail = 1.0 - slo.ttft_percentile
+    isl = learned.sized.isl
+    full = profile.prefill.request_seconds(isl, 0.0) * learned.prefill_correction
+    if moved <= tail or full <= budgets.prefill_ttft_s:
+        return ""
+    return (f"a scale-down would move {moved:.0%} of the sessions (> the {_pct(slo.ttft_percentile)} tail of "
+            f"{tail:.0%}) and each re-prefills its {_fmt_k(isl)}-token context in ~{full:.1f}s "
+            f"(> the {budgets.prefill_ttft_s:.2f}s TTFT budget)")
 
 
 def size(role: Role, demand_rate: float | None, observed: RoleObservation, disaggregated: bool, learned: Learned,
@@ -451,7 +475,8 @@ def size(role: Role, demand_rate: float | None, observed: RoleObservation, disag
         if kv_need > need.replicas:
             need = capacity.Need(kv_need, need.feasible)
             kv_note = f"KV cache {kv:.0%} full ({cfg.kv_cache_target:.0%} target)"
-    return Sizing(need=need, kv_note=kv_note)
+    guard = moved_sessions_guard(role, disaggregated, observed.replicas.desired, learned, budgets, profile, slo, cfg)
+    return Sizing(need=need, kv_note=kv_note, down_guard=guard)
 
 
 # ---------------------------------------------------------------- 5. act
@@ -634,7 +659,7 @@ def act(role: Role, observed: RoleObservation, bounds: RoleBounds, judged: RoleJ
         elif stabilized >= cur:
             why = f"{head}; {need_txt}; {cur} fit{'s' if cur == 1 else ''}"
         else:
-            blocker = _down_blocker(observed, judged, rs, now, cfg)
+            blocker = _down_blocker(observed, judged, rs, now, cfg) or sizing.down_guard
             if blocker:
                 why = f"{head}; {need_txt}; holding {cur}: {blocker}"
             else:
