@@ -101,6 +101,9 @@ class PlannerConfig:
     max_forecast_growth: float = 1.5  # a forecast never exceeds this × the smoothed level
     min_requests_for_slo: float = 10.0  # fewer finished requests: latency percentiles are not judged
     kv_cache_target: float = 0.85  # decode KV-cache usage above this asks for replicas (memory-bound)
+    # P/D decode also keeps enough sequence slots that a request rarely waits for one (square-root staffing
+    # at the TTFT percentile, capacity.decode_slots_needed): max-num-seqs caps a rank's batch (32 rendered)
+    decode_slot_staffing: bool = True
     # prefill sizing never assumes a prefill cheaper than this × the profile's while its service time is
     # not measured (a low latency correction usually means the queueing tail is lighter than modelled,
     # not that prefill is faster); a measured vllm:request_prefill_time ratio replaces it

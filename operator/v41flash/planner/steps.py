@@ -456,8 +456,14 @@ def size(role: Role, demand_rate: float | None, observed: RoleObservation, disag
         )
 
     def size_decode(rate: float) -> capacity.Need:
-        return capacity.decode_replicas_needed(
+        need = capacity.decode_replicas_needed(
             dp, rate, sized.osl, sized.context, budgets.itl_s, learned.decode_correction, cfg.target_utilization)
+        if cfg.decode_slot_staffing and disaggregated:
+            # a request waiting for a free sequence slot waits in its TTFT: enough slots for the percentile
+            slots = capacity.decode_slots_needed(dp, rate, sized.osl, sized.context, budgets.itl_s,
+                                                 slo.ttft_percentile, learned.decode_correction)
+            need = capacity.Need(max(need.replicas, slots.replicas), need.feasible)
+        return need
 
     if role == "prefill":
         need = size_prefill(demand_rate, pp.data_parallel_size)
