@@ -16,12 +16,12 @@ from test_planner_steps import observe
 LONG = 150_000.0  # an agent context whose full prefill (~2.9 s on the test profile) exceeds the 1.48 s budget
 
 
-def learned(isl: float, k: float = 1.0) -> Learned:
-    return Learned(PlannerState(), k, 1.0, replace(demand(), isl=isl, hit_rate=0.97))
+def learned(isl: float, k: float = 1.0, rate: float = 10.0) -> Learned:
+    return Learned(PlannerState(), k, 1.0, replace(demand(rate), isl=isl, hit_rate=0.97))
 
 
-def guard(cur: int, isl: float = LONG, slo: Slo = SLO, role="prefill", disagg=True, cfg=CFG, k=1.0) -> str:
-    return moved_sessions_guard(role, disagg, cur, learned(isl, k), BUDGETS, PROFILE, slo, cfg)
+def guard(cur: int, isl: float = LONG, slo: Slo = SLO, role="prefill", disagg=True, cfg=CFG, k=1.0, rate=10.0) -> str:
+    return moved_sessions_guard(role, disagg, cur, learned(isl, k, rate), BUDGETS, PROFILE, slo, cfg)
 
 
 def test_the_premise_one_full_context_prefill_is_slower_than_the_budget():
@@ -40,8 +40,19 @@ def test_a_fleet_large_enough_that_the_moved_share_fits_the_tail_may_shrink():
 
 
 def test_short_contexts_re_prefill_within_budget_and_shrink():
-    assert guard(2, isl=12_000) == ""
-    assert guard(2, isl=12_000, k=10.0) != ""  # ... unless prefill is measured far slower than the profile
+    assert guard(2, isl=12_000, rate=2.0) == ""
+    assert guard(2, isl=12_000, rate=2.0, k=10.0) != ""  # ... unless prefill is measured far slower than the profile
+
+
+def test_no_scale_down_whose_moved_turns_the_replicas_left_cannot_prefill():
+    p95 = replace(SLO, ttft_percentile=0.95)
+    # 21 replicas: 4.8 % of the sessions move (within the p90 tail); at 97 % hits a moved turn is ~20× a cached one
+    cached = PROFILE.prefill.request_seconds(LONG * 0.03, LONG * 0.97)
+    assert PROFILE.prefill.request_seconds(LONG, 0) > 15 * cached
+    assert guard(21, rate=10.0) == ""  # 24 % busy during the moved turns
+    why = guard(21, rate=45.0)  # 1.7× the ~12.5 replicas the queueing model needs at 45 req/s, but ...
+    assert why.startswith("the 20 replicas left would be 107% busy while the 5% of sessions")
+    assert guard(19, rate=10.0, slo=p95).startswith("a scale-down would move 5% of the sessions (> the p95 tail")
 
 
 def test_decode_in_p_d_moves_no_prefix_and_an_aggregated_role_does():

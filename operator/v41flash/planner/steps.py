@@ -421,22 +421,32 @@ def moved_sessions_guard(role: Role, disaggregated: bool, current: int, learned:
     """Why removing one replica that computes prompts would break the TTFT percentile by itself ("" if it would not).
 
     Session affinity keeps each session's prefix on one replica; removing one of N moves 1/N of the sessions,
-    and each moved session's next turn re-prefills its whole context. Those turns are ~1/N of the requests of
-    the window they fall in: when that share is above the percentile's tail (1 − p) and one full-context
-    prefill alone takes longer than prefill's TTFT budget, the window misses the SLO however much spare
-    capacity the fleet has (no queueing model sees it: the moved turns are slow, not queued).
+    and each moved session's next turn re-prefills its whole context. For about one turn, 1/N of the requests
+    are such full prefills. That breaks the window however the queueing model sizes the fleet when
+
+    - the share is above the percentile's tail (1 − p) and one full-context prefill alone takes longer than
+      prefill's TTFT budget (the moved turns are slow, not queued), or
+    - the N − 1 replicas left cannot do that turn's work: at the window's request rate, with 1/N of the
+      requests full prefills and the rest at the cache-hit level, their utilisation reaches 1 (everyone queues
+      behind the moved turns; at 97 % hits a full prefill is ~20–30× a cached turn's work).
     """
     if not config.guard_moved_sessions or current <= 1 or (role != "prefill" and disaggregated):
         return ""
     moved = min(1.0, config.max_scale_down_step / current)
     tail = 1.0 - slo.ttft_percentile
-    isl = learned.sized.isl
-    full = profile.prefill.request_seconds(isl, 0.0) * learned.prefill_correction
-    if moved <= tail or full <= budgets.prefill_ttft_s:
-        return ""
-    return (f"a scale-down would move {moved:.0%} of the sessions (> the {_pct(slo.ttft_percentile)} tail of "
-            f"{tail:.0%}) and each re-prefills its {_fmt_k(isl)}-token context in ~{full:.1f}s "
-            f"(> the {budgets.prefill_ttft_s:.2f}s TTFT budget)")
+    sized, pp, k = learned.sized, profile.prefill, learned.prefill_correction
+    full = pp.request_seconds(sized.isl, 0.0) * k
+    if moved > tail and full > budgets.prefill_ttft_s:
+        return (f"a scale-down would move {moved:.0%} of the sessions (> the {_pct(slo.ttft_percentile)} tail of "
+                f"{tail:.0%}) and each re-prefills its {_fmt_k(sized.isl)}-token context in ~{full:.1f}s "
+                f"(> the {budgets.prefill_ttft_s:.2f}s TTFT budget)")
+    ranks = pp.data_parallel_size if disaggregated else profile.decode.data_parallel_size
+    turn = (1 - moved) * pp.request_seconds(sized.new_tokens, sized.cached_tokens) * k + moved * full
+    rho = sized.prefill_rate * turn / (ranks * (current - config.max_scale_down_step))
+    if rho >= 1.0:
+        return (f"the {current - config.max_scale_down_step} replicas left would be {rho:.0%} busy while the "
+                f"{moved:.0%} of sessions a scale-down moves re-prefill their {_fmt_k(sized.isl)}-token contexts")
+    return ""
 
 
 def size(role: Role, demand_rate: float | None, observed: RoleObservation, disaggregated: bool, learned: Learned,
