@@ -58,3 +58,28 @@ def test_planner_decode_need_is_the_larger_of_the_two_and_the_knob_turns_slots_o
     assert on > off > 0
     assert sized_decode(2.0, disagg=False) == pytest.approx(
         sized_decode(2.0, cfg=replace(CFG, decode_slot_staffing=False), disagg=False))  # aggregated: unchanged
+
+
+# ------------------------------------------------------------------ whose TTFT breach it is
+from planner_sim import truth  # noqa: E402
+from test_planner_steps import T  # noqa: E402
+from v41flash.planner.steps import judge  # noqa: E402
+
+
+def test_a_ttft_breach_made_by_decode_s_first_token_is_decode_s_to_fix_too():
+    # prefill well inside its budget; decode's first token (a wait for a free sequence slot) takes the rest
+    obs = observe(8, prefill=3, dw={"ttft_mean_s": 1.2})
+    assert obs.prefill.window.ttft_s + BUDGETS.handover_s < SLO.ttft_s < obs.prefill.window.ttft_s + 1.2
+    j = judge(obs, PROFILE, SLO, BUDGETS, T, CFG)
+    assert j.decode.breached and j.prefill.breached  # prefill stays on guard as before (no scale-down)
+    assert not judge(obs, PROFILE, SLO, BUDGETS, T, replace(CFG, decode_owns_its_ttft=False)).decode.breached
+    # the control: the same prefill with decode's first token at its nominal step is no breach at all
+    calm = judge(observe(8, prefill=3), PROFILE, SLO, BUDGETS, T, CFG)
+    assert not calm.decode.breached and not calm.prefill.breached
+
+
+def test_a_breach_of_prefill_s_own_making_is_not_decode_s():
+    obs = observe(14, prefill=2)  # prefill's queue alone is over the target; decode's first step is nominal
+    assert truth(14, 2, 1)["ttft"] > SLO.ttft_s and obs.decode.window.ttft_mean_s <= BUDGETS.handover_s
+    j = judge(obs, PROFILE, SLO, BUDGETS, T, CFG)
+    assert j.prefill.breached and not j.decode.breached

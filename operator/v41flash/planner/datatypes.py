@@ -104,6 +104,8 @@ class PlannerConfig:
     # P/D decode also keeps enough sequence slots that a request rarely waits for one (square-root staffing
     # at the TTFT percentile, capacity.decode_slots_needed): max-num-seqs caps a rank's batch (32 rendered)
     decode_slot_staffing: bool = True
+    # a TTFT breach whose excess is decode's own first token (slot wait) counts as decode's breach too
+    decode_owns_its_ttft: bool = True
     # prefill sizing never assumes a prefill cheaper than this × the profile's while its service time is
     # not measured (a low latency correction usually means the queueing tail is lighter than modelled,
     # not that prefill is faster); a measured vllm:request_prefill_time ratio replaces it

@@ -194,6 +194,11 @@ def judge(observed: Observation, profile: CapacityProfile, slo: Slo, budgets: Bu
         obs_e2e = rt.e2e_p95_s  # measured where users are, instead of summed from the roles
     obs_itl = dw.itl_mean_s if enough(dw) else None
     ttft_breach = obs_ttft is not None and obs_ttft > slo.ttft_s
+    # decode's own first token (its wait for a sequence slot + one step) took longer than the room prefill left
+    # it: the TTFT breach is decode's too (with max-num-seqs 32 a saturated decode queues requests for seconds)
+    decode_ttft_breach = (
+        disagg and cfg.decode_owns_its_ttft and ttft_breach and pw is not None and pw.ttft_s is not None
+        and decode_first > max(budgets.handover_s, slo.ttft_s - pw.ttft_s))
     e2e_breach = obs_e2e is not None and obs_e2e > slo.e2e_p95_s
     itl_breach = obs_itl is not None and obs_itl > budgets.itl_s
 
@@ -211,7 +216,8 @@ def judge(observed: Observation, profile: CapacityProfile, slo: Slo, budgets: Bu
         if role == "prefill":
             breached = ttft_breach or (e2e_breach and not itl_breach)
         else:
-            breached = (e2e_breach and (itl_breach or not disagg or not ttft_breach)) or (ttft_breach and not disagg)
+            breached = ((e2e_breach and (itl_breach or not disagg or not ttft_breach)) or (ttft_breach and not disagg)
+                        or decode_ttft_breach)
         return RoleJudgement(
             role=role, data=status, data_why=why, breached=breached,
             observed_ttft_s=obs_ttft if (role == "prefill" or not disagg) else None,
