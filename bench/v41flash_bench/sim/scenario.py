@@ -16,6 +16,7 @@ Example (every field but ``name`` has a default; see docs/2026-11-30-autoscale-b
       plannerProfileError: 1.0   # × on the policies' latency curves (1.3: they think it 30 % slower)
       coldStartS: null       # overrides both profiles' cold start
       router: cache_aware    # cache_aware | session_hash | round_robin
+      decodeMaxNumSeqs: null # spec.decode.maxNumSeqs; null: what the operator renders (P/D: 32 per rank)
     slo: {ttftS: 2.0, ttftPercentile: 0.95, e2eP95S: 60.0}
     costPerGpuHour: 2.26
     bounds: {prefill: [1, 160], decode: [1, 40], gpuBudget: null}
@@ -32,7 +33,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from v41flash.planner.profile import CapacityProfile, find_profile, load_profile
+from v41flash.api import v1alpha1 as api
+from v41flash.planner.profile import CapacityProfile, find_profile, for_rendered_args, load_profile
+from v41flash.render.engine import engine_config
+from v41flash.render.resolve import resolve as resolve_spec
+from v41flash.vllm import args as vargs
 from v41flash.planner.datatypes import Slo
 from v41flash_bench.sim.workload import AgentSessionSpec, AgentxTraceSpec, ArrivalSpec, MooncakeTraceSpec
 
@@ -54,6 +59,9 @@ class DeploymentSpec(_M):
         default=True, description="False: coldStartS applies to the truth only; the policies' profile keeps its own.")
     router: Literal["cache_aware", "session_hash", "round_robin"] = "cache_aware"
     prefix_cache_tokens: int | None = Field(default=None, ge=1, description="Per prefill replica.")
+    decode_max_num_seqs: int | None = Field(
+        default=None, ge=1, le=4096,
+        description="spec.decode.maxNumSeqs of the modelled deployment (null: what the operator renders for it).")
 
 
 class SloSpec(_M):
@@ -142,8 +150,17 @@ def with_cold_start(p: CapacityProfile, seconds: float | None) -> CapacityProfil
     })
 
 
+def rendered_decode_args(dep: DeploymentSpec) -> tuple[str, ...]:
+    """The decode engine's argv the operator renders for the modelled (P/D) deployment."""
+    decode: dict = {} if dep.decode_max_num_seqs is None else {"maxNumSeqs": dep.decode_max_num_seqs}
+    spec = api.V41FlashDeploymentSpec.model_validate(
+        {"profile": dep.serving_profile, "gpu": {"product": dep.gpu_product}, "decode": decode})
+    return tuple(vargs.build_replica(engine_config(spec, resolve_spec(spec), "decode")).leader.args)
+
+
 def profiles(sc: AutoscaleScenario, base_dir: Path | None = None) -> tuple[CapacityProfile, CapacityProfile]:
-    """(truth, planner) profiles of a scenario."""
+    """(truth, planner) profiles of a scenario, both as the engines are rendered (--max-num-seqs, DSpark, host
+    KV): the simulated engines batch what the rendered ones would, and the policies know it."""
     dep = sc.deployment
 
     def resolve(path: str | None) -> CapacityProfile:
@@ -164,4 +181,5 @@ def profiles(sc: AutoscaleScenario, base_dir: Path | None = None) -> tuple[Capac
     elif not dep.planner_profile:
         planner = resolve(None)  # the shipped profile with its own cold start
     planner = scaled_profile(planner, dep.planner_profile_error)
-    return truth, planner
+    args = rendered_decode_args(dep)
+    return for_rendered_args(truth, args), for_rendered_args(planner, args)

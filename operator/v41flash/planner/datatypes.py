@@ -101,6 +101,11 @@ class PlannerConfig:
     max_forecast_growth: float = 1.5  # a forecast never exceeds this × the smoothed level
     min_requests_for_slo: float = 10.0  # fewer finished requests: latency percentiles are not judged
     kv_cache_target: float = 0.85  # decode KV-cache usage above this asks for replicas (memory-bound)
+    # P/D decode also keeps enough sequence slots that a request rarely waits for one (square-root staffing
+    # at the TTFT percentile, capacity.decode_slots_needed): max-num-seqs caps a rank's batch (32 rendered)
+    decode_slot_staffing: bool = True
+    # a TTFT breach whose excess is decode's own first token (slot wait) counts as decode's breach too
+    decode_owns_its_ttft: bool = True
     # prefill sizing never assumes a prefill cheaper than this × the profile's while its service time is
     # not measured (a low latency correction usually means the queueing tail is lighter than modelled,
     # not that prefill is faster); a measured vllm:request_prefill_time ratio replaces it
@@ -127,6 +132,9 @@ class PlannerConfig:
     learn_down_margin: bool = True
     down_breach_window_s: float = 300.0
     scale_up_stabilization_s: float = 0.0  # scale up only to the lowest need of this long (HPA semantics)
+    # no scale-down of a role that computes prompts when the sessions it moves (1/N) are more than the TTFT
+    # percentile's tail and one full-context re-prefill exceeds the TTFT budget (steps.moved_sessions_guard)
+    guard_moved_sessions: bool = True
 
     @classmethod
     def for_spec(cls, interval_s: float, scale_down_stabilization_s: float,

@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from v41flash.roles import ROLES
+from v41flash.vllm import features as vfeatures
 from v41flash.vllm.gpus import GPU_PRODUCTS
 
 API_VERSION = "v41flash.io/v1alpha1"
@@ -193,8 +194,8 @@ class CapacityProfile(_Frozen):
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
 
-def for_rendered_engines(profile: CapacityProfile, speculative_tokens: int, host_kv_tokens_per_rank: int
-                         ) -> CapacityProfile:
+def for_rendered_engines(profile: CapacityProfile, speculative_tokens: int, host_kv_tokens_per_rank: int,
+                         max_num_seqs: int | None = None) -> CapacityProfile:
     """A shipped profile adjusted to what the decode engines were actually rendered with.
 
     - tokensPerStep: the shipped profiles assume DSpark (5-token drafts, 3.45 tokens per step). Without
@@ -202,14 +203,27 @@ def for_rendered_engines(profile: CapacityProfile, speculative_tokens: int, host
     - kvCacheTokens: a host KV tier (kvOffload) adds its tokens per rank (bytes / 890 B per token): preempted
       and evicted blocks reload from host memory instead of being recomputed, so a rank keeps that much more
       session context.
+    - maxNumSeqs: the rendered --max-num-seqs (per DP rank; P/D renders 32, the GB300 AgentX P/D preset 40)
+      is the most sequences a rank batches, whatever the profile was measured at (128/256): decode capacity
+      per replica is that many sequences at their ITL. None (nothing rendered): the profile's.
     """
     d = profile.decode
     tokens_per_step = 1.0 if speculative_tokens <= 0 else min(d.tokens_per_step, speculative_tokens + 1.0)
     kv_tokens = d.kv_cache_tokens + max(0, host_kv_tokens_per_rank)
-    if (tokens_per_step, kv_tokens) == (d.tokens_per_step, d.kv_cache_tokens):
+    seqs = d.max_num_seqs if max_num_seqs is None else max_num_seqs
+    if (tokens_per_step, kv_tokens, seqs) == (d.tokens_per_step, d.kv_cache_tokens, d.max_num_seqs):
         return profile
-    decode = d.model_copy(update={"tokens_per_step": tokens_per_step, "kv_cache_tokens": kv_tokens})
+    decode = d.model_copy(update={"tokens_per_step": tokens_per_step, "kv_cache_tokens": kv_tokens,
+                                  "max_num_seqs": seqs})
     return profile.model_copy(update={"decode": decode})
+
+
+def for_rendered_args(profile: CapacityProfile, decode_args: Sequence[str]) -> CapacityProfile:
+    """``for_rendered_engines`` with every figure read back from the decode engine's rendered argv (the one
+    home of those numbers is the renderer: the operator and the benchmark both pass what it built)."""
+    return for_rendered_engines(profile, vfeatures.speculative_tokens(decode_args),
+                                vfeatures.host_kv_bytes_per_rank(decode_args) // vfeatures.KV_BYTES_PER_TOKEN,
+                                vfeatures.max_num_seqs(decode_args))
 
 
 def profile_from_dict(data: dict) -> CapacityProfile:

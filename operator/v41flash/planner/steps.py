@@ -194,6 +194,11 @@ def judge(observed: Observation, profile: CapacityProfile, slo: Slo, budgets: Bu
         obs_e2e = rt.e2e_p95_s  # measured where users are, instead of summed from the roles
     obs_itl = dw.itl_mean_s if enough(dw) else None
     ttft_breach = obs_ttft is not None and obs_ttft > slo.ttft_s
+    # decode's own first token (its wait for a sequence slot + one step) took longer than the room prefill left
+    # it: the TTFT breach is decode's too (with max-num-seqs 32 a saturated decode queues requests for seconds)
+    decode_ttft_breach = (
+        disagg and cfg.decode_owns_its_ttft and ttft_breach and pw is not None and pw.ttft_s is not None
+        and decode_first > max(budgets.handover_s, slo.ttft_s - pw.ttft_s))
     e2e_breach = obs_e2e is not None and obs_e2e > slo.e2e_p95_s
     itl_breach = obs_itl is not None and obs_itl > budgets.itl_s
 
@@ -211,7 +216,8 @@ def judge(observed: Observation, profile: CapacityProfile, slo: Slo, budgets: Bu
         if role == "prefill":
             breached = ttft_breach or (e2e_breach and not itl_breach)
         else:
-            breached = (e2e_breach and (itl_breach or not disagg or not ttft_breach)) or (ttft_breach and not disagg)
+            breached = ((e2e_breach and (itl_breach or not disagg or not ttft_breach)) or (ttft_breach and not disagg)
+                        or decode_ttft_breach)
         return RoleJudgement(
             role=role, data=status, data_why=why, breached=breached,
             observed_ttft_s=obs_ttft if (role == "prefill" or not disagg) else None,
@@ -413,6 +419,40 @@ def forecast(judged: RoleJudgement, demand: Demand, computes_prompts: bool, cold
 class Sizing:
     need: capacity.Need | None  # fractional replicas; None: nothing to size on (missing or stale data)
     kv_note: str = ""  # set when KV-cache memory, not compute, decided the need
+    down_guard: str = ""  # set when removing a replica would itself break the TTFT percentile (moved sessions)
+
+
+def moved_sessions_guard(role: Role, disaggregated: bool, current: int, learned: Learned, budgets: Budgets,
+                         profile: CapacityProfile, slo: Slo, config: PlannerConfig) -> str:
+    """Why removing one replica that computes prompts would break the TTFT percentile by itself ("" if it would not).
+
+    Session affinity keeps each session's prefix on one replica; removing one of N moves 1/N of the sessions,
+    and each moved session's next turn re-prefills its whole context. For about one turn, 1/N of the requests
+    are such full prefills. That breaks the window however the queueing model sizes the fleet when
+
+    - the share is above the percentile's tail (1 − p) and one full-context prefill alone takes longer than
+      prefill's TTFT budget (the moved turns are slow, not queued), or
+    - the N − 1 replicas left cannot do that turn's work: at the window's request rate, with 1/N of the
+      requests full prefills and the rest at the cache-hit level, their utilisation reaches 1 (everyone queues
+      behind the moved turns; at 97 % hits a full prefill is ~20–30× a cached turn's work).
+    """
+    if not config.guard_moved_sessions or current <= 1 or (role != "prefill" and disaggregated):
+        return ""
+    moved = min(1.0, config.max_scale_down_step / current)
+    tail = 1.0 - slo.ttft_percentile
+    sized, pp, k = learned.sized, profile.prefill, learned.prefill_correction
+    full = pp.request_seconds(sized.isl, 0.0) * k
+    if moved > tail and full > budgets.prefill_ttft_s:
+        return (f"a scale-down would move {moved:.0%} of the sessions (> the {_pct(slo.ttft_percentile)} tail of "
+                f"{tail:.0%}) and each re-prefills its {_fmt_k(sized.isl)}-token context in ~{full:.1f}s "
+                f"(> the {budgets.prefill_ttft_s:.2f}s TTFT budget)")
+    ranks = pp.data_parallel_size if disaggregated else profile.decode.data_parallel_size
+    turn = (1 - moved) * pp.request_seconds(sized.new_tokens, sized.cached_tokens) * k + moved * full
+    rho = sized.prefill_rate * turn / (ranks * (current - config.max_scale_down_step))
+    if rho >= 1.0:
+        return (f"the {current - config.max_scale_down_step} replicas left would be {rho:.0%} busy while the "
+                f"{moved:.0%} of sessions a scale-down moves re-prefill their {_fmt_k(sized.isl)}-token contexts")
+    return ""
 
 
 def size(role: Role, demand_rate: float | None, observed: RoleObservation, disaggregated: bool, learned: Learned,
@@ -432,8 +472,14 @@ def size(role: Role, demand_rate: float | None, observed: RoleObservation, disag
         )
 
     def size_decode(rate: float) -> capacity.Need:
-        return capacity.decode_replicas_needed(
+        need = capacity.decode_replicas_needed(
             dp, rate, sized.osl, sized.context, budgets.itl_s, learned.decode_correction, cfg.target_utilization)
+        if cfg.decode_slot_staffing and disaggregated:
+            # a request waiting for a free sequence slot waits in its TTFT: enough slots for the percentile
+            slots = capacity.decode_slots_needed(dp, rate, sized.osl, sized.context, budgets.itl_s,
+                                                 slo.ttft_percentile, learned.decode_correction)
+            need = capacity.Need(max(need.replicas, slots.replicas), need.feasible)
+        return need
 
     if role == "prefill":
         need = size_prefill(demand_rate, pp.data_parallel_size)
@@ -451,7 +497,8 @@ def size(role: Role, demand_rate: float | None, observed: RoleObservation, disag
         if kv_need > need.replicas:
             need = capacity.Need(kv_need, need.feasible)
             kv_note = f"KV cache {kv:.0%} full ({cfg.kv_cache_target:.0%} target)"
-    return Sizing(need=need, kv_note=kv_note)
+    guard = moved_sessions_guard(role, disaggregated, observed.replicas.desired, learned, budgets, profile, slo, cfg)
+    return Sizing(need=need, kv_note=kv_note, down_guard=guard)
 
 
 # ---------------------------------------------------------------- 5. act
@@ -634,7 +681,7 @@ def act(role: Role, observed: RoleObservation, bounds: RoleBounds, judged: RoleJ
         elif stabilized >= cur:
             why = f"{head}; {need_txt}; {cur} fit{'s' if cur == 1 else ''}"
         else:
-            blocker = _down_blocker(observed, judged, rs, now, cfg)
+            blocker = _down_blocker(observed, judged, rs, now, cfg) or sizing.down_guard
             if blocker:
                 why = f"{head}; {need_txt}; holding {cur}: {blocker}"
             else:

@@ -138,6 +138,15 @@ def host_kv_bytes_per_rank(args) -> int:
                if e.get("kv_connector") in ("OffloadingConnector", "SimpleCPUOffloadConnector"))
 
 
+def max_num_seqs(args) -> int | None:
+    """--max-num-seqs the engine was rendered with (per DP rank; None: vLLM's own default applies)."""
+    value = flag_value(args, "--max-num-seqs")
+    try:
+        return int(value) if value else None
+    except ValueError:
+        return None
+
+
 def speculative_tokens(args) -> int:
     """Draft tokens per step the engine verifies (0: no speculative decoding rendered)."""
     return int(json_flag(args, "--speculative-config").get("num_speculative_tokens", 0) or 0)

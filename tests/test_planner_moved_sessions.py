@@ -1,0 +1,86 @@
+"""A scale-down of a role that computes prompts moves 1/N of the sessions, and each moved session's next turn
+re-prefills its whole context: when that share is above the TTFT percentile's tail and one full-context prefill
+is slower than the TTFT budget, the scale-down itself breaks the next window (tuning seeds 12, 13, 18, 21 of the
+autoscale suite lost their windows exactly so). The planner holds such scale-downs and says why."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from planner_sim import PROFILE, SLO
+from test_planner_steps import BUDGETS, CFG, OK, STABLE, T, act_on, demand
+from v41flash.planner import capacity
+from v41flash.planner.datatypes import PlannerState, RoleBounds, RoleState, Slo
+from v41flash.planner.steps import Learned, Sizing, act, moved_sessions_guard
+from test_planner_steps import observe
+
+LONG = 150_000.0  # an agent context whose full prefill (~2.9 s on the test profile) exceeds the 1.48 s budget
+
+
+def learned(isl: float, k: float = 1.0, rate: float = 10.0) -> Learned:
+    return Learned(PlannerState(), k, 1.0, replace(demand(rate), isl=isl, hit_rate=0.97))
+
+
+def guard(cur: int, isl: float = LONG, slo: Slo = SLO, role="prefill", disagg=True, cfg=CFG, k=1.0, rate=10.0) -> str:
+    return moved_sessions_guard(role, disagg, cur, learned(isl, k, rate), BUDGETS, PROFILE, slo, cfg)
+
+
+def test_the_premise_one_full_context_prefill_is_slower_than_the_budget():
+    assert PROFILE.prefill.request_seconds(LONG, 0) > BUDGETS.prefill_ttft_s > PROFILE.prefill.request_seconds(12_000, 0)
+
+
+def test_a_small_fleet_with_long_contexts_holds_its_replicas_and_says_why():
+    why = guard(5)  # 20 % of the sessions move, the p90 tail is 10 %
+    assert "move 20% of the sessions" in why and "p90 tail of 10%" in why and "150.0k-token context" in why
+
+
+def test_a_fleet_large_enough_that_the_moved_share_fits_the_tail_may_shrink():
+    assert guard(11) == ""  # 9 % ≤ 10 %
+    assert guard(11, slo=replace(SLO, ttft_percentile=0.95)) != ""  # ... but not under a p95 target
+    assert guard(21, slo=replace(SLO, ttft_percentile=0.95)) == ""
+
+
+def test_short_contexts_re_prefill_within_budget_and_shrink():
+    assert guard(2, isl=12_000, rate=2.0) == ""
+    assert guard(2, isl=12_000, rate=2.0, k=10.0) != ""  # ... unless prefill is measured far slower than the profile
+
+
+def test_no_scale_down_whose_moved_turns_the_replicas_left_cannot_prefill():
+    p95 = replace(SLO, ttft_percentile=0.95)
+    # 21 replicas: 4.8 % of the sessions move (within the p90 tail); at 97 % hits a moved turn is ~20× a cached one
+    cached = PROFILE.prefill.request_seconds(LONG * 0.03, LONG * 0.97)
+    assert PROFILE.prefill.request_seconds(LONG, 0) > 15 * cached
+    assert guard(21, rate=10.0) == ""  # 24 % busy during the moved turns
+    why = guard(21, rate=45.0)  # 1.7× the ~12.5 replicas the queueing model needs at 45 req/s, but ...
+    assert why.startswith("the 20 replicas left would be 107% busy while the 5% of sessions")
+    assert guard(19, rate=10.0, slo=p95).startswith("a scale-down would move 5% of the sessions (> the p95 tail")
+
+
+def test_decode_in_p_d_moves_no_prefix_and_an_aggregated_role_does():
+    assert guard(5, role="decode") == ""
+    assert guard(5, role="decode", disagg=False) != ""
+    assert guard(5, cfg=replace(CFG, guard_moved_sessions=False)) == ""
+    assert guard(1) == ""  # nothing to remove
+
+
+def test_act_holds_the_scale_down_the_guard_names_and_scales_up_as_before():
+    rs = RoleState(recommendations=((T - 200, 2),), tracking_since=T - STABLE - 10)
+    obs = observe(10, prefill=5).prefill
+    why = guard(5)
+
+    def run(need, g, state=rs):
+        return act("prefill", obs, RoleBounds(1, 10), OK, 10.0, Sizing(capacity.Need(need, True), down_guard=g),
+                   learned(LONG), True, SLO, BUDGETS, state, T, CFG)
+
+    held = run(1.0, why)
+    assert held.verdict.action == "hold" and why in held.verdict.why
+    assert run(1.0, "").verdict.action == "scale_down"  # the control: without the guard it shrinks
+    assert run(7.2, why).verdict.desired == 8  # the guard never stops a scale-up
+    assert act_on(1.0, cur=4, state=rs).verdict.action == "scale_down"  # short test contexts: unchanged
+
+
+def test_sizing_sets_the_guard_from_the_role_s_current_replicas():
+    from v41flash.planner.steps import size
+    obs = observe(10, prefill=5)
+    s = size("prefill", 10.0, obs.prefill, True, learned(LONG), BUDGETS, PROFILE, SLO, CFG)
+    assert s.down_guard == guard(5) != ""
+    assert size("prefill", 10.0, obs.prefill, True, learned(12_000), BUDGETS, PROFILE, SLO, CFG).down_guard == ""
