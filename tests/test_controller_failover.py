@@ -21,7 +21,7 @@ def test_a_new_leader_resumes_from_status(servers):  # noqa: F811
     assert out.status["lastDecision"]["action"] == "scale_up"
     # what the old leader's reconcile wrote: its decision as desiredReplicas, the planner's fields
     status = {**BODY["status"], **out.status,
-              "prefill": {**BODY["status"]["prefill"], "desiredReplicas": out.desired["prefill"]}}
+              **{role: {**BODY["status"][role], "desiredReplicas": n} for role, n in out.desired.items()}}
     body = {**BODY, "status": status}
 
     new = Autoscaler(FakeKube())  # the standby, taking over: no history, no in-memory state

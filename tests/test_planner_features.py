@@ -15,9 +15,11 @@ def planned_profile(spec: dict):
     return profile_for(s, resolve(s), None, "default")
 
 
-def test_default_features_keep_the_shipped_profile():
+def test_default_features_keep_the_shipped_profile_but_its_sequences_follow_the_rendered_max_num_seqs():
     shipped = find_profile("low-latency", "H200", "TP4", "TP4")
-    assert planned_profile({}) is shipped
+    planned = planned_profile({})
+    assert planned.decode.max_num_seqs == 32 != shipped.decode.max_num_seqs  # P/D renders 32 per rank
+    assert planned.prefill == shipped.prefill and planned.decode.tokens_per_step == shipped.decode.tokens_per_step
     assert shipped.decode.tokens_per_step == 3.45  # DSpark, as the shipped profiles assume
 
 
@@ -41,7 +43,7 @@ def test_decode_host_kv_adds_kv_capacity_and_prefill_host_kv_does_not():
     shipped = planned_profile({})
     with_kv = planned_profile({"decode": {"kvOffload": {"sizeGiB": 32}}})
     assert with_kv.decode.kv_cache_tokens - shipped.decode.kv_cache_tokens == (32 << 30) // KV_BYTES_PER_TOKEN
-    assert planned_profile({"prefill": {"kvOffload": {"sizeGiB": 32}}}) is find_profile("low-latency", "H200", "TP4", "TP4")
+    assert planned_profile({"prefill": {"kvOffload": {"sizeGiB": 32}}}) == planned_profile({})
 
 
 def test_a_preset_host_kv_point_counts_too():

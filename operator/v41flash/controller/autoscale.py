@@ -28,7 +28,7 @@ from ..metrics.window import PodSnapshot, SnapshotHistory
 from ..planner import drain
 from ..planner.datatypes import Decision, PlannerConfig, PlannerState
 from ..planner.plan import plan
-from ..planner.profile import CapacityProfile, find_profile, for_rendered_engines, profile_from_dict
+from ..planner.profile import CapacityProfile, find_profile, for_rendered_args, profile_from_dict
 from ..render import labels as L
 from ..render.engine import engine_config
 from ..render.resolve import Resolved, resolve
@@ -97,14 +97,14 @@ def profile_for(spec: api.V41FlashDeploymentSpec, resolved: Resolved, kube: Kube
 
 def follow_rendered_features(profile: CapacityProfile, spec: api.V41FlashDeploymentSpec, resolved: Resolved
                              ) -> CapacityProfile:
-    """The shipped profile as the decode engines run: DSpark on/off and the host KV tier, read from the argv the
-    renderer builds (a ConfigMap profile describes the user's own measured deployment and is taken as is)."""
+    """The shipped profile as the decode engines run: DSpark on/off, the host KV tier and --max-num-seqs (the
+    profiles assume 128/256 sequences, P/D renders 32 per rank), read from the argv the renderer builds (a
+    ConfigMap profile describes the user's own measured deployment and is taken as is)."""
     try:
         args = vargs.build_replica(engine_config(spec, resolved, "decode")).leader.args
     except vargs.InvalidEngineConfig:  # the deployment is Stalled for that reason; plan on the profile alone
         return profile
-    return for_rendered_engines(profile, vfeatures.speculative_tokens(args),
-                                vfeatures.host_kv_bytes_per_rank(args) // vfeatures.KV_BYTES_PER_TOKEN)
+    return for_rendered_args(profile, args)
 
 
 _DIGITS = re.compile(r"[0-9][0-9.,]*")
