@@ -366,6 +366,9 @@ def test_pods_are_listed_only_while_engine_pods_of_another_revision_may_run():
     fresh = FakeKube()
     pending = fresh.add_cr(example("tp4-h200-low-latency"))["metadata"]["name"]
     run(fresh, pending)
+    fresh.calls.clear()
+    run(fresh, pending, now=LATER)  # the workload controllers have reported nothing yet: no pod exists to list
+    assert not [c for c in fresh.calls if c[0] == "list_pods"]
     fresh.settle(ready=False)  # nodes full: pods never Ready, every replica of the current template
     fresh.calls.clear()
     run(fresh, pending, now=LATER)

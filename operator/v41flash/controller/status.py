@@ -39,9 +39,10 @@ def workload_state(obj: dict[str, Any] | None) -> WorkloadState:
 
 
 def may_run_older_pods(w: WorkloadState) -> bool:
-    """Whether the workload may still run pods of an older template (its controller has not seen the latest
-    spec, or not every replica is updated). A settled workload's pods are all of its current template."""
-    return w.exists and (not w.up_to_date or w.updated < w.replicas)
+    """Whether the workload may still run pods of an older template (it has pods, and its controller has not
+    seen the latest spec or not every replica is updated). A settled workload's pods are all of its current
+    template; one that reports no replicas has no live pod to list."""
+    return w.exists and w.replicas > 0 and (not w.up_to_date or w.updated < w.replicas)  # replicas 0: no pod at all
 
 
 @dataclass(frozen=True)
