@@ -1,25 +1,15 @@
 """The Prometheus metrics source without a server: query building, and parsing of answers recorded from the
 real Prometheus (tests/fixtures/prometheus/, written by `V41F_RECORD_PROM=1 pytest tests/test_metrics_promapi_real.py`)
-replayed by a loopback fake of its HTTP API."""
+replayed by a loopback fake of its HTTP API (prom_replay.py)."""
 from __future__ import annotations
 
 import asyncio
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
-from urllib.parse import parse_qs
 
 import pytest
 
+from prom_replay import ANSWERS, END, META, WINDOW_S, Replay
 from v41flash.metrics import promapi
 from v41flash.metrics.promapi import PromSource, prometheus_windows, role_figures, router_figures, selector
-
-FIXTURES = Path(__file__).parent / "fixtures" / "prometheus"
-RECORDED = json.loads((FIXTURES / "window.json").read_text())
-META, ANSWERS = RECORDED["meta"], RECORDED["answers"]
-BAD_QUERY = json.loads((FIXTURES / "bad_query.json").read_text())
-END, WINDOW_S = META["end"], META["window_s"]
 
 
 def test_selector_names_exactly_our_pods_in_our_namespace():
@@ -86,50 +76,8 @@ def test_stale_newest_sample_ends_the_window_early():
     assert w.end == END - 300  # the planner's data_status reads this as stale
 
 
-class _Replay:
-    """A loopback Prometheus HTTP API that answers each query with the recorded answer (or the recorded error)."""
-
-    def __init__(self, fail: bool = False):
-        src = PromSource("http://x", "ai")
-        by_query = {}
-        for role, pods in (*META["expected"].items(), ("overall", sorted(p for ps in META["expected"].values() for p in ps))):
-            for key, q in promapi._queries(selector(src, pods), promapi._window(WINDOW_S), 0.9, "pod").items():
-                by_query[q] = ANSWERS.get(role, {}).get(key, [])
-        for key, q in promapi._router_queries(selector(src, META["router_pods"]), promapi._window(WINDOW_S), "pod").items():
-            by_query[q] = ANSWERS["router"][key]
-        self.seen: list[dict] = []
-        seen = self.seen
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802
-                form = parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())
-                seen.append({k: v[0] for k, v in form.items()})
-                q = form["query"][0]
-                if fail or q not in by_query:
-                    code, body = BAD_QUERY["status_code"], BAD_QUERY["body"]
-                else:
-                    code, body = 200, {"status": "success", "data": {"resultType": "vector", "result": by_query[q]}}
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.srv.server_address[1]}"
-
-    def close(self):
-        self.srv.shutdown()
-        self.srv.server_close()
-
-
 def test_windows_over_http_post_at_the_window_end():
-    fake = _Replay()
+    fake = Replay()
     try:
         windows, rt = asyncio.run(prometheus_windows(PromSource(fake.url, "ai"), END, WINDOW_S, META["expected"],
                                                      META["router_pods"]))
@@ -142,7 +90,7 @@ def test_windows_over_http_post_at_the_window_end():
 
 
 def test_a_query_error_and_an_unreachable_server_are_window_errors_naming_them():
-    fake = _Replay(fail=True)
+    fake = Replay("error")
     try:
         windows, rt = asyncio.run(prometheus_windows(PromSource(fake.url, "ai"), END, WINDOW_S, META["expected"]))
     finally:

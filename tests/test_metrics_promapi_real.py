@@ -32,7 +32,7 @@ from vllm_exposition import TTFT_LE, E2E_LE, page
 
 FIXTURES = Path(__file__).parent / "fixtures" / "prometheus"
 RECORD = os.environ.get("V41F_RECORD_PROM", "") == "1"
-WINDOW_S = 8.0
+WINDOW_S = 10.0  # the smallest slo.windowSeconds: the recorded answers replay for a CR
 RATE = {"p-a": 3.0, "p-b": 1.0}  # finished requests per second per pod
 FOREIGN_RATE = 50.0
 
