@@ -251,7 +251,8 @@ class Autoscaler:
 
     def step(self, body: dict[str, Any], spec: api.V41FlashDeploymentSpec, now: float | None = None
              ) -> PlannerOutcome | None:
-        """Scrape (every pass, to build history) and plan (every intervalSeconds); None = nothing decided."""
+        """Scrape (every pass, to build history; with the Prometheus source nothing: Prometheus keeps it) and plan
+        (every intervalSeconds, on windows cut from that history or queried from Prometheus); None = nothing decided."""
         now = now or time.time()
         meta, status = body["metadata"], body.get("status") or {}
         ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
