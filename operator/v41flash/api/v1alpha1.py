@@ -541,17 +541,17 @@ LabelValue = Annotated[str, Field(max_length=F.LABEL_VALUE_MAX, pattern=F.LABEL_
 MAX_SELECTOR_LABELS = 16
 
 
-def _keys_match(field: str, pattern: str, what: str) -> dict[str, str]:
-    """CEL: every key of the map `field` matches `pattern` (structural schemas cannot constrain map keys)."""
-    return cel(f"self.{field}.all(k, size(k) <= {F.LABEL_KEY_MAX} && k.matches({eh._cel_str(pattern)}))",
-               f"every key of {field} must be {what}", field_path=f".{field}")
+def _keys(value: dict[str, str], pattern: str, max_length: int, what: str) -> dict[str, str]:
+    """Map keys are checked here (the operator Stalls naming the field; `v41flash validate`), not by CEL: a CRD
+    schema cannot bound a map key's length, so a per-key regex rule's estimated cost is over the apiserver's budget."""
+    import re
+    bad = [k for k in value if len(k) > max_length or not re.match(pattern, k)]
+    if bad:
+        raise ValueError(f"{bad[0]!r} is not {what}")
+    return value
 
 
 class PeerSelector(Model):
-    model_config = ConfigDict(json_schema_extra=validations(
-        _keys_match("namespaceLabels", F.LABEL_KEY, "a label key ([prefix/]name)"),
-        _keys_match("podLabels", F.LABEL_KEY, "a label key ([prefix/]name)"),
-    ))
     namespace_labels: dict[str, LabelValue] = Field(
         default_factory=dict, max_length=MAX_SELECTOR_LABELS,
         description="Labels of the namespace the Prometheus pods run in (NetworkPolicy namespaceSelector.matchLabels), "
@@ -561,10 +561,14 @@ class PeerSelector(Model):
         description="Labels of the Prometheus pods (podSelector.matchLabels), e.g. {app.kubernetes.io/name: "
                     "prometheus}; {} = every pod of those namespaces.")
 
+    @field_validator("namespace_labels", "pod_labels")
+    @classmethod
+    def _label_keys(cls, value: dict[str, str]) -> dict[str, str]:
+        return _keys(value, F.LABEL_KEY, F.LABEL_KEY_MAX, "a label key ([DNS prefix/]name of at most 63 characters)")
+
 
 class PrometheusMetricsSpec(Model):
     model_config = ConfigDict(json_schema_extra=validations(
-        _keys_match("matchLabels", PROMQL_LABEL_NAME, "a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)"),
         cel("size(self.scrapedBy.namespaceLabels) > 0 || size(self.scrapedBy.podLabels) > 0",
             "scrapedBy must name the Prometheus pods (namespaceLabels and/or podLabels): the engines' "
             "NetworkPolicy admits them to /metrics, and an empty selector would admit every pod of the namespace",
@@ -594,6 +598,11 @@ class PrometheusMetricsSpec(Model):
         default_factory=PeerSelector,
         description="The Prometheus pods that scrape the engines' and the router's /metrics: the deployment's "
                     "NetworkPolicies admit them to those ports (besides the operator).")
+
+    @field_validator("match_labels")
+    @classmethod
+    def _label_names(cls, value: dict[str, str]) -> dict[str, str]:
+        return _keys(value, PROMQL_LABEL_NAME, 128, "a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)")
 
 
 class MetricsSpec(Model):
