@@ -204,3 +204,24 @@ def test_stopped_prometheus_gives_every_role_the_error(setup, tmp_path):
     for role in ("prefill", "decode", "overall"):
         assert windows[role].error.startswith(f"Prometheus at {src.url} unreachable: ConnectError")
         assert not windows[role].complete
+
+
+def test_the_e2e_kubernetes_sd_configuration_is_valid_for_promtool(tmp_path):
+    """e2e/prometheus.py's pod discovery + relabelling (what the README tells users to attach) passes promtool."""
+    import subprocess
+
+    import yaml
+
+    promtool = require_tool(tool_cache() / f"promtool-{versions()['PROMTOOL_VERSION']}" / "promtool",
+                            "bash e2e/build-tools.sh promtool")
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
+    cfg = P.kubernetes_sd_config(kubeconfig, "ai")
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(cfg))
+    r = subprocess.run([str(promtool), "check", "config", "--syntax-only", str(tmp_path / "prometheus.yml")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    jobs = {j["job_name"]: j for j in cfg["scrape_configs"]}
+    assert set(jobs) == {"vllm", "vllm-router", "session-proxy"} and jobs["session-proxy"]["metrics_path"] == "/proxy/metrics"
+    targets = {r.get("target_label") for j in jobs.values() for r in j["relabel_configs"]}
+    assert {"namespace", "pod", "__address__"} <= targets
