@@ -106,3 +106,42 @@ def test_a_query_error_and_an_unreachable_server_are_window_errors_naming_them()
 def test_a_role_without_ready_pods_sends_no_query():
     windows, rt = asyncio.run(prometheus_windows(PromSource("http://127.0.0.1:9", "ai"), END, WINDOW_S, {"decode": []}))
     assert windows["decode"].error is None and windows["decode"].pods_expected == 0 and rt is None
+
+
+def _serve(body: bytes, content_type: str = "application/json", declared: bool = True):
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Type", content_type)
+            if declared:
+                self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+@pytest.mark.parametrize("body,declared,says", [
+    (b"x" * (promapi.MAX_ANSWER_BYTES + 1), True, "answered too much: answer of"),
+    (b"x" * (promapi.MAX_ANSWER_BYTES + 1), False, "answered too much: answer over"),
+    (b"<html>502 Bad Gateway</html>", True, "answered HTTP 200 with no JSON"),
+    (b'{"status": "success", "data": {"resultType": "matrix", "result": []}}', True, "not a vector"),
+])
+def test_a_url_that_is_no_prometheus_is_an_error_window_and_its_size_is_capped(body, declared, says):
+    srv = _serve(body, declared=declared)
+    try:
+        windows, _ = asyncio.run(prometheus_windows(PromSource(f"http://127.0.0.1:{srv.server_address[1]}", "ai"),
+                                                    END, WINDOW_S, {"decode": ["p-b"]}))
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert says in windows["decode"].error, windows["decode"].error

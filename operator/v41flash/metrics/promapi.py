@@ -21,6 +21,7 @@ window's end, so old data reads as stale.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -33,6 +34,7 @@ from v41flash.metrics.figures import RouterFigures, WindowFigures
 from v41flash.metrics.window import PROXY_ARRIVALS, PROXY_NEW_SESSIONS, PROXY_PROMPT_TOKENS, ROUTER_DURATIONS, ROUTER_ERRORS
 
 MAX_CONCURRENT_QUERIES = 8  # one planner pass sends ~80 instant queries; a few at a time keeps Prometheus calm
+MAX_ANSWER_BYTES = 8 << 20  # one answer: a vector of at most a few hundred pods is tens of KiB
 
 
 class PrometheusError(RuntimeError):
@@ -142,18 +144,38 @@ def _by_pod(result: list[dict], pod_label: str) -> dict[str, float]:
     return {s["metric"].get(pod_label, ""): float(s["value"][1]) for s in result}
 
 
+async def _post(client: httpx.AsyncClient, url: str, form: dict[str, str]) -> tuple[int, bytes]:
+    """POST, reading at most MAX_ANSWER_BYTES (the URL is the CR author's: an endless body must not fill memory)."""
+    async with client.stream("POST", url, data=form) as resp:
+        declared = resp.headers.get("Content-Length")
+        if declared and declared.isdigit() and int(declared) > MAX_ANSWER_BYTES:
+            raise PrometheusError(f"answer of {declared} bytes, over {MAX_ANSWER_BYTES}")
+        chunks, size = [], 0
+        async for chunk in resp.aiter_bytes():
+            size += len(chunk)
+            if size > MAX_ANSWER_BYTES:
+                raise PrometheusError(f"answer over {MAX_ANSWER_BYTES} bytes")
+            chunks.append(chunk)
+        return resp.status_code, b"".join(chunks)
+
+
 async def _query(client: httpx.AsyncClient, src: PromSource, promql: str, at: float, sem: asyncio.Semaphore
                  ) -> list[dict]:
     """One instant query (POST: a selector of many pod names would not fit a URL)."""
     async with sem:
         try:
-            resp = await client.post(f"{src.url.rstrip('/')}/api/v1/query", data={"query": promql, "time": f"{at:.3f}"})
-            body = resp.json()
-        except (httpx.HTTPError, ValueError) as exc:
+            status, raw = await _post(client, f"{src.url.rstrip('/')}/api/v1/query", {"query": promql, "time": f"{at:.3f}"})
+        except httpx.HTTPError as exc:
             raise PrometheusError(f"Prometheus at {src.url} unreachable: {type(exc).__name__}: {exc}") from exc
-    if resp.status_code != 200 or not isinstance(body, dict) or body.get("status") != "success":
+        except PrometheusError as exc:
+            raise PrometheusError(f"Prometheus at {src.url} answered too much: {exc}") from exc
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise PrometheusError(f"Prometheus at {src.url} answered HTTP {status} with no JSON: {raw[:200]!r}") from exc
+    if status != 200 or not isinstance(body, dict) or body.get("status") != "success":
         err = body.get("error", body) if isinstance(body, dict) else body
-        raise PrometheusError(f"Prometheus at {src.url} answered HTTP {resp.status_code}: {str(err)[:300]}")
+        raise PrometheusError(f"Prometheus at {src.url} answered HTTP {status}: {str(err)[:300]}")
     data = body.get("data") or {}
     if data.get("resultType") != "vector":
         raise PrometheusError(f"Prometheus at {src.url} answered a {data.get('resultType')!r}, not a vector")
