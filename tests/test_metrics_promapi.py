@@ -145,3 +145,11 @@ def test_a_url_that_is_no_prometheus_is_an_error_window_and_its_size_is_capped(b
         srv.shutdown()
         srv.server_close()
     assert says in windows["decode"].error, windows["decode"].error
+
+
+def test_error_kinds_read_the_phrase_after_the_url_not_the_servers_text():
+    assert promapi.error_kind("Prometheus at http://p:9090 unreachable: ConnectError: refused") == "Unreachable"
+    assert promapi.error_kind("Prometheus at http://p:9090 did not answer within 2 s") == "Unreachable"
+    assert promapi.error_kind("Prometheus at http://p:9090 has no vllm:num_requests_running series ...") == "NoData"
+    # the server's own words cannot pick the kind
+    assert promapi.error_kind("Prometheus at http://p:9090 answered HTTP 422: it has no unreachable data") == "Error"

@@ -1,8 +1,9 @@
 """What the planner sees of one deployment, built from plain data (pure: no apiserver, no network).
 
 In: the deployment's pods (``PodView``, read by the I/O layer in ``autoscale.py``), the history of their
-scraped snapshots or the windows a Prometheus measured (``Measured``), the CR's status and the time. Out: the planner's ``Observation`` and the observed SLO
-figures for ``status.slo``; from the spec, the planner's bounds and SLO.
+scraped snapshots or the windows a Prometheus measured (``Measured``), the CR's status and the time. Out:
+the planner's ``Observation`` and the observed SLO figures for ``status.slo``; from the spec, the planner's
+bounds and SLO.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 
 from ..api import v1alpha1 as api
 from ..metrics.figures import RouterFigures, WindowFigures
+from ..metrics.promapi import error_kind
 from ..metrics.scrape import ScrapeTarget, proxy_target, router_target, vllm_target
 from ..metrics.window import SnapshotHistory, compute_router_window, role_windows
 from ..planner import drain, headroom
@@ -237,10 +239,8 @@ def metrics_trouble(windows: Mapping[str, WindowFigures], roles: Sequence[str], 
     errors = {r: windows[r].error for r in roles if r in windows and windows[r].error}
     if errors:
         msg = "; ".join(f"{r}: {e}" for r, e in errors.items())
-        first = next(iter(errors.values()))
-        reason = (f"{source}Unreachable" if "unreachable" in first or "did not answer" in first else
-                  f"{source}NoData" if " has no " in first else f"{source}Error")
-        return reason, f"{msg[:900]}; the planner holds (no scaling on missing metrics)"
+        return (f"{source}{error_kind(next(iter(errors.values())))}",
+                f"{msg[:900]}; the planner holds (no scaling on missing metrics)")
     stale = [r for r in roles if r in windows and windows[r].pods_expected and now - windows[r].end > max_age_s]
     if stale:
         return (f"{source}Stale", f"{source}'s newest samples of {', '.join(stale)} are older than {max_age_s:.0f}s; "

@@ -57,6 +57,14 @@ class PromSource:
                    match_labels=tuple(sorted(spec.match_labels.items())), timeout_s=spec.timeout_seconds)
 
 
+def error_kind(error: str) -> str:
+    """'Unreachable' | 'NoData' | 'Error' of a window error this module wrote ('Prometheus at <url> <what>...')."""
+    what = error.split(" ", 3)[3] if error.startswith("Prometheus at ") and error.count(" ") >= 3 else ""
+    if what.startswith(("unreachable", "did not answer")):
+        return "Unreachable"
+    return "NoData" if what.startswith("has no ") else "Error"
+
+
 def _quote(value: str) -> str:
     """A PromQL string literal (double-quoted, backslash escapes)."""
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
