@@ -5,8 +5,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 
 .PHONY: venv tools unit-tools up down status demo test unit e2e crd
-# What the unit tests run from the tool cache: helm (chart), promtool (alert rules), the LWS CRD (schema).
-UNIT_TOOLS := helm promtool lws
+# What the unit tests run from the tool cache: helm (chart), promtool (alert rules), the LWS CRD (schema),
+# prometheus (the Prometheus metrics source against a real server).
+UNIT_TOOLS := helm promtool lws prometheus
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,7 +16,7 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed ## Python environment with pinned dependencies
 
-tools: ## build (or reuse cached) etcd, Kubernetes, kwok, llm-d-inference-sim, helm, LWS, promtool from pinned Go modules
+tools: ## build (or reuse cached) etcd, Kubernetes, kwok, llm-d-inference-sim, helm, LWS, promtool, Prometheus from pinned Go modules
 	bash e2e/build-tools.sh
 
 unit-tools: ## build (or reuse cached) only what the unit tests need

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes components and simulators the e2e harness runs, from pinned Go modules,
 # into a cache outside the repo (one folder per component@version). A warm run only checks the cache.
-# Usage: e2e/build-tools.sh [etcd kwok inference-sim helm lws kubernetes promtool]   (default: all)
+# Usage: e2e/build-tools.sh [etcd kwok inference-sim helm lws kubernetes promtool prometheus]   (default: all)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -137,7 +137,12 @@ for p in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
   helm_ld="$helm_ld -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=$k8s_minor"
 done
 
-want=${*:-etcd kwok inference-sim helm lws kubernetes promtool}
+# Prometheus module v0.MMM.P is release v3.MM.P (prometheus --version prints it).
+prom_minor=${PROMTOOL_VERSION#v0.}; prom_minor=${prom_minor%%.*}
+prom_ld="-X github.com/prometheus/common/version.Version=${prom_minor:0:1}.${prom_minor:1}.${PROMTOOL_VERSION##*.}"
+prom_ld="$prom_ld -X github.com/prometheus/common/version.Branch=HEAD -X github.com/prometheus/common/version.Revision=$PROMTOOL_VERSION"
+
+want=${*:-etcd kwok inference-sim helm lws kubernetes promtool prometheus}
 t_all=$SECONDS
 for c in $want; do
   case $c in
@@ -158,7 +163,14 @@ for c in $want; do
     kubernetes) build_kubernetes ;;
     promtool) build_simple promtool "$PROMTOOL_VERSION" github.com/prometheus/prometheus/cmd/promtool promtool \
                 -ldflags "-s -w" ;;  # checks the chart's alert rules and dashboard queries
-    *) echo "unknown component $c (known: etcd kwok inference-sim helm lws kubernetes promtool)" >&2; exit 2 ;;
+    # The Prometheus server the e2e metrics-source test scrapes the simulators with: the same module and
+    # version as promtool (so the second build reuses most of its compiled packages). Without the
+    # builtinassets tag the web UI is served from disk (absent: the UI 404s, the HTTP API is unaffected), so
+    # no npm build is needed; remove_all_sd + enable_kubernetes_sd keep only the file, HTTP and Kubernetes
+    # service discoveries (no cloud SDKs to compile).
+    prometheus) build_simple prometheus "$PROMTOOL_VERSION" github.com/prometheus/prometheus/cmd/prometheus prometheus \
+                  -tags remove_all_sd,enable_kubernetes_sd -ldflags "-s -w $prom_ld" ;;
+    *) echo "unknown component $c (known: etcd kwok inference-sim helm lws kubernetes promtool prometheus)" >&2; exit 2 ;;
   esac
 done
 log "all tools in $BIN ($((SECONDS - t_all))s)"

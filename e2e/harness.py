@@ -101,6 +101,8 @@ class Tools:
     @property
     def helm(self): return self._dir("helm", "HELM_VERSION") / "helm"
     @property
+    def prometheus(self): return self._dir("prometheus", "PROMTOOL_VERSION") / "prometheus"
+    @property
     def sim(self):
         return binary_path(self.bin, self.versions["INFERENCE_SIM_VERSION"])
 

@@ -147,3 +147,18 @@ def test_session_key_rules_refuse(routing, field):
 ])
 def test_session_key_rules_allow(routing):
     assert _routing_problems(routing) == []
+
+
+def test_prometheus_metrics_source_validates_and_defaults():
+    doc = {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": {"name": "x"}, "spec": {"autoscaling": {
+        "metrics": {"source": "Prometheus", "prometheus": {
+            "url": "https://thanos-query.monitoring.svc:10902/prom", "matchLabels": {"cluster": "prod-1"},
+            "scrapedBy": {"namespaceLabels": {"kubernetes.io/metadata.name": "monitoring"}}}}}}}
+    assert validate(doc) == []
+    p = api.V41FlashDeployment.model_validate(doc).spec.autoscaling.metrics.prometheus
+    assert (p.pod_label, p.namespace_label, p.timeout_seconds, p.scraped_by.pod_labels) == ("pod", "namespace", 10.0, {})
+    assert api.V41FlashDeploymentSpec().autoscaling.metrics.source == "Scrape"
+    schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    metrics = schema["autoscaling"]["properties"]["metrics"]
+    assert metrics["properties"]["source"]["enum"] == ["Scrape", "Prometheus"]
+    assert metrics["properties"]["prometheus"]["properties"]["matchLabels"]["maxProperties"] == 16

@@ -175,11 +175,16 @@ def test_no_profile_warns_once():
 def test_a_scale_down_marks_the_least_loaded_pods_and_resets_stale_marks():
     pods = [view("d-0", "decode"), view("d-1", "decode"), view("d-2", "decode", deletion_cost=-1),
             view("d-3", "decode", deleting=True), view("p-0", "prefill", deletion_cost=-1)]
-    snaps = [PodSnapshot(n, "decode", T, parse_metrics(page({"0": {"running": r}})))
-             for n, r in (("d-0", 9.0), ("d-1", 1.0), ("d-2", 5.0))]
-    marks = removal_annotations(decision(decode=(3, 2, "scale_down")), pods, snaps)
+    # running per pod as the window reports it (both sources): here cut from scraped snapshots, two engines each
+    h = SnapshotHistory()
+    for t in (T - 60, T):
+        h.add([PodSnapshot(n, "decode", t, parse_metrics(page({"0": {"running": r}, "1": {"running": 1.0}})))
+               for n, r in (("d-0", 8.0), ("d-1", 0.0), ("d-2", 4.0))])
+    running = dict(h.window("decode", T, 60.0, ["d-0", "d-1", "d-2"]).pod_running)
+    assert running == {"d-0": 9.0, "d-1": 1.0, "d-2": 5.0}
+    marks = removal_annotations(decision(decode=(3, 2, "scale_down")), pods, running)
     assert marks == [("d-1", {drain.POD_DELETION_COST: "-1"}), ("d-2", {drain.POD_DELETION_COST: "0"})]
-    assert removal_annotations(decision(), pods, snaps) == []  # nobody scales down: nothing written
+    assert removal_annotations(decision(), pods, running) == []  # nobody scales down: nothing written
 
 
 # ------------------------------------------------------------------ the I/O layer

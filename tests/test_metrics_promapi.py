@@ -1,52 +1,126 @@
-"""Window figures from a (fake, loopback) Prometheus HTTP API."""
+"""The Prometheus metrics source without a server: query building, and parsing of answers recorded from the
+real Prometheus (tests/fixtures/prometheus/, written by `V41F_RECORD_PROM=1 pytest tests/test_metrics_promapi_real.py`)
+replayed by a loopback fake of its HTTP API (prom_replay.py)."""
 from __future__ import annotations
 
 import asyncio
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from v41flash.metrics.promapi import PrometheusError, PromSource, _queries, prometheus_window
-
-SEL = 'namespace="ai",role="prefill"'
-END = 1_764_000_000.0
-ANSWERS = {
-    "requests": 120.0, "ttft": 0.93, "ttft_mean": 0.4, "e2e_p95": 9.5, "e2e_mean": 4.0, "queue_p95": 0.2,
-    "itl_mean": 0.011, "prompt_rate": 2000.0, "gen_rate": 100.0, "isl": 12000.0, "osl": 400.0, "osl_p95": 1100.0,
-    "hit_rate": 0.375, "preemptions": 0.0, "running": 8.0, "waiting": 1.0, "kv": 0.4, "spread": 1.5, "engines": 2.0,
-    "last_sample": END - 5,
-}
+from prom_replay import ANSWERS, END, META, WINDOW_S, Replay
+from v41flash.metrics import promapi
+from v41flash.metrics.promapi import PromSource, prometheus_windows, role_figures, router_figures, selector
 
 
-def _server(answers: dict, pods: dict, resets: dict, fail: bool = False):
-    by_query = {q: k for k, q in _queries(SEL, "60s", 0.9, "pod").items()}
+def test_selector_names_exactly_our_pods_in_our_namespace():
+    src = PromSource("http://p:9090", "ai", match_labels=(("cluster", 'we"st'),))
+    assert selector(src, ["b.x-1", "a"]) == r'namespace="ai",pod=~"a|b\\.x\\-1",cluster="we\"st"'
+    src = PromSource("http://p:9090", "ai", pod_label="kubernetes_pod_name", namespace_label="kubernetes_namespace")
+    assert selector(src, ["a"]).startswith('kubernetes_namespace="ai",kubernetes_pod_name=~"a"')
+    with pytest.raises(ValueError):
+        selector(src, [])
+
+
+def test_queries_cover_the_window_and_the_percentile():
+    q = promapi._queries('pod=~"a"', "60s", 0.95, "pod")
+    assert q["ttft"] == 'histogram_quantile(0.95, sum by (le) (increase(vllm:time_to_first_token_seconds_bucket{pod=~"a"}[60s])))'
+    assert q["request_rate"] == 'sum(rate(vllm:e2e_request_latency_seconds_count{pod=~"a"}[60s]))'
+    assert q["pod_samples"].startswith("sum by (pod) (count_over_time(")
+    assert promapi._window(59.6) == "60s" and promapi._window(0.2) == "1s"
+
+
+@pytest.mark.parametrize("role", ["prefill", "decode"])
+def test_recorded_answers_give_the_pages_known_rates(role):
+    pods = META["expected"][role]
+    src = PromSource("http://p:9090", "ai")
+    w = role_figures(src, ANSWERS[role], END, WINDOW_S, pods, 0.9)
+    rate = META["rates"][pods[0]]
+    assert w.error is None and w.complete and w.pods_observed == 1
+    assert w.request_rate == pytest.approx(rate, rel=0.15)
+    assert w.prompt_tokens_rate == pytest.approx(1000 * rate, rel=0.15)
+    assert w.ttft_mean_s == pytest.approx(0.6) and w.e2e_mean_s == pytest.approx(7.0)
+    assert w.prefix_cache_hit_rate == pytest.approx(0.4) and w.mean_input_tokens == pytest.approx(1000)
+    assert 0.5 < w.ttft_s <= 1.0 + 1e-9 and 5.0 < w.e2e_p95_s <= 10.0 + 1e-9
+    assert w.itl_mean_s is None  # NaN in the answer (no inter-token samples): not observable, not zero
+    assert w.pod_running == ((pods[0], 4 * rate),) and w.running == 4 * rate and w.engines == 1
+    assert END - 2 < w.end <= END
+
+
+def test_recorded_router_answers():
+    rt = router_figures(ANSWERS["router"], END, WINDOW_S, META["router_pods"])
+    assert rt.pods_observed == 1 and rt.request_rate == pytest.approx(4.0, rel=0.2)
+    assert 5.0 < rt.e2e_p95_s <= 10.0 and rt.e2e_mean_s == pytest.approx(7.5)
+    assert rt.new_session_rate == pytest.approx(2.0, rel=0.2) and rt.arrival_rate is None
+
+
+def test_missing_partial_and_restarted_pods_from_per_pod_answers():
+    src = PromSource("http://p:9090", "ai")
+    a = dict(ANSWERS["decode"])
+    sample = a["pod_samples"][0]
+    t = sample["value"][0]
+    a["pod_samples"] = [{"metric": {"pod": p}, "value": [t, n]} for p, n in (("p-b", "9"), ("p-new", "2"), ("p-r", "9"))]
+    a["pod_resets"] = [{"metric": {"pod": p}, "value": [t, n]} for p, n in (("p-b", "0"), ("p-r", "1"))]
+    w = role_figures(src, a, END, WINDOW_S, ["p-b", "p-new", "p-r", "p-gone"], 0.9)
+    assert w.missing_pods == ("p-gone",) and w.partial_pods == ("p-new", "p-r") and w.pods_observed == 3
+    assert not w.complete and any("p-new: appeared or vanished" in n for n in w.notes)
+    # series of pods nobody expects (not ours) do not count as observed
+    w = role_figures(src, a, END, WINDOW_S, ["p-other"], 0.9)
+    assert w.pods_observed == 0 and w.error.startswith("Prometheus at http://p:9090 has no vllm:num_requests_running")
+
+
+def test_stale_newest_sample_ends_the_window_early():
+    a = dict(ANSWERS["decode"])
+    t = a["last_sample"][0]["value"][0]
+    a["last_sample"] = [{"metric": {}, "value": [t, str(END - 300)]}]
+    w = role_figures(PromSource("http://p:9090", "ai"), a, END, WINDOW_S, META["expected"]["decode"], 0.9)
+    assert w.end == END - 300  # the planner's data_status reads this as stale
+
+
+def test_windows_over_http_post_at_the_window_end():
+    fake = Replay()
+    try:
+        windows, rt = asyncio.run(prometheus_windows(PromSource(fake.url, "ai"), END, WINDOW_S, META["expected"],
+                                                     META["router_pods"]))
+    finally:
+        fake.close()
+    assert {w.error for w in windows.values()} == {None}
+    assert windows["overall"].pods_observed == 2 and windows["overall"].running == 16.0
+    assert windows["prefill"].request_rate == pytest.approx(3.0, rel=0.15) and rt.requests > 0
+    assert {s["time"] for s in fake.seen} == {f"{END:.3f}"}
+
+
+def test_a_query_error_and_an_unreachable_server_are_window_errors_naming_them():
+    fake = Replay("error")
+    try:
+        windows, rt = asyncio.run(prometheus_windows(PromSource(fake.url, "ai"), END, WINDOW_S, META["expected"]))
+    finally:
+        fake.close()
+    assert rt is None
+    assert "HTTP 400" in windows["decode"].error and "parse error" in windows["decode"].error
+    windows, _ = asyncio.run(prometheus_windows(PromSource("http://127.0.0.1:9", "ai", timeout_s=1), END, WINDOW_S,
+                                                {"decode": ["p-b"]}))
+    assert windows["decode"].error.startswith("Prometheus at http://127.0.0.1:9 unreachable: ConnectError")
+    assert windows["decode"].missing_pods == ("p-b",) and not windows["decode"].complete
+
+
+def test_a_role_without_ready_pods_sends_no_query():
+    windows, rt = asyncio.run(prometheus_windows(PromSource("http://127.0.0.1:9", "ai"), END, WINDOW_S, {"decode": []}))
+    assert windows["decode"].error is None and windows["decode"].pods_expected == 0 and rt is None
+
+
+def _serve(body: bytes, content_type: str = "application/json", declared: bool = True):
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
-            qs = parse_qs(urlparse(self.path).query)
-            key = by_query.get(qs["query"][0])
-            assert float(qs["time"][0]) == END
-            if fail or key is None:
-                body, code = {"status": "error", "errorType": "bad_data", "error": "parse error"}, 400
-            elif key == "pod_samples":
-                body, code = {"status": "success", "data": {"resultType": "vector", "result": [
-                    {"metric": {"pod": p}, "value": [END, str(n)]} for p, n in pods.items()]}}, 200
-            elif key == "pod_resets":
-                body, code = {"status": "success", "data": {"resultType": "vector", "result": [
-                    {"metric": {"pod": p}, "value": [END, str(n)]} for p, n in resets.items()]}}, 200
-            else:
-                v = answers.get(key)
-                result = [] if v is None else [{"metric": {}, "value": [END, "NaN" if v != v else str(v)]}]
-                body, code = {"status": "success", "data": {"resultType": "vector", "result": result}}, 200
-            data = json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
+        def do_POST(self):  # noqa: N802
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Type", content_type)
+            if declared:
+                self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(data)
+            self.wfile.write(body)
 
         def log_message(self, *args):
             pass
@@ -56,50 +130,26 @@ def _server(answers: dict, pods: dict, resets: dict, fail: bool = False):
     return srv
 
 
-@pytest.fixture()
-def prom():
-    servers = []
-
-    def start(*args, **kw):
-        srv = _server(*args, **kw)
-        servers.append(srv)
-        return PromSource(f"http://127.0.0.1:{srv.server_address[1]}", SEL)
-
-    yield start
-    for s in servers:
-        s.shutdown()
-        s.server_close()
-
-
-def test_figures_map_from_promql_answers(prom):
-    src = prom(ANSWERS, {"p-a": 4, "p-b": 4}, {})
-    w = asyncio.run(prometheus_window(src, END, 60.0, ["p-a", "p-b"]))
-    assert w.complete and w.pods_observed == 2
-    assert w.requests == 120 and w.request_rate == 2.0
-    assert (w.ttft_s, w.e2e_p95_s, w.itl_mean_s, w.prefix_cache_hit_rate) == (0.93, 9.5, 0.011, 0.375)
-    assert (w.mean_input_tokens, w.mean_output_tokens, w.output_tokens_p95) == (12000.0, 400.0, 1100.0)
-    assert (w.running, w.waiting, w.kv_cache_usage, w.load_spread, w.engines) == (8.0, 1.0, 0.4, 1.5, 2)
-    assert w.end == END - 5
+@pytest.mark.parametrize("body,declared,says", [
+    (b"x" * (promapi.MAX_ANSWER_BYTES + 1), True, "answered too much: answer of"),
+    (b"x" * (promapi.MAX_ANSWER_BYTES + 1), False, "answered too much: answer over"),
+    (b"<html>502 Bad Gateway</html>", True, "answered HTTP 200 with no JSON"),
+    (b'{"status": "success", "data": {"resultType": "matrix", "result": []}}', True, "not a vector"),
+])
+def test_a_url_that_is_no_prometheus_is_an_error_window_and_its_size_is_capped(body, declared, says):
+    srv = _serve(body, declared=declared)
+    try:
+        windows, _ = asyncio.run(prometheus_windows(PromSource(f"http://127.0.0.1:{srv.server_address[1]}", "ai"),
+                                                    END, WINDOW_S, {"decode": ["p-b"]}))
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert says in windows["decode"].error, windows["decode"].error
 
 
-def test_missing_partial_and_restarted_pods_are_reported(prom):
-    src = prom({**ANSWERS, "ttft": float("nan")}, {"p-a": 4, "p-new": 1, "p-r": 4}, {"p-r": 1, "p-a": 0})
-    w = asyncio.run(prometheus_window(src, END, 60.0, ["p-a", "p-new", "p-r", "p-gone"]))
-    assert w.missing_pods == ("p-gone",)
-    assert w.partial_pods == ("p-new", "p-r")
-    assert w.pods_observed == 3 and not w.complete
-    assert w.ttft_s is None  # NaN (no requests finished) is "not observable", not zero
-
-
-def test_no_series_at_all_reads_as_stale(prom):
-    src = prom({}, {}, {})
-    w = asyncio.run(prometheus_window(src, END, 60.0, ["p-a"]))
-    assert w.end < END - 120 and w.missing_pods == ("p-a",) and w.requests == 0
-
-
-def test_prometheus_errors_raise(prom):
-    src = prom(ANSWERS, {}, {}, fail=True)
-    with pytest.raises(PrometheusError, match="HTTP 400: parse error"):
-        asyncio.run(prometheus_window(src, END, 60.0))
-    with pytest.raises(PrometheusError, match="ConnectError"):
-        asyncio.run(prometheus_window(PromSource("http://127.0.0.1:9", SEL, timeout_s=1), END, 60.0))
+def test_error_kinds_read_the_phrase_after_the_url_not_the_servers_text():
+    assert promapi.error_kind("Prometheus at http://p:9090 unreachable: ConnectError: refused") == "Unreachable"
+    assert promapi.error_kind("Prometheus at http://p:9090 did not answer within 2 s") == "Unreachable"
+    assert promapi.error_kind("Prometheus at http://p:9090 has no vllm:num_requests_running series ...") == "NoData"
+    # the server's own words cannot pick the kind
+    assert promapi.error_kind("Prometheus at http://p:9090 answered HTTP 422: it has no unreachable data") == "Error"

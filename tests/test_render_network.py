@@ -83,3 +83,26 @@ def test_api_key_secret_reaches_the_proxy_as_env_not_as_text():
     proxy = next(o for o in no_key if o["metadata"]["name"] == "demo-router" and o["kind"] == "Deployment")[
         "spec"]["template"]["spec"]["containers"][0]
     assert "env" not in proxy and "--api-key-env" not in proxy["args"]
+
+
+PROM = {"autoscaling": {"metrics": {"source": "Prometheus", "prometheus": {
+    "url": "http://prometheus.monitoring:9090",
+    "scrapedBy": {"namespaceLabels": {"kubernetes.io/metadata.name": "monitoring"},
+                  "podLabels": {"app.kubernetes.io/name": "prometheus"}}}}}}
+PROM_PEER = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+             "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}
+
+
+def test_prometheus_source_admits_the_users_prometheus_to_the_metrics_ports_only():
+    pols = _policies(render(_cr(PROM), operator_namespace="v41flash-system"))
+    scrape = pols["demo-engines"]["spec"]["ingress"][2]
+    assert scrape["ports"] == [{"protocol": "TCP", "port": 8000}]
+    assert scrape["from"][1] == PROM_PEER and scrape["from"][0]["podSelector"]["matchLabels"][L.SCRAPER_LABEL] == "true"
+    metrics = pols["demo-router-ingress"]["spec"]["ingress"][1]
+    assert metrics["ports"] == [{"protocol": "TCP", "port": 29000}] and metrics["from"][1] == PROM_PEER
+    # the scrape source admits nobody but the operator; a pod selector alone stays in the deployment's namespace
+    assert len(_policies(render(_cr()))["demo-engines"]["spec"]["ingress"][2]["from"]) == 1
+    same_ns = {"autoscaling": {"metrics": {"source": "Prometheus", "prometheus": {
+        "url": "http://prom:9090", "scrapedBy": {"podLabels": {"app": "prometheus"}}}}}}
+    peer = _policies(render(_cr(same_ns)))["demo-engines"]["spec"]["ingress"][2]["from"][1]
+    assert peer == {"podSelector": {"matchLabels": {"app": "prometheus"}}}

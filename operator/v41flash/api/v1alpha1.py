@@ -533,6 +533,95 @@ class SLOSpec(Model):
                                 description="Evaluation window for observed figures.")
 
 
+PROMQL_LABEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]*$"  # a Prometheus label name (no '__' reserved check: Prometheus' own)
+METRICS_SOURCES = ("Scrape", "Prometheus")
+
+
+LabelValue = Annotated[str, Field(max_length=F.LABEL_VALUE_MAX, pattern=F.LABEL_VALUE)]
+MAX_SELECTOR_LABELS = 16
+
+
+def _keys(value: dict[str, str], pattern: str, max_length: int, what: str) -> dict[str, str]:
+    """Map keys are checked here (the operator Stalls naming the field; `v41flash validate`), not by CEL: a CRD
+    schema cannot bound a map key's length, so a per-key regex rule's estimated cost is over the apiserver's budget."""
+    import re
+    bad = [k for k in value if len(k) > max_length or not re.match(pattern, k)]
+    if bad:
+        raise ValueError(f"{bad[0]!r} is not {what}")
+    return value
+
+
+class PeerSelector(Model):
+    namespace_labels: dict[str, LabelValue] = Field(
+        default_factory=dict, max_length=MAX_SELECTOR_LABELS,
+        description="Labels of the namespace the Prometheus pods run in (NetworkPolicy namespaceSelector.matchLabels), "
+                    "e.g. {kubernetes.io/metadata.name: monitoring}; {} = the deployment's own namespace.")
+    pod_labels: dict[str, LabelValue] = Field(
+        default_factory=dict, max_length=MAX_SELECTOR_LABELS,
+        description="Labels of the Prometheus pods (podSelector.matchLabels), e.g. {app.kubernetes.io/name: "
+                    "prometheus}; {} = every pod of those namespaces.")
+
+    @field_validator("namespace_labels", "pod_labels")
+    @classmethod
+    def _label_keys(cls, value: dict[str, str]) -> dict[str, str]:
+        return _keys(value, F.LABEL_KEY, F.LABEL_KEY_MAX, "a label key ([DNS prefix/]name of at most 63 characters)")
+
+
+class PrometheusMetricsSpec(Model):
+    model_config = ConfigDict(json_schema_extra=validations(
+        cel("size(self.scrapedBy.namespaceLabels) > 0 || size(self.scrapedBy.podLabels) > 0",
+            "scrapedBy must name the Prometheus pods (namespaceLabels and/or podLabels): the engines' "
+            "NetworkPolicy admits them to /metrics, and an empty selector would admit every pod of the namespace",
+            field_path=".scrapedBy"),
+    ))
+    url: str = Field(
+        min_length=1, max_length=2048, pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$",
+        description="Base URL of the Prometheus HTTP API (…/api/v1/query is appended), e.g. "
+                    "http://prometheus-operated.monitoring:9090; Thanos Query or any Prometheus-compatible API works.")
+    pod_label: str = Field(
+        "pod", max_length=128, pattern=PROMQL_LABEL_NAME,
+        description="Label on every vLLM and router series holding the name of the pod it was scraped from, "
+                    "attached by Prometheus from the Kubernetes API (PodMonitor/ServiceMonitor: pod; a "
+                    "kubernetes_sd_configs relabel of __meta_kubernetes_pod_name). Never a label the pod exports "
+                    "itself: the planner reads only series whose pod and namespace labels name this "
+                    "deployment's own pods.")
+    namespace_label: str = Field(
+        "namespace", max_length=128, pattern=PROMQL_LABEL_NAME,
+        description="Label holding the pod's namespace (from __meta_kubernetes_namespace).")
+    match_labels: dict[str, Annotated[str, Field(max_length=253)]] = Field(
+        default_factory=dict, max_length=MAX_SELECTOR_LABELS,
+        description="More exact label matchers every series must carry, e.g. {cluster: prod} on a Prometheus that "
+                    "federates several clusters, or {job: vllm}.")
+    timeout_seconds: float = Field(10.0, ge=0.5, le=60,
+                                   description="Most seconds one planner pass waits for Prometheus' answers.")
+    scraped_by: PeerSelector = Field(
+        default_factory=PeerSelector,
+        description="The Prometheus pods that scrape the engines' and the router's /metrics: the deployment's "
+                    "NetworkPolicies admit them to those ports (besides the operator).")
+
+    @field_validator("match_labels")
+    @classmethod
+    def _label_names(cls, value: dict[str, str]) -> dict[str, str]:
+        return _keys(value, PROMQL_LABEL_NAME, 128, "a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)")
+
+
+class MetricsSpec(Model):
+    model_config = ConfigDict(json_schema_extra=validations(
+        cel("self.source == 'Prometheus' ? has(self.prometheus) : !has(self.prometheus)",
+            "source: Prometheus needs metrics.prometheus (url, scrapedBy); with source: Scrape the operator scrapes "
+            "the pods itself and metrics.prometheus would be ignored: remove it", field_path=".prometheus"),
+    ))
+    source: Literal[METRICS_SOURCES] = Field(  # type: ignore[valid-type]
+        "Scrape",
+        description="Where the planner reads the engines' and the router's vLLM metrics. Scrape: the operator "
+                    "scrapes each Ready pod's /metrics every pass. Prometheus: it queries the Prometheus the "
+                    "cluster already runs (metrics.prometheus), over the same window with the same figures; when "
+                    "Prometheus is unreachable, answers nothing or answers stale data the planner holds (never "
+                    "scales down) and says why in status.lastDecision, the MetricsUnavailable condition and an "
+                    "Event.")
+    prometheus: PrometheusMetricsSpec | None = Field(None, description="The Prometheus to query (source: Prometheus).")
+
+
 class AutoscalingSpec(Model):
     model_config = ConfigDict(json_schema_extra=validations(
         cel("self.scaleDownStabilizationSeconds >= self.scaleUpStabilizationSeconds",
@@ -558,6 +647,8 @@ class AutoscalingSpec(Model):
     cost_per_gpu_hour: float = Field(
         0.0, ge=0, le=10000, description="Modelled TCO in $ per GPU-hour; with it status.slo.tokensPerDollar and the "
                                "v41flash_tokens_per_dollar metric report tokens served per dollar. 0 = not reported.")
+    metrics: MetricsSpec = Field(default_factory=MetricsSpec,
+                                 description="Where the planner's metrics come from: scraped or from Prometheus.")
 
 
 class V41FlashDeploymentSpec(Model):

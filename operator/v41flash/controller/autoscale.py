@@ -1,5 +1,6 @@
-"""The planner's edge: scrape engines and routers, cut the evaluation window, call the pure planner, and
-turn its Decision into status fields, Events, metrics and pod-deletion costs.
+"""The planner's edge: scrape engines and routers (or query the cluster's Prometheus:
+spec.autoscaling.metrics), cut the evaluation window, call the pure planner, and turn its Decision into
+status fields, Events, metrics and pod-deletion costs.
 
 ``Autoscaler`` is the thin I/O layer (list pods, scrape, read a profile ConfigMap, annotate pods); what it
 reads goes through pure functions: ``observation.observe`` builds the planner's input, the functions
@@ -23,8 +24,9 @@ from kubernetes.client.exceptions import ApiException
 
 from ..api import v1alpha1 as api
 from ..metrics.operator_metrics import planner_metrics
+from ..metrics.promapi import PromSource, prometheus_windows
 from ..metrics.scrape import scrape
-from ..metrics.window import PodSnapshot, SnapshotHistory
+from ..metrics.window import SnapshotHistory
 from ..planner import drain
 from ..planner.datatypes import Decision, PlannerConfig, PlannerState
 from ..planner.plan import plan
@@ -38,8 +40,8 @@ from ..vllm import args as vargs
 from ..vllm import features as vfeatures
 from .kube import Kube
 from .observation import (  # noqa: F401  (observed_slo_status: re-exported)
-    Observed, PodView, observe, observed_slo_status, owned_pod, planner_bounds, planner_slo, pod_view, scrape_targets,
-    with_node_health,
+    METRICS_UNAVAILABLE, Measured, Observed, PodView, metrics_trouble, observe, observed_slo_status, owned_pod,
+    planner_bounds, planner_slo, pod_view, prometheus_pods, scrape_targets, with_node_health,
 )
 
 log = logging.getLogger(__name__)
@@ -58,7 +60,7 @@ class PlannerOutcome:
 
 CAPACITY_PENDING = "CapacityPending"  # replicas that cannot be scheduled (no free GPUs, taints, ...)
 NODE_NOT_READY = "NodeNotReady"  # replicas whose pods sit on NotReady nodes
-PLANNER_CONDITIONS = (CAPACITY_PENDING, NODE_NOT_READY)
+PLANNER_CONDITIONS = (CAPACITY_PENDING, NODE_NOT_READY, METRICS_UNAVAILABLE)  # the last: the Prometheus source failed
 
 
 STATUS_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # RFC 3339 in UTC, as Kubernetes writes times
@@ -192,12 +194,24 @@ def with_pending(out: PlannerOutcome, observed: Observed, status: Mapping[str, A
     return out
 
 
-def removal_annotations(decision: Decision, pods: Sequence[PodView], snapshots: Sequence[PodSnapshot]
+def with_metrics_trouble(out: PlannerOutcome, trouble: tuple[str, str] | None, status: Mapping[str, Any]
+                         ) -> PlannerOutcome:
+    """The MetricsUnavailable condition while the metrics source fails, and a Warning when its reason changes."""
+    if trouble is None:
+        return out
+    reason, message = trouble
+    out.conditions.append((METRICS_UNAVAILABLE, reason, message))
+    before = next((c for c in status.get("conditions") or [] if c.get("type") == METRICS_UNAVAILABLE), None)
+    if before is None or before.get("reason") != reason:
+        out.events.append(("Warning", METRICS_UNAVAILABLE, message))
+    return out
+
+
+def removal_annotations(decision: Decision, pods: Sequence[PodView], running: Mapping[str, float]
                         ) -> list[tuple[str, dict[str, str | None]]]:
     """Pod-deletion costs for each role that scales down: least-loaded pods get the lowest, so the
-    ReplicaSet removes them first. (pod, annotations) in the order to write them."""
-    running = {s.pod: sum(e.gauges.get("vllm:num_requests_running", 0.0) for e in s.engines.values())
-               for s in snapshots if s.ok}
+    ReplicaSet removes them first. ``running``: pod -> running requests (the windows' pod_running).
+    (pod, annotations) in the order to write them."""
     out: list[tuple[str, dict[str, str | None]]] = []
     for d in decision.roles():
         if d.desired >= d.current:
@@ -237,7 +251,8 @@ class Autoscaler:
 
     def step(self, body: dict[str, Any], spec: api.V41FlashDeploymentSpec, now: float | None = None
              ) -> PlannerOutcome | None:
-        """Scrape (every pass, to build history) and plan (every intervalSeconds); None = nothing decided."""
+        """Scrape (every pass, to build history; with the Prometheus source nothing: Prometheus keeps it) and plan
+        (every intervalSeconds, on windows cut from that history or queried from Prometheus); None = nothing decided."""
         now = now or time.time()
         meta, status = body["metadata"], body.get("status") or {}
         ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
@@ -246,41 +261,55 @@ class Autoscaler:
         wanted = (L.serving_pods_selector(name).items(), L.router_pods_selector(name).items())
         pods = with_node_health([pod_view(p) for p in self.kube.list_pods(ns, L.label_selector({L.DEPLOYMENT_LABEL: name}))
                                  if any(sel <= (p.metadata.labels or {}).items() for sel in wanted)], self._node_ready)
-        # scrape only pods our workloads made: labels alone can be copied onto any pod (observation.owned_pod)
-        targets = scrape_targets([p for p in pods if owned_pod(p, name)], session_proxy=uses_session_proxy(spec))
-        t0 = time.monotonic()
-        snapshots = asyncio.run(scrape(targets)) if targets else []
-        self.metrics.record_scrape(ns, name, snapshots, time.monotonic() - t0)
         history = self.histories.setdefault(uid, SnapshotHistory(retention_s=max(900.0, 3 * spec.slo.window_seconds)))
-        history.add(snapshots)
-        now = max([now, *(s.time for s in snapshots)])  # the window ends at the newest scrape
+        prom = spec.autoscaling.metrics.prometheus if spec.autoscaling.metrics.source == "Prometheus" else None
+        if prom is None:
+            # scrape only pods our workloads made: labels alone can be copied onto any pod (observation.owned_pod)
+            targets = scrape_targets([p for p in pods if owned_pod(p, name)], session_proxy=uses_session_proxy(spec))
+            t0 = time.monotonic()
+            snapshots = asyncio.run(scrape(targets)) if targets else []
+            self.metrics.record_scrape(ns, name, snapshots, time.monotonic() - t0)
+            history.add(snapshots)
+            now = max([now, *(s.time for s in snapshots)])  # the window ends at the newest scrape
 
         known = self.states.get(uid)
         if not planner_due(known, status, now, spec.autoscaling.interval_seconds):
             return None
         profile = profile_for(spec, resolved, self.kube, ns)
-        observed = observe(spec, resolved, pods, history, status, now)
+        config = self.config or PlannerConfig.for_spec(spec.autoscaling.interval_seconds,
+                                                       spec.autoscaling.scale_down_stabilization_seconds,
+                                                       spec.autoscaling.scale_up_stabilization_seconds)
+        measured, trouble = None, None
+        if prom is not None:  # Prometheus holds the history: one query round per decision, at its time
+            enabled = [r for r in ROLES if resolved.roles[r].enabled]
+            expected, router_pods = prometheus_pods(pods, name, enabled)
+            t0 = time.monotonic()
+            windows, router = asyncio.run(prometheus_windows(
+                PromSource.from_spec(prom, ns), now, spec.slo.window_seconds, expected, router_pods,
+                spec.slo.ttft.percentile / 100))
+            self.metrics.record_prometheus(ns, name, {r: windows[r] for r in enabled}, time.monotonic() - t0)
+            measured = Measured(windows, router)
+            trouble = metrics_trouble(windows, enabled, now, config.max_metrics_age_s)
+        observed = observe(spec, resolved, pods, history, status, now, measured)
         self.metrics.record_throughput(ns, name, observed.slo_status)
         previous = status.get("lastDecision") or {}
         state = known or PlannerState.from_dict(status.get("plannerState"))
         if profile is None:
             self.states[uid] = replace(state, last_decision_time=now)
-            return with_pending(no_profile_outcome(spec, observed.slo_status, previous, now), observed, status)
+            return with_metrics_trouble(with_pending(no_profile_outcome(spec, observed.slo_status, previous, now),
+                                                     observed, status), trouble, status)
 
         slo = planner_slo(spec)
-        config = self.config or PlannerConfig.for_spec(spec.autoscaling.interval_seconds,
-                                                       spec.autoscaling.scale_down_stabilization_seconds,
-                                                       spec.autoscaling.scale_up_stabilization_seconds)
         advisory = spec.autoscaling.mode == "advisory"
         self.metrics.record_slo(ns, name, slo.ttft_s, slo.e2e_p95_s)
         decision = plan(observed.observation, profile, slo, planner_bounds(spec), state, now, config)
         # costs first: if the apiserver is unreachable the pass fails before the decision is remembered
         if not advisory:  # advisory: replicas (and pod deletion costs) stay as they are
-            self._annotate(ns, removal_annotations(decision, pods, snapshots))
+            self._annotate(ns, removal_annotations(decision, pods, observed.running))
         self.states[uid] = decision.state
         self.metrics.record_decision(ns, name, decision, advisory=advisory)
-        return with_pending(planner_outcome(decision, observed.slo_status, now, previous, advisory),
-                            observed, status)
+        return with_metrics_trouble(with_pending(planner_outcome(decision, observed.slo_status, now, previous, advisory),
+                                                 observed, status), trouble, status)
 
     def _annotate(self, ns: str, annotations: list[tuple[str, dict[str, str | None]]]) -> None:
         """Deletion costs are a preference: a scale-down goes ahead without them (the ReplicaSet picks)."""

@@ -1,18 +1,21 @@
 """What the planner sees of one deployment, built from plain data (pure: no apiserver, no network).
 
 In: the deployment's pods (``PodView``, read by the I/O layer in ``autoscale.py``), the history of their
-scraped snapshots, the CR's status and the time. Out: the planner's ``Observation`` and the observed SLO
-figures for ``status.slo``; from the spec, the planner's bounds and SLO.
+scraped snapshots or the windows a Prometheus measured (``Measured``), the CR's status and the time. Out:
+the planner's ``Observation`` and the observed SLO figures for ``status.slo``; from the spec, the planner's
+bounds and SLO.
 """
 from __future__ import annotations
 
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..api import v1alpha1 as api
+from ..metrics.figures import RouterFigures, WindowFigures
+from ..metrics.promapi import error_kind
 from ..metrics.scrape import ScrapeTarget, proxy_target, router_target, vllm_target
 from ..metrics.window import SnapshotHistory, compute_router_window, role_windows
 from ..planner import drain, headroom
@@ -203,29 +206,68 @@ def observed_slo_status(windows: dict, router_figs: Any) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class Measured:
+    """Windows measured elsewhere (metrics source Prometheus): per role plus 'overall', and the router's figures."""
+    windows: Mapping[str, WindowFigures]
+    router: RouterFigures | None = None
+
+
+@dataclass(frozen=True)
 class Observed:
     observation: Observation  # the planner's input
     slo_status: dict[str, Any]  # status.slo
     pending: str | None = None  # pods no node can take, for the CapacityPending condition
     not_ready_nodes: str | None = None  # pods on NotReady nodes, for the NodeNotReady condition
+    running: Mapping[str, float] = field(default_factory=dict)  # pod -> running requests at the window's end
+    windows: Mapping[str, WindowFigures] = field(default_factory=dict)  # per role (and 'overall')
+
+
+def prometheus_pods(pods: Sequence[PodView], name: str, roles: Sequence[str]) -> tuple[dict[str, list[str]], list[str]]:
+    """Whose series the planner reads from Prometheus: the Ready pods our own workloads made, per role, and the
+    router's (a pod that only copied our labels is never selected: observation.owned_pod)."""
+    ready = serving([p for p in pods if owned_pod(p, name)])
+    return {r: [p.name for p in ready[r]] for r in roles}, [p.name for p in ready[L.ROUTER]]
+
+
+METRICS_UNAVAILABLE = "MetricsUnavailable"
+
+
+def metrics_trouble(windows: Mapping[str, WindowFigures], roles: Sequence[str], now: float, max_age_s: float,
+                    source: str = "Prometheus") -> tuple[str, str] | None:
+    """(reason, message) of the MetricsUnavailable condition when the metrics source could not measure a role or
+    has only old data for it; None when every role's window is usable. No figures in the message (no churn)."""
+    errors = {r: windows[r].error for r in roles if r in windows and windows[r].error}
+    if errors:
+        msg = "; ".join(f"{r}: {e}" for r, e in errors.items())
+        return (f"{source}{error_kind(next(iter(errors.values())))}",
+                f"{msg[:900]}; the planner holds (no scaling on missing metrics)")
+    stale = [r for r in roles if r in windows and windows[r].pods_expected and now - windows[r].end > max_age_s]
+    if stale:
+        return (f"{source}Stale", f"{source}'s newest samples of {', '.join(stale)} are older than {max_age_s:.0f}s; "
+                                  "the planner holds (no scaling on stale metrics)")
+    return None
 
 
 def observe(spec: api.V41FlashDeploymentSpec, resolved: Resolved, pods: Sequence[PodView], history: SnapshotHistory,
-            status: Mapping[str, Any], now: float) -> Observed:
+            status: Mapping[str, Any], now: float, measured: Measured | None = None) -> Observed:
     """The window ending at ``now`` for each enabled role and the router, and each role's replicas.
 
-    Replicas come from the CR's status (what the last reconcile read from the workloads); how long each
-    not-yet-Ready pod has been starting comes from the pods.
+    The windows are cut from the scraped ``history``, or taken from ``measured`` (metrics source Prometheus):
+    the same figures either way. Replicas come from the CR's status (what the last reconcile read from the
+    workloads); how long each not-yet-Ready pod has been starting comes from the pods.
     """
     live = [p for p in pods if not p.deleting]
     ready = serving(pods)
     enabled = [r for r in ROLES if resolved.roles[r].enabled]
-    windows = role_windows(history, now, spec.slo.window_seconds,
-                           {r: [p.name for p in ready[r]] for r in enabled},
-                           spec.slo.ttft.percentile / 100)
-    by_pod = {p: history.snapshots(p) for p in history.pods()}
-    router_snaps = {p: ss for p, ss in by_pod.items() if ss and ss[-1].role == L.ROUTER}
-    router_figs = compute_router_window(router_snaps, now, spec.slo.window_seconds) if router_snaps else None
+    if measured is None:
+        windows = role_windows(history, now, spec.slo.window_seconds,
+                               {r: [p.name for p in ready[r]] for r in enabled},
+                               spec.slo.ttft.percentile / 100)
+        by_pod = {p: history.snapshots(p) for p in history.pods()}
+        router_snaps = {p: ss for p, ss in by_pod.items() if ss and ss[-1].role == L.ROUTER}
+        router_figs = compute_router_window(router_snaps, now, spec.slo.window_seconds) if router_snaps else None
+    else:
+        windows, router_figs = dict(measured.windows), measured.router
 
     def role_obs(role: str) -> RoleObservation:
         rs = status.get(role) or {}
@@ -255,8 +297,9 @@ def observe(spec: api.V41FlashDeploymentSpec, resolved: Resolved, pods: Sequence
     slo_status.update(throughput_status(windows, {r: len(ready[r]) for r in ROLES},
                                         {r: resolved.roles[r].gpus_per_replica for r in ROLES},
                                         spec.autoscaling.cost_per_gpu_hour))
+    running = {pod: n for r in enabled if r in windows for pod, n in windows[r].pod_running}
     return Observed(observation=observation, slo_status=slo_status, pending=capacity_pending(live, enabled),
-                    not_ready_nodes=nodes_not_ready(live, enabled))
+                    not_ready_nodes=nodes_not_ready(live, enabled), running=running, windows=windows)
 
 
 def planner_bounds(spec: api.V41FlashDeploymentSpec) -> Bounds:

@@ -43,6 +43,8 @@ class WindowFigures:
     load_spread: float | None = None  # max / mean running requests per engine (1.0 = even)
     engines: int = 0  # engine (DP rank) series seen at the end
     notes: tuple[str, ...] = field(default=())  # human-readable data-quality remarks
+    pod_running: tuple[tuple[str, float], ...] = ()  # (pod, running requests at the end), for scale-down choices
+    error: str | None = None  # the source could not measure this window at all (e.g. Prometheus unreachable): why
 
     @property
     def duration(self) -> float:
@@ -51,7 +53,8 @@ class WindowFigures:
     @property
     def complete(self) -> bool:
         """Every expected pod reported for the whole window (safe to act on, including scale-down)."""
-        return not self.missing_pods and not self.partial_pods and self.pods_observed >= self.pods_expected
+        return self.error is None and not self.missing_pods and not self.partial_pods and \
+            self.pods_observed >= self.pods_expected
 
 
 @dataclass(frozen=True)

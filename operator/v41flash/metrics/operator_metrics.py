@@ -1,10 +1,11 @@
 """Operator-side Prometheus metrics for the planner and the scraper (the controller exports them)."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
+from v41flash.metrics.figures import WindowFigures
 from v41flash.metrics.window import PodSnapshot
 from v41flash.planner.datatypes import Decision
 
@@ -75,7 +76,7 @@ class PlannerMetrics:
             _DEP, registry=registry,
         )
         self.scrape_errors = Counter(
-            "v41flash_metrics_scrape_errors", "Failed /metrics scrapes of vLLM or router pods.", _ROLE, registry=registry
+            "v41flash_metrics_scrape_errors", "Failed /metrics scrapes of vLLM or router pods (source Prometheus: roles it could not measure).", _ROLE, registry=registry
         )
         self.scrape_duration = Histogram(
             "v41flash_metrics_scrape_duration_seconds", "Wall time of one scrape of all pods of a deployment.",
@@ -112,6 +113,14 @@ class PlannerMetrics:
         for s in snapshots:
             if not s.ok:
                 self.scrape_errors.labels(namespace, deployment, s.role).inc()
+
+    def record_prometheus(self, namespace: str, deployment: str, windows: Mapping[str, WindowFigures],
+                          duration_s: float) -> None:
+        """The Prometheus source's round of queries: its duration, and a failed 'scrape' per role it could not measure."""
+        self.scrape_duration.labels(namespace, deployment).observe(duration_s)
+        for role, w in windows.items():
+            if w.error is not None:
+                self.scrape_errors.labels(namespace, deployment, role).inc()
 
     def record_throughput(self, namespace: str, deployment: str, slo_status: dict) -> None:
         """The status.slo throughput figures (absent ones leave their series alone)."""

@@ -1,20 +1,40 @@
-"""Window figures from a Prometheus server's HTTP API instead of scraping pods (optional source).
+"""Window figures from a Prometheus server's HTTP API instead of scraping pods (spec.autoscaling.metrics).
 
-The same figures as ``window.compute_window``, written as PromQL over the same vLLM series, evaluated
-as instant queries at the window's end. Where the pods' series carry a pod label (``pod`` by default,
-as a ServiceMonitor/PodMonitor adds it), missing and partial pods are reported the same way.
+The same figures as ``window.compute_window`` / ``compute_router_window``, written as PromQL over the same
+vLLM and vllm-router series, evaluated as instant queries at the window's end: counters and histograms as
+``increase()``/``rate()`` over the planner window (histogram quantiles from the bucket increases, as the
+scraper differences two snapshots), gauges at the end.
+
+Series identity: every query selects ``<namespace_label>="<ns>"`` and ``<pod_label>=~"<pod>|<pod>|..."``
+with the exact names of the pods the operator itself listed and checked (``observation.owned_pod``), plus
+the user's ``matchLabels``. Those two labels must be attached by Prometheus from the Kubernetes API (a
+PodMonitor/ServiceMonitor does; with kubernetes_sd_configs relabel ``__meta_kubernetes_namespace`` and
+``__meta_kubernetes_pod_name``); a label a pod exports itself is renamed ``exported_pod`` by Prometheus
+(honor_labels: false), so a foreign pod cannot pass its series off as ours.
+
+Data quality is reported the way the scraper reports it: an expected pod without series is missing, one
+with fewer samples than the others over the window (appeared/vanished) or a counter reset is partial. A
+Prometheus that cannot be reached, fails a query, or holds no series at all for a role's pods gives that
+role a window with ``error`` set (the planner holds and says why); its newest sample's time is the
+window's end, so old data reads as stale.
 """
 from __future__ import annotations
 
 import asyncio
+import json
 import math
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import httpx
 
 from v41flash.metrics import parse as m
-from v41flash.metrics.figures import WindowFigures
+from v41flash.metrics.figures import RouterFigures, WindowFigures
+from v41flash.metrics.window import PROXY_ARRIVALS, PROXY_NEW_SESSIONS, PROXY_PROMPT_TOKENS, ROUTER_DURATIONS, ROUTER_ERRORS
+
+MAX_CONCURRENT_QUERIES = 8  # one planner pass sends ~80 instant queries; a few at a time keeps Prometheus calm
+MAX_ANSWER_BYTES = 8 << 20  # one answer: a vector of at most a few hundred pods is tens of KiB
 
 
 class PrometheusError(RuntimeError):
@@ -24,23 +44,61 @@ class PrometheusError(RuntimeError):
 @dataclass(frozen=True)
 class PromSource:
     url: str  # base URL, e.g. http://prometheus-operated.monitoring:9090
-    selector: str  # label matchers of one role's vLLM series, e.g. 'namespace="ai",v41flash_io_role="prefill"'
+    namespace: str  # the deployment's namespace
     pod_label: str = "pod"
+    namespace_label: str = "namespace"
+    match_labels: tuple[tuple[str, str], ...] = ()  # more exact matchers (cluster, job, ...)
     timeout_s: float = 10.0
+
+    @classmethod
+    def from_spec(cls, spec, namespace: str) -> PromSource:
+        """From spec.autoscaling.metrics.prometheus (api.PrometheusMetricsSpec)."""
+        return cls(url=spec.url, namespace=namespace, pod_label=spec.pod_label, namespace_label=spec.namespace_label,
+                   match_labels=tuple(sorted(spec.match_labels.items())), timeout_s=spec.timeout_seconds)
+
+
+def error_kind(error: str) -> str:
+    """'Unreachable' | 'NoData' | 'Error' of a window error this module wrote ('Prometheus at <url> <what>...')."""
+    what = error.split(" ", 3)[3] if error.startswith("Prometheus at ") and error.count(" ") >= 3 else ""
+    if what.startswith(("unreachable", "did not answer")):
+        return "Unreachable"
+    return "NoData" if what.startswith("has no ") else "Error"
+
+
+def _quote(value: str) -> str:
+    """A PromQL string literal (double-quoted, backslash escapes)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def selector(src: PromSource, pods: Iterable[str]) -> str:
+    """Label matchers of exactly these pods' series: namespace, pod name (anchored regex of escaped names), extras."""
+    names = sorted(set(pods))
+    if not names:
+        raise ValueError("a selector needs at least one pod")
+    parts = [f"{src.namespace_label}={_quote(src.namespace)}",
+             f"{src.pod_label}=~{_quote('|'.join(re.escape(p) for p in names))}"]
+    parts += [f"{k}={_quote(v)}" for k, v in src.match_labels]
+    return ",".join(parts)
+
+
+def _window(window_s: float) -> str:
+    return f"{max(1, int(round(window_s)))}s"
 
 
 def _queries(sel: str, w: str, p: float, pod: str) -> dict[str, str]:
+    """PromQL per figure of one role's engines (instant queries at the window's end)."""
     def inc(name: str) -> str:
         return f"sum(increase({name}{{{sel}}}[{w}]))"
 
     def quantile(q: float, name: str) -> str:
-        return f"histogram_quantile({q}, sum by (le) (increase({name}_bucket{{{sel}}}[{w}])))"
+        return f"histogram_quantile({q:g}, sum by (le) (increase({name}_bucket{{{sel}}}[{w}])))"
 
     def mean(name: str) -> str:
         return f"{inc(name + '_sum')} / {inc(name + '_count')}"
 
     return {
         "requests": inc(f"{m.E2E}_count"),
+        "request_rate": f"sum(rate({m.E2E}_count{{{sel}}}[{w}]))",
         "ttft": quantile(p, m.TTFT),
         "ttft_mean": mean(m.TTFT),
         "e2e_p95": quantile(0.95, m.E2E),
@@ -61,10 +119,26 @@ def _queries(sel: str, w: str, p: float, pod: str) -> dict[str, str]:
         "spread": f"max({m.RUNNING}{{{sel}}}) / avg({m.RUNNING}{{{sel}}})",
         "engines": f"count({m.RUNNING}{{{sel}}})",
         "last_sample": f"max(timestamp({m.RUNNING}{{{sel}}}))",
-        # per pod: samples over the window (fewer than the others: appeared/vanished) and counter resets
+        # per pod: samples over the window (fewer than the others: appeared/vanished), counter resets, load now
         "pod_samples": f"sum by ({pod}) (count_over_time({m.RUNNING}{{{sel}}}[{w}]))",
         "pod_resets": f"sum by ({pod}) (resets({m.E2E}_count{{{sel}}}[{w}]))",
+        "pod_running": f"sum by ({pod}) ({m.RUNNING}{{{sel}}})",
     }
+
+
+def _router_queries(sel: str, w: str, pod: str) -> dict[str, str]:
+    """PromQL of the router pods' figures: vllm-router's request histograms and errors, the session proxy's
+    leading signals (its /proxy/metrics must be scraped too for those)."""
+    q: dict[str, str] = {"pods": f"count(count by ({pod}) ({{__name__=~{_quote('|'.join(re.escape(n + '_count') for n in ROUTER_DURATIONS))},{sel}}}))"}
+    for i, name in enumerate(ROUTER_DURATIONS):
+        q[f"requests{i}"] = f"sum(increase({name}_count{{{sel}}}[{w}]))"
+        q[f"p95_{i}"] = f"histogram_quantile(0.95, sum by (le) (increase({name}_bucket{{{sel}}}[{w}])))"
+        q[f"mean{i}"] = f"sum(increase({name}_sum{{{sel}}}[{w}])) / sum(increase({name}_count{{{sel}}}[{w}]))"
+    q["errors"] = " + ".join(f"(sum(increase({n}_total{{{sel}}}[{w}])) or vector(0))" for n in ROUTER_ERRORS)
+    for key, name in (("arrivals", PROXY_ARRIVALS), ("new_sessions", PROXY_NEW_SESSIONS),
+                      ("prompt_tokens", PROXY_PROMPT_TOKENS)):
+        q[key] = f"sum(increase({name}_total{{{sel}}}[{w}]))"
+    return q
 
 
 def _value(result: list[dict]) -> float | None:
@@ -74,58 +148,89 @@ def _value(result: list[dict]) -> float | None:
     return None if math.isnan(v) or math.isinf(v) else v
 
 
-async def _query(client: httpx.AsyncClient, src: PromSource, promql: str, at: float) -> list[dict]:
-    try:
-        resp = await client.get(f"{src.url.rstrip('/')}/api/v1/query", params={"query": promql, "time": f"{at:.3f}"})
-        body = resp.json()
-    except (httpx.HTTPError, ValueError) as exc:
-        raise PrometheusError(f"{src.url}: {type(exc).__name__}: {exc}") from exc
-    if resp.status_code != 200 or body.get("status") != "success":
-        raise PrometheusError(f"{src.url}: HTTP {resp.status_code}: {body.get('error', body)} (query {promql})")
-    return body["data"]["result"]
+def _by_pod(result: list[dict], pod_label: str) -> dict[str, float]:
+    return {s["metric"].get(pod_label, ""): float(s["value"][1]) for s in result}
 
 
-async def prometheus_window(
-    src: PromSource,
-    end: float,
-    window_s: float,
-    expected_pods: Iterable[str] | None = None,
-    ttft_percentile: float = 0.9,
-    client: httpx.AsyncClient | None = None,
-) -> WindowFigures:
-    """Figures of one role over [end - window_s, end] from Prometheus; raises PrometheusError."""
-    w = f"{max(1, int(round(window_s)))}s"
-    queries = _queries(src.selector, w, ttft_percentile, src.pod_label)
-    own = client is None
-    client = client or httpx.AsyncClient(timeout=httpx.Timeout(src.timeout_s))
+async def _post(client: httpx.AsyncClient, url: str, form: dict[str, str]) -> tuple[int, bytes]:
+    """POST, reading at most MAX_ANSWER_BYTES (the URL is the CR author's: an endless body must not fill memory)."""
+    async with client.stream("POST", url, data=form) as resp:
+        declared = resp.headers.get("Content-Length")
+        if declared and declared.isdigit() and int(declared) > MAX_ANSWER_BYTES:
+            raise PrometheusError(f"answer of {declared} bytes, over {MAX_ANSWER_BYTES}")
+        chunks, size = [], 0
+        async for chunk in resp.aiter_bytes():
+            size += len(chunk)
+            if size > MAX_ANSWER_BYTES:
+                raise PrometheusError(f"answer over {MAX_ANSWER_BYTES} bytes")
+            chunks.append(chunk)
+        return resp.status_code, b"".join(chunks)
+
+
+async def _query(client: httpx.AsyncClient, src: PromSource, promql: str, at: float, sem: asyncio.Semaphore
+                 ) -> list[dict]:
+    """One instant query (POST: a selector of many pod names would not fit a URL)."""
+    async with sem:
+        try:
+            status, raw = await _post(client, f"{src.url.rstrip('/')}/api/v1/query", {"query": promql, "time": f"{at:.3f}"})
+        except httpx.HTTPError as exc:
+            raise PrometheusError(f"Prometheus at {src.url} unreachable: {type(exc).__name__}: {exc}") from exc
+        except PrometheusError as exc:
+            raise PrometheusError(f"Prometheus at {src.url} answered too much: {exc}") from exc
     try:
-        results = await asyncio.gather(*(_query(client, src, q, end) for q in queries.values()))
-    finally:
-        if own:
-            await client.aclose()
-    r = dict(zip(queries, results, strict=True))
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise PrometheusError(f"Prometheus at {src.url} answered HTTP {status} with no JSON: {raw[:200]!r}") from exc
+    if status != 200 or not isinstance(body, dict) or body.get("status") != "success":
+        err = body.get("error", body) if isinstance(body, dict) else body
+        raise PrometheusError(f"Prometheus at {src.url} answered HTTP {status}: {str(err)[:300]}")
+    data = body.get("data") or {}
+    if data.get("resultType") != "vector":
+        raise PrometheusError(f"Prometheus at {src.url} answered a {data.get('resultType')!r}, not a vector")
+    return data.get("result") or []
+
+
+async def _run(client: httpx.AsyncClient, src: PromSource, queries: Mapping[str, str], at: float,
+               sem: asyncio.Semaphore) -> dict[str, list[dict]]:
+    results = await asyncio.gather(*(_query(client, src, q, at, sem) for q in queries.values()))
+    return dict(zip(queries, results, strict=True))
+
+
+def role_figures(src: PromSource, r: Mapping[str, list[dict]], end: float, window_s: float,
+                 expected: Sequence[str], ttft_percentile: float) -> WindowFigures:
+    """WindowFigures of one role from the answers to ``_queries`` (pure: recorded answers test it)."""
     v = {k: _value(res) for k, res in r.items() if not k.startswith("pod_")}
-    samples = {s["metric"].get(src.pod_label, ""): float(s["value"][1]) for s in r["pod_samples"]}
-    resets = {s["metric"].get(src.pod_label, "") for s in r["pod_resets"] if float(s["value"][1]) > 0}
-    expected = set(expected_pods) if expected_pods is not None else set(samples)
-    most = max(samples.values(), default=0.0)
-    missing = sorted(expected - set(samples))
-    short = {p for p, n in samples.items() if n < 0.75 * most}
-    partial = sorted((short | resets) - set(missing))
+    samples = _by_pod(r["pod_samples"], src.pod_label)
+    resets = {p for p, n in _by_pod(r["pod_resets"], src.pod_label).items() if n > 0}
+    running_by_pod = _by_pod(r["pod_running"], src.pod_label)
+    want = set(expected)
+    seen = set(samples) & want
+    if not seen:
+        return WindowFigures(start=end - window_s, end=end, pods_expected=len(want), missing_pods=tuple(sorted(want)),
+                             ttft_percentile=ttft_percentile,
+                             error=(f"Prometheus at {src.url} has no {m.RUNNING} series of the {len(want)} pod(s) "
+                                    f"({src.namespace_label}={src.namespace}, {src.pod_label}={', '.join(sorted(want)[:3])}"
+                                    f"{', ...' if len(want) > 3 else ''}): does it scrape them and attach those labels?"))
+    most = max(samples[p] for p in seen)
+    missing = sorted(want - seen)
+    short = {p for p in seen if samples[p] < 0.75 * most}
+    restarted = resets & seen
+    partial = sorted(short | restarted)
     notes = [f"{p}: no series in Prometheus" for p in missing]
-    notes += [f"{p}: appeared or vanished mid-window" for p in sorted(short)]
-    notes += [f"{p}: restarted (counter reset) during the window" for p in sorted(resets)]
+    notes += [f"{p}: appeared or vanished mid-window (Prometheus has {samples[p]:.0f} of {most:.0f} samples)"
+              for p in sorted(short)]
+    notes += [f"{p}: restarted (counter reset) during the window" for p in sorted(restarted)]
     requests = v["requests"] or 0.0
-    observed = len(expected & set(samples))
+    last = v["last_sample"]
     return WindowFigures(
         start=end - window_s,
-        end=min(end, v["last_sample"]) if v["last_sample"] is not None else end - 10 * window_s,
-        pods_expected=len(expected),
-        pods_observed=observed,
+        end=min(end, last) if last is not None else end - 10 * window_s,
+        pods_expected=len(want),
+        pods_observed=len(seen),
         missing_pods=tuple(missing),
         partial_pods=tuple(partial),
         requests=requests,
-        request_rate=requests / window_s if window_s > 0 else 0.0,
+        request_rate=v["request_rate"] or 0.0,
         ttft_percentile=ttft_percentile,
         ttft_s=v["ttft"],
         ttft_mean_s=v["ttft_mean"],
@@ -147,4 +252,81 @@ async def prometheus_window(
         load_spread=v["spread"],
         engines=int(v["engines"] or 0),
         notes=tuple(notes),
+        pod_running=tuple(sorted((p, n) for p, n in running_by_pod.items() if p in want)),
     )
+
+
+def router_figures(r: Mapping[str, list[dict]], end: float, window_s: float, expected: Sequence[str]) -> RouterFigures:
+    """RouterFigures from the answers to ``_router_queries``: the P/D histogram when it counted requests."""
+    v = {k: _value(res) for k, res in r.items()}
+    i = next((i for i in range(len(ROUTER_DURATIONS)) if (v[f"requests{i}"] or 0) > 0), 0)
+    requests = v[f"requests{i}"] or 0.0
+    observed = int(v["pods"] or 0)
+
+    def rate(key: str) -> float | None:
+        return v[key] / window_s if v[key] is not None and window_s > 0 else None
+
+    return RouterFigures(
+        start=end - window_s, end=end, requests=requests,
+        request_rate=requests / window_s if window_s > 0 else 0.0,
+        e2e_p95_s=v[f"p95_{i}"] if requests > 0 else None, e2e_mean_s=v[f"mean{i}"] if requests > 0 else None,
+        errors=v["errors"] or 0.0, pods_observed=observed,
+        missing_pods=tuple(sorted(expected)) if observed == 0 else (),
+        arrival_rate=rate("arrivals"), new_session_rate=rate("new_sessions"),
+        prompt_tokens_arriving_rate=rate("prompt_tokens"))
+
+
+def _failed(role_pods: Sequence[str], end: float, window_s: float, p: float, why: str) -> WindowFigures:
+    return WindowFigures(start=end - window_s, end=end, pods_expected=len(role_pods), missing_pods=tuple(sorted(role_pods)),
+                         ttft_percentile=p, error=why)
+
+
+async def prometheus_windows(
+    src: PromSource,
+    end: float,
+    window_s: float,
+    expected: Mapping[str, Sequence[str]],
+    router_pods: Sequence[str] = (),
+    ttft_percentile: float = 0.9,
+    client: httpx.AsyncClient | None = None,
+) -> tuple[dict[str, WindowFigures], RouterFigures | None]:
+    """Per role (keys of ``expected``: role → its Ready pods) plus ``overall`` (all of them), and the router's
+    figures, like ``window.role_windows`` + ``compute_router_window``. Never raises: a role Prometheus could
+    not measure gets a window with ``error`` set; the router's figures are None then (like no router scraped)."""
+    w = _window(window_s)
+    groups = {role: list(pods) for role, pods in expected.items()}
+    groups["overall"] = sorted({p for pods in expected.values() for p in pods})
+    own = client is None
+    client = client or httpx.AsyncClient(timeout=httpx.Timeout(src.timeout_s), follow_redirects=False)
+    sem = asyncio.Semaphore(MAX_CONCURRENT_QUERIES)
+
+    async def one(pods: list[str]) -> WindowFigures:
+        if not pods:  # nothing Ready to measure: the same empty window the scraper gives
+            return WindowFigures(start=end - window_s, end=end, ttft_percentile=ttft_percentile)
+        try:
+            r = await _run(client, src, _queries(selector(src, pods), w, ttft_percentile, src.pod_label), end, sem)
+        except PrometheusError as exc:
+            return _failed(pods, end, window_s, ttft_percentile, str(exc))
+        return role_figures(src, r, end, window_s, pods, ttft_percentile)
+
+    async def router() -> RouterFigures | None:
+        if not router_pods:
+            return None
+        try:
+            r = await _run(client, src, _router_queries(selector(src, router_pods), w, src.pod_label), end, sem)
+        except PrometheusError:
+            return None  # the engine roles carry the error; the planner falls back to their figures
+        return router_figures(r, end, window_s, router_pods)
+
+    async def everything():
+        return await asyncio.gather(*(one(p) for p in groups.values()), router())
+
+    try:
+        *figs, rt = await asyncio.wait_for(everything(), src.timeout_s)
+    except asyncio.TimeoutError:
+        why = f"Prometheus at {src.url} did not answer within {src.timeout_s:g} s"
+        figs, rt = [_failed(p, end, window_s, ttft_percentile, why) for p in groups.values()], None
+    finally:
+        if own:
+            await client.aclose()
+    return dict(zip(groups, figs, strict=True)), rt

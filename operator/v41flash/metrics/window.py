@@ -11,7 +11,7 @@ False and the planner will not scale down on it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from v41flash.metrics import parse as m
 from v41flash.metrics.figures import RouterFigures, WindowFigures
@@ -125,6 +125,7 @@ def compute_window(
     acc = _Acc()
     observed = 0
     engines_seen = 0
+    pod_running: list[tuple[str, float]] = []
 
     pods = sorted(set(snapshots) | (expected or set()))
     for pod in pods:
@@ -149,6 +150,7 @@ def compute_window(
             opening = series[0] if series[0] is not closing else None
         duration = closing.time - opening.time if opening is not None else 0.0
         restarted = False
+        pod_running.append((pod, sum(em.gauges.get(m.RUNNING, 0.0) for em in closing.engines.values())))
         for engine, em in closing.engines.items():
             before = opening.engines.get(engine) if opening is not None else None
             if before is None and opening is not None and opening.engines:
@@ -180,7 +182,8 @@ def compute_window(
         if expected is None or pod in expected:
             observed += 1
 
-    return _figures(acc, start, end, window_s, observed, expected, missing, partial, notes, ttft_percentile, engines_seen)
+    figures = _figures(acc, start, end, window_s, observed, expected, missing, partial, notes, ttft_percentile, engines_seen)
+    return replace(figures, pod_running=tuple(pod_running))
 
 
 def _figures(

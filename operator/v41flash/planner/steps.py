@@ -146,6 +146,8 @@ def data_status(obs: RoleObservation, now: float, cfg: PlannerConfig) -> tuple[D
     w = obs.window
     if w is None:
         return "missing", "no metrics for this role"
+    if w.error is not None:
+        return "missing", w.error
     age = now - w.end
     if age > cfg.max_metrics_age_s:
         return "stale", f"metrics are {age:.0f}s old (> {cfg.max_metrics_age_s:.0f}s)"

@@ -60,7 +60,9 @@ def render(obj: api.V41FlashDeployment, replicas: dict[str, int | None] | None =
         out.append(engines[rr.role])
     out += router_objects(name, namespace, spec, res, owner)
     out.append(pdb(name, namespace, L.ROUTER, owner))
-    out += network_policies(name, namespace, [rr.role for rr in res.enabled_roles], owner, operator_namespace)
+    metrics = spec.autoscaling.metrics
+    out += network_policies(name, namespace, [rr.role for rr in res.enabled_roles], owner, operator_namespace,
+                            metrics.prometheus.scraped_by if metrics.source == "Prometheus" and metrics.prometheus else None)
     return out
 
 

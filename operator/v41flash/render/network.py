@@ -6,6 +6,8 @@
   prompts to an engine directly, bypassing the proxy's API key, nor talk NIXL to it.
 - The router accepts clients on its Service port from anywhere (client authentication is the proxy's
   API key, spec.routing.apiKeySecretRef), and its metrics port only from the operator.
+- With spec.autoscaling.metrics.source: Prometheus the user's Prometheus pods (metrics.prometheus.scrapedBy)
+  are admitted to the same metrics ports as the operator: the planner reads what Prometheus scraped.
 
 Egress is not restricted (engines download weights; the router watches the apiserver). Kubelet probes
 come from the node, which CNIs allow regardless of NetworkPolicy. A cluster without a NetworkPolicy-
@@ -28,8 +30,17 @@ def _operator_peer(operator_namespace: str | None) -> dict[str, Any]:
     return {"namespaceSelector": ns, "podSelector": {"matchLabels": dict(OPERATOR_POD_LABELS)}}
 
 
+def _prometheus_peer(scraped_by: Any) -> dict[str, Any]:
+    """The user's Prometheus pods (api.PeerSelector): {} namespaceLabels = the deployment's own namespace."""
+    peer: dict[str, Any] = {"podSelector": {"matchLabels": dict(sorted(scraped_by.pod_labels.items()))}}
+    if scraped_by.namespace_labels:
+        peer["namespaceSelector"] = {"matchLabels": dict(sorted(scraped_by.namespace_labels.items()))}
+    return peer
+
+
 def network_policies(cr_name: str, namespace: str, roles: list[str], owner: dict[str, Any] | None,
-                     operator_namespace: str | None = None) -> list[dict[str, Any]]:
+                     operator_namespace: str | None = None, prometheus_scraped_by: Any = None) -> list[dict[str, Any]]:
+    """``prometheus_scraped_by``: the api.PeerSelector of the user's Prometheus (metrics source Prometheus), else None."""
     def engines() -> dict[str, Any]:  # fresh each use: no shared subtrees (YAML anchors) in the output
         return {"matchLabels": {L.DEPLOYMENT_LABEL: cr_name},
                 "matchExpressions": [{"key": L.ROLE_LABEL, "operator": "In", "values": sorted(roles)}]}
@@ -44,14 +55,17 @@ def network_policies(cr_name: str, namespace: str, roles: list[str], owner: dict
             "metadata": L.metadata(cr_name, namespace, L.child_name(cr_name, suffix), "network", owner),
             "spec": {"podSelector": pods, "policyTypes": ["Ingress"], "ingress": ingress},
         }
+    def scrapers() -> list[dict[str, Any]]:
+        peers = [_operator_peer(operator_namespace)]
+        return peers + [_prometheus_peer(prometheus_scraped_by)] if prometheus_scraped_by is not None else peers
     engine_policy = policy("engines", engines(), [
         # any port: the router also subscribes to the engines' KV-event publishers (ports per DP rank)
         {"from": [{"podSelector": router()}]},
         {"from": [{"podSelector": engines()}]},  # P/D KV transfer and DP ranks: every port
-        {"from": [_operator_peer(operator_namespace)], "ports": [tcp(ENGINE_PORT)]},
+        {"from": scrapers(), "ports": [tcp(ENGINE_PORT)]},
     ])
     router_policy = policy("router-ingress", router(), [
-        {"ports": [tcp(ROUTER_PORT)]},  # clients, from anywhere
-        {"from": [_operator_peer(operator_namespace)], "ports": [tcp(METRICS_PORT)]},
+        {"ports": [tcp(ROUTER_PORT)]},  # clients, from anywhere (also the session proxy's /proxy/metrics)
+        {"from": scrapers(), "ports": [tcp(METRICS_PORT)]},
     ])
     return [engine_policy, router_policy]
