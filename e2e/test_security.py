@@ -43,9 +43,12 @@ def test_hostile_spec_refused_at_admission_naming_the_field(cluster, case):
     assert field in r.stderr or (field == "metadata.name" and "name" in r.stderr), r.stderr
 
 
-def test_router_admin_api_is_closed_and_network_policies_are_accepted(cluster, operator_process, ns):
+@pytest.mark.parametrize("session_key", ["derive", "client"])
+def test_router_admin_api_is_closed_and_network_policies_are_accepted(cluster, operator_process, ns, session_key):
     doc = yaml.safe_load(EXAMPLE.read_text())
     name = doc["metadata"]["name"]
+    if session_key == "client":  # the proxy stays in front, forwarding what clients send
+        doc["spec"]["routing"] = {"sessionKey": "client", "policy": "cache_aware"}
     _apply(cluster, doc, ns)
     _ready(cluster, ns, name)
     pods = cluster.kubectl_json("get", "pods", "-n", ns, "-l", f"v41flash.io/deployment={name}")["items"]
@@ -57,6 +60,12 @@ def test_router_admin_api_is_closed_and_network_policies_are_accepted(cluster, o
         r = httpx.request(method, base + path, timeout=10)
         assert r.status_code == 404, (path, r.status_code, r.text)
     assert httpx.get(base + "/v1/models", timeout=10).status_code == 200
+    served = doc["spec"]["model"]["servedModelName"]
+    r = httpx.post(base + "/v1/chat/completions", headers={"x-session-id": "s-1"}, timeout=30,
+                   json={"model": served, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+    assert r.status_code == 200, r.text
+    router_args = next(c for c in router_pod["spec"]["containers"] if c["name"] == "router")["args"]
+    assert router_args[router_args.index("--host") + 1] == "127.0.0.1"  # never on the Service's port
     # The apiserver took both policies; each selects what it should (enforcement needs a CNI: not here).
     pols = {p["metadata"]["name"]: p for p in
             cluster.kubectl_json("get", "networkpolicies", "-n", ns, "-l", f"app.kubernetes.io/instance={name}")["items"]}

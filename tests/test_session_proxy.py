@@ -303,3 +303,52 @@ def test_connection_cap_and_header_deadline():
         finally:
             await runner.cleanup()
     asyncio.run(t())
+
+
+# --- sessionKey: client (issue 12: without the proxy the router's admin API was open) -----------------
+
+def test_client_mode_keys_only_on_what_the_client_sent():
+    cfg = sp.ProxyConfig(upstream="http://u", session_key="client")
+    body = json.dumps(CHAT).encode()
+    assert sp.session_key_for(cfg, "/v1/chat/completions", {"x-session-id": "c1"}, body) == (None, "client")
+    assert sp.session_key_for(cfg, "/v1/chat/completions", {}, body) == (None, "none")  # nothing derived
+    assert sp.session_key_for(cfg, "/v1/chat/completions", {}, b"{not json") == (None, "none")  # never parsed
+    with pytest.raises(ValueError, match="session_key"):
+        sp.ProxyConfig(upstream="http://u", session_key="cookie")
+    with pytest.raises(ValueError, match="session_header"):  # client mode copies no header
+        sp.ProxyConfig(upstream="http://u", session_key="client", session_header="x-conv")
+
+
+def test_client_mode_forwards_unchanged_behind_the_same_allowlist_key_and_limits():
+    async def t(client, base, up, proxy):
+        raw = json.dumps(CHAT, indent=1).encode()
+        await client.post(f"{base}/v1/chat/completions", data=raw, headers={"x-session-id": "mine", "X-Conv": "7"})
+        method, url, headers, body = up.seen[-1]
+        assert (method, url, body) == ("POST", "/v1/chat/completions", raw)
+        assert headers["x-session-id"] == "mine" and headers["X-Conv"] == "7"  # the client's own, unchanged
+        await client.post(f"{base}/v1/chat/completions", data=raw)
+        assert "x-session-id" not in {k.lower() for k in up.seen[-1][2]}  # none set for it
+        r = await client.post(f"{base}/v1/completions", data=b"{not json")  # the router judges the body
+        assert r.status == 200 and up.seen[-1][3] == b"{not json"
+        assert (_count(proxy, "client"), _count(proxy, "none"), _count(proxy, "derived")) == (1, 2, 0)
+        n = len(up.seen)
+        for method, path in ADMIN_PROBES:
+            assert (await client.request(method, f"{base}{path}")).status == 404, path
+        assert len(up.seen) == n  # the admin API stays closed
+        assert (await client.post(f"{base}/v1/completions", data=b"x" * 2048)).status == 413
+    asyncio.run(_with_proxy(t, session_key="client", max_body=1024))
+
+    async def keyed(client, base, up, proxy):  # apiKeySecretRef works with sessionKey: client too
+        assert (await client.post(f"{base}/v1/chat/completions", json=CHAT)).status == 401
+        assert up.seen == []
+        r = await client.post(f"{base}/v1/chat/completions", json=CHAT, headers={"Authorization": "Bearer s3cret"})
+        assert r.status == 200 and "authorization" not in {k.lower() for k in up.seen[-1][2]}
+    asyncio.run(_with_proxy(keyed, session_key="client", api_key="s3cret"))
+
+
+def test_cli_session_key_mode():
+    base = ["session-proxy", "--listen", "127.0.0.1:1", "--upstream", "http://u"]
+    assert build_parser().parse_args(base).session_key == "derive"
+    assert build_parser().parse_args([*base, "--session-key", "client"]).session_key == "client"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([*base, "--session-key", "cookie"])

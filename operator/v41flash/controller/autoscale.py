@@ -32,7 +32,6 @@ from ..planner.profile import CapacityProfile, find_profile, for_rendered_engine
 from ..render import labels as L
 from ..render.engine import engine_config
 from ..render.resolve import Resolved, resolve
-from ..render.router import uses_session_proxy
 from ..roles import ROLES
 from ..vllm import args as vargs
 from ..vllm import features as vfeatures
@@ -245,7 +244,7 @@ class Autoscaler:
         pods = with_node_health([pod_view(p) for sel in (L.serving_pods_selector(name), L.router_pods_selector(name))
                                  for p in self.kube.list_pods(ns, L.label_selector(sel))], self._node_ready)
         # scrape only pods our workloads made: labels alone can be copied onto any pod (observation.owned_pod)
-        targets = scrape_targets([p for p in pods if owned_pod(p, name)], session_proxy=uses_session_proxy(spec))
+        targets = scrape_targets([p for p in pods if owned_pod(p, name)])
         t0 = time.monotonic()
         snapshots = asyncio.run(scrape(targets)) if targets else []
         self.metrics.record_scrape(ns, name, snapshots, time.monotonic() - t0)

@@ -14,6 +14,8 @@ Measured with the real router (docs/2026-11-30-routing.md): this keeps each sess
 new sessions go to the least-loaded one. Bodies are forwarded byte for byte; responses (SSE included)
 stream through as they arrive; hop-by-hop headers are dropped; an unreachable upstream gives 502 with a
 JSON error. `v41flash session-proxy --listen HOST:PORT --upstream URL [--session-header NAME]`.
+With `--session-key client` (spec.routing.sessionKey: client) it sets nothing and does not parse bodies:
+the client's own x-session-id and headers reach vllm-router unchanged, behind the same allowlist and limits.
 
 Only the OpenAI-compatible serving paths and health reach vllm-router (`FORWARDED`): its admin API
 (/add_worker, /remove_worker, /list_workers, ...) has no authentication, and a client that could call it
@@ -43,7 +45,7 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 # 64 MiB bounds memory (a 1M-token prompt as JSON is a few MiB); the same defaults as the CLI
-from v41flash.proxy import DEFAULT_MAX_BODY_BYTES, DEFAULT_PROMPT_KEY_CHARS
+from v41flash.proxy import DEFAULT_MAX_BODY_BYTES, DEFAULT_PROMPT_KEY_CHARS, SESSION_KEY_MODES
 
 SESSION_HEADER = "x-session-id"
 # Leading signals: the proxy sees a request before any engine queues it. Prompt tokens are estimated from
@@ -133,12 +135,21 @@ class ProxyConfig:
     upstream_connections: int = 512  # bounded pool to vllm-router
     max_connections: int = 4096  # client connections open at once; more are closed on accept
     header_timeout_s: float = 15.0  # a new connection's first request headers must arrive within this
+    session_key: str = "derive"  # derive: set x-session-id when a client sent none; client: forward as sent
+
+    def __post_init__(self) -> None:
+        if self.session_key not in SESSION_KEY_MODES:
+            raise ValueError(f"session_key must be one of {', '.join(SESSION_KEY_MODES)}, not {self.session_key!r}")
+        if self.session_key == "client" and self.session_header:
+            raise ValueError("session_header is copied only with session_key derive")
 
 
 def session_key_for(cfg: ProxyConfig, path: str, headers: Any, body: bytes) -> tuple[str | None, str]:
     """(x-session-id to set or None, how: client|header|derived|none|unparsable) for one request."""
     if headers.get(SESSION_HEADER):
         return None, "client"
+    if cfg.session_key == "client":  # forwarded as the client sent it: nothing derived, the body not parsed
+        return None, "none"
     if cfg.session_header and headers.get(cfg.session_header):
         return headers[cfg.session_header], "header"
     try:
@@ -328,7 +339,7 @@ def run_cli(args: argparse.Namespace) -> int:
             return 2
     cfg = ProxyConfig(upstream=args.upstream, session_header=args.session_header.lower(),
                       max_body_bytes=args.max_body_bytes, prompt_key_chars=args.prompt_key_chars,
-                      api_key=api_key, max_in_flight=args.max_in_flight)
+                      api_key=api_key, max_in_flight=args.max_in_flight, session_key=args.session_key)
     asyncio.run(serve(cfg, host, port))
     return 0
 
