@@ -134,7 +134,8 @@ class ProxyConfig:
     max_in_flight: int = 1024  # requests handled at once; more get 503 at once
     upstream_connections: int = 512  # bounded pool to vllm-router
     max_connections: int = 4096  # client connections open at once; more are closed on accept
-    header_timeout_s: float = 15.0  # a new connection's first request headers must arrive within this
+    header_timeout_s: float = 15.0  # each request's headers must be complete this long after the connection
+    # opened or the previous response ended (slowloris, on new and kept-alive connections alike)
     session_key: str = "derive"  # derive: set x-session-id when a client sent none; client: forward as sent
 
     def __post_init__(self) -> None:
@@ -344,34 +345,36 @@ def run_cli(args: argparse.Namespace) -> int:
     return 0
 
 
-def guard_connections(server: web.Server, max_connections: int, header_timeout_s: float) -> None:
-    """A connection cap and a header deadline on an aiohttp server (aiohttp has neither): a connection over
-    the cap is closed at once; one whose first request's headers are not complete within header_timeout_s
-    (slowloris) is closed then. Later requests on a kept-alive connection are bounded by the body deadline
-    and the in-flight cap."""
-    made = server.connection_made
-    loop = asyncio.get_running_loop()
+async def setup_runner(proxy: SessionProxy, cfg: ProxyConfig) -> web.AppRunner:
+    """The proxy's aiohttp runner with a header deadline for EVERY request on a connection, not only the
+    first: aiohttp's keep-alive timer runs from a connection's start and from the end of each response, and
+    closes the connection if the next request's headers are not complete by then (bytes arriving do not
+    reset it), so a slowloris on a kept-alive connection is cut like one on a new connection. A request
+    being handled (a long streamed answer included) is never cut by it. The cost: a kept-alive connection
+    idle longer than header_timeout_s is closed (clients open a new one)."""
+    runner = web.AppRunner(proxy.app(), access_log=None, keepalive_timeout=cfg.header_timeout_s)
+    await runner.setup()
+    assert runner.server is not None
+    guard_connections(runner.server, cfg.max_connections)
+    return runner
 
-    def cut_if_silent(handler: Any, transport: asyncio.Transport) -> None:
-        if getattr(handler, "_request_count", 1) == 0 and not transport.is_closing():
-            transport.close()
+
+def guard_connections(server: web.Server, max_connections: int) -> None:
+    """A connection cap on an aiohttp server (aiohttp has none): a connection over the cap is closed at once."""
+    made = server.connection_made
 
     def connection_made(handler: Any, transport: asyncio.Transport) -> None:
         if len(server.connections) >= max_connections:
             transport.close()
             return
         made(handler, transport)
-        loop.call_later(header_timeout_s, cut_if_silent, handler, transport)
 
     server.connection_made = connection_made  # type: ignore[method-assign]
 
 
 async def serve(cfg: ProxyConfig, host: str, port: int) -> None:
     """Serve until SIGTERM/SIGINT; requests in flight get the pod's grace period (the runner's shutdown)."""
-    runner = web.AppRunner(SessionProxy(cfg).app(), access_log=None)
-    await runner.setup()
-    assert runner.server is not None
-    guard_connections(runner.server, cfg.max_connections, cfg.header_timeout_s)
+    runner = await setup_runner(SessionProxy(cfg), cfg)
     site = web.TCPSite(runner, host, port, backlog=1024)
     await site.start()
     log.info("session proxy on %s:%d -> %s (session header %r)", host, port, cfg.upstream, cfg.session_header)
