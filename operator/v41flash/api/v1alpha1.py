@@ -442,9 +442,11 @@ class KVTransferSpec(Model):
     ucx_tls: str = Field("", max_length=256, pattern=r"^[a-z0-9_,^]*$", description="UCX_TLS for NIXL; '' = per GPU fabric default "
                                          "(GB300 MNNVL: cuda_copy,cuda_ipc,tcp).")
     extra_config: dict[str, Any] = Field(
-        default_factory=dict, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+        default_factory=dict,
+        json_schema_extra={"x-v41flash-bounded-json": [F.EXTRA_CONFIG_MAX_DEPTH, F.EXTRA_CONFIG_MAX_ITEMS]},
         description=f"kv_connector_extra_config passed through to vLLM (JSON, at most {F.EXTRA_CONFIG_MAX_DEPTH} "
-                    f"levels deep, no $(...)).")
+                    f"levels deep counting this object, at most {F.EXTRA_CONFIG_MAX_ITEMS} values in all and in "
+                    f"any one object or list, no $(...)).")
 
     @field_validator("extra_config")
     @classmethod
