@@ -493,7 +493,8 @@ class RoutingSpec(Model):
                     "derive) keeps each session on one engine and sends new sessions to the least-loaded one. "
                     "consistent_hash and sticky_least_loaded key only on x-session-id: without it every request "
                     "lands on ONE engine, so they need sessionKey: derive. cache_aware (with the thresholds "
-                    "below) is the measured choice when no proxy runs (0.94-0.96x the oracle hit rate).")
+                    "below) is the measured choice when no key is derived (sessionKey: client; 0.94-0.96x the oracle hit "
+                    "rate).")
     decode_policy: Literal[ROUTER_POLICIES] = Field(  # type: ignore[valid-type]
         "round_robin", description="vllm-router policy for decode in P/D mode (a header-keyed policy here also "
                                    "needs sessionKey: derive to see session keys).")
