@@ -151,17 +151,24 @@ def test_the_operator_identity_writes_only_what_a_v41flashdeployment_owns(cluste
 
         patch = ["--type=merge", "-p", '{"metadata":{"labels":{"hijacked":"yes"}}}']
         denied = "writes only objects a V41FlashDeployment owns"
-        r = wait_for(lambda: (lambda r: r if denied in r.stderr else None)(
-            as_operator("patch", "service", "db", "-n", user_ns, *patch)), 30, "the policy in force")
-        assert r.returncode != 0
-        for args in (("patch", "configmap", "app-config", "-n", user_ns, *patch),
+        # a new policy takes a moment to be in force: wait on an object of its own, then try the user's
+        cluster.kubectl("create", "configmap", "policy-probe", "-n", user_ns)
+        wait_for(lambda: denied in as_operator("patch", "configmap", "policy-probe", "-n", user_ns, *patch).stderr,
+                 30, "the policy in force")
+        for args in (("patch", "service", "db", "-n", user_ns, *patch),
+                     ("patch", "configmap", "app-config", "-n", user_ns, *patch),
                      ("delete", "service", "db", "-n", user_ns),
                      ("delete", "configmap", "app-config", "-n", user_ns)):
             r = as_operator(*args)
             assert r.returncode != 0 and denied in r.stderr, (args, r.stderr)
         # adopting the user's object by adding our ownerReference is refused too (it was not ours before)
-        owner = {"apiVersion": "v41flash.io/v1alpha1", "kind": "V41FlashDeployment", "name": "x",
-                 "uid": "00000000-0000-0000-0000-000000000001"}
+        # a real owner, or the garbage collector deletes the child: one the operator Stalls without applying
+        # anything (an extraArgs flag vLLM does not know)
+        cr = yaml.safe_load((REPO / "tests/invalid/30-bad-vllm-extra-arg.yaml").read_text())
+        _apply(cluster, cr, user_ns)
+        uid = cluster.kubectl_json("get", "v41f", cr["metadata"]["name"], "-n", user_ns)["metadata"]["uid"]
+        owner = {"apiVersion": "v41flash.io/v1alpha1", "kind": "V41FlashDeployment", "name": cr["metadata"]["name"],
+                 "uid": uid}
         adopt = json.dumps({"metadata": {"ownerReferences": [owner]}})
         r = as_operator("patch", "configmap", "app-config", "-n", user_ns, "--type=merge", "-p", adopt)
         assert r.returncode != 0 and denied in r.stderr, r.stderr
