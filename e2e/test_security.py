@@ -125,9 +125,11 @@ def test_the_operator_identity_writes_only_what_a_v41flashdeployment_owns(cluste
                               check=True, capture_output=True, text=True).stdout
     docs = [d for d in yaml.safe_load_all(rendered) if d]
     kinds = sorted(d["kind"] for d in docs)
-    assert kinds == ["ClusterRole", "ClusterRoleBinding", "ServiceAccount", "ValidatingAdmissionPolicy",
-                     "ValidatingAdmissionPolicyBinding"], kinds
-    cluster_scoped = [(d["kind"], d["metadata"]["name"]) for d in docs if d["kind"] != "ServiceAccount"]
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",  # Role: the leader Lease
+                     "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"], kinds
+    cluster_scoped = [(d["kind"], d["metadata"]["name"]) for d in docs
+                      if d["kind"] in ("ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
+                                       "ValidatingAdmissionPolicyBinding")]
     user_ns = f"{ns}-user"
     cluster.kubectl("create", "namespace", user_ns)
     try:
