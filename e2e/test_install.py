@@ -111,6 +111,14 @@ def check_installed_operator(cluster, tmp_path: Path, example_ns: str) -> None:
     for verb, what in (("get", "secrets"), ("create", "clusterroles"), ("delete", "namespaces"),
                        ("update", "deployments.apps"), ("escalate", "roles")):
         assert can_i(verb, what, "-n", example_ns) == "no", f"the operator may {verb} {what}"
+    # RBAC allows patching any ConfigMap; the installed admission policy (rbac.ownedOnly) refuses one it does
+    # not own (the rest of the run proves the operator still applies, prunes and annotates its own)
+    cluster.kubectl("create", "configmap", "users-config", "-n", example_ns, "--from-literal=k=v")
+    as_sa = lambda *a: subprocess.run(  # noqa: E731
+        [str(REPO / ".venv" / "bin" / "kubectl"), f"--kubeconfig={kubeconfig}", *a], capture_output=True, text=True)
+    wait_for(lambda: "writes only objects a V41FlashDeployment owns" in as_sa(
+        "patch", "configmap", "users-config", "-n", example_ns, "--type=merge",
+        "-p", '{"data":{"k":"hijacked"}}').stderr, 30, "the admission policy refusing a user's ConfigMap")
 
     (container,) = pod["containers"]
     op = ServiceAccountOperator(cluster, kubeconfig, container["args"]).start()
@@ -158,7 +166,8 @@ def assert_nothing_left(cluster, example_ns: str, release_label: str) -> None:
     left = cluster.kubectl("get", "v41f", "-n", example_ns, "-o", "name", check=False)
     assert left.returncode == 0 and not left.stdout.strip() or "could not find the requested resource" in left.stderr, \
         f"custom resources left: {left.stdout}{left.stderr}"  # (no CRD at all counts as none left)
-    for kind in ("clusterroles", "clusterrolebindings"):
+    for kind in ("clusterroles", "clusterrolebindings", "validatingadmissionpolicies",
+                 "validatingadmissionpolicybindings"):
         left = cluster.kubectl_json("get", kind, "-l", release_label)["items"]
         assert not left, f"{kind} left: {[o['metadata']['name'] for o in left]}"
     wait_for(lambda: cluster.kubectl("get", "namespace", OP_NS, check=False).returncode != 0, 120,
@@ -180,7 +189,8 @@ def test_helm_install_runs_under_the_chart_rbac_and_uninstalls_cleanly(cluster, 
                                   check=True, capture_output=True, text=True).stdout
         kinds = sorted(d["kind"] for d in yaml.safe_load_all(manifest) if d)
         assert kinds == ["ClusterRole", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding",
-                         "Service", "ServiceAccount"]  # Role/RoleBinding: the leader-election Lease
+                         "Service", "ServiceAccount",  # Role/RoleBinding: the leader-election Lease
+                         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
         check_installed_operator(cluster, tmp_path, ns)
     finally:
         subprocess.run([str(helm), kc, "uninstall", "v41flash-operator", "-n", OP_NS, "--wait"],

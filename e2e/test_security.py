@@ -4,6 +4,7 @@ CNI), a name collision Stalls and leaves the user's object, engine pods admitted
 `baseline`."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx
@@ -43,9 +44,12 @@ def test_hostile_spec_refused_at_admission_naming_the_field(cluster, case):
     assert field in r.stderr or (field == "metadata.name" and "name" in r.stderr), r.stderr
 
 
-def test_router_admin_api_is_closed_and_network_policies_are_accepted(cluster, operator_process, ns):
+@pytest.mark.parametrize("session_key", ["derive", "client"])
+def test_router_admin_api_is_closed_and_network_policies_are_accepted(cluster, operator_process, ns, session_key):
     doc = yaml.safe_load(EXAMPLE.read_text())
     name = doc["metadata"]["name"]
+    if session_key == "client":  # the proxy stays in front, forwarding what clients send
+        doc["spec"]["routing"] = {"sessionKey": "client", "policy": "cache_aware"}
     _apply(cluster, doc, ns)
     _ready(cluster, ns, name)
     pods = cluster.kubectl_json("get", "pods", "-n", ns, "-l", f"v41flash.io/deployment={name}")["items"]
@@ -57,6 +61,12 @@ def test_router_admin_api_is_closed_and_network_policies_are_accepted(cluster, o
         r = httpx.request(method, base + path, timeout=10)
         assert r.status_code == 404, (path, r.status_code, r.text)
     assert httpx.get(base + "/v1/models", timeout=10).status_code == 200
+    served = doc["spec"]["model"]["servedModelName"]
+    r = httpx.post(base + "/v1/chat/completions", headers={"x-session-id": "s-1"}, timeout=30,
+                   json={"model": served, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+    assert r.status_code == 200, r.text
+    router_args = next(c for c in router_pod["spec"]["containers"] if c["name"] == "router")["args"]
+    assert router_args[router_args.index("--host") + 1] == "127.0.0.1"  # never on the Service's port
     # The apiserver took both policies; each selects what it should (enforcement needs a CNI: not here).
     pols = {p["metadata"]["name"]: p for p in
             cluster.kubectl_json("get", "networkpolicies", "-n", ns, "-l", f"app.kubernetes.io/instance={name}")["items"]}
@@ -99,3 +109,94 @@ def test_engine_pods_run_in_a_baseline_enforced_namespace(cluster, operator_proc
     roles = {p["metadata"]["labels"]["v41flash.io/role"] for p in cluster.kubectl_json(
         "get", "pods", "-n", ns, "-l", f"v41flash.io/deployment={name}")["items"]}
     assert roles == {"prefill", "decode", "router"}
+
+
+def test_the_operator_identity_writes_only_what_a_v41flashdeployment_owns(cluster, ns, tmp_path):
+    """The chart's cluster-wide RBAC plus its ValidatingAdmissionPolicy (rbac.ownedOnly), installed for a
+    release of its own: as that ServiceAccount, children with an ownerReference to a V41FlashDeployment are
+    writable, the user's Services, ConfigMaps and pods in another namespace are not."""
+    import subprocess
+
+    from e2e.test_install import CHART, sa_kubeconfig, sync
+    release, op_ns = "vap-e2e", ns
+    rendered = subprocess.run([str(sync.helm_binary()), "template", release, str(CHART), "-n", op_ns,
+                               "--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/rbac.yaml",
+                               "--show-only", "templates/admission-policy.yaml"],
+                              check=True, capture_output=True, text=True).stdout
+    docs = [d for d in yaml.safe_load_all(rendered) if d]
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",  # Role: the leader Lease
+                     "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"], kinds
+    cluster_scoped = [(d["kind"], d["metadata"]["name"]) for d in docs
+                      if d["kind"] in ("ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
+                                       "ValidatingAdmissionPolicyBinding")]
+    user_ns = f"{ns}-user"
+    cluster.kubectl("create", "namespace", user_ns)
+    try:
+        cluster.kubectl("apply", "-n", op_ns, "-f", "-", input=rendered)
+        sa = next(d for d in docs if d["kind"] == "ServiceAccount")["metadata"]["name"]
+        kc = sa_kubeconfig(cluster, op_ns, sa, tmp_path / "sa.kubeconfig")
+
+        def as_operator(*args, input=None):
+            return subprocess.run([str(REPO / ".venv" / "bin" / "kubectl"), f"--kubeconfig={kc}", *args],
+                                  input=input, capture_output=True, text=True)
+
+        # the user's objects, made by an admin
+        cluster.kubectl("create", "service", "clusterip", "db", "--tcp=5432", "-n", user_ns)
+        cluster.kubectl("create", "configmap", "app-config", "-n", user_ns, "--from-literal=k=v")
+        pod = lambda name, labels: {"apiVersion": "v1", "kind": "Pod",  # noqa: E731
+                                    "metadata": {"name": name, "labels": labels},
+                                    "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+        ours = {"app.kubernetes.io/managed-by": "v41flash-operator"}
+        for doc in (pod("user-pod", {"app": "db"}), pod("engine-like", ours)):
+            _apply(cluster, doc, user_ns)
+
+        patch = ["--type=merge", "-p", '{"metadata":{"labels":{"hijacked":"yes"}}}']
+        denied = "writes only objects a V41FlashDeployment owns"
+        # a new policy takes a moment to be in force: wait on an object of its own, then try the user's
+        cluster.kubectl("create", "configmap", "policy-probe", "-n", user_ns)
+        wait_for(lambda: denied in as_operator("patch", "configmap", "policy-probe", "-n", user_ns, *patch).stderr,
+                 30, "the policy in force")
+        for args in (("patch", "service", "db", "-n", user_ns, *patch),
+                     ("patch", "configmap", "app-config", "-n", user_ns, *patch),
+                     ("delete", "service", "db", "-n", user_ns),
+                     ("delete", "configmap", "app-config", "-n", user_ns)):
+            r = as_operator(*args)
+            assert r.returncode != 0 and denied in r.stderr, (args, r.stderr)
+        # adopting the user's object by adding our ownerReference is refused too (it was not ours before)
+        # a real owner, or the garbage collector deletes the child: one the operator Stalls without applying
+        # anything (an extraArgs flag vLLM does not know)
+        cr = yaml.safe_load((REPO / "tests/invalid/30-bad-vllm-extra-arg.yaml").read_text())
+        _apply(cluster, cr, user_ns)
+        uid = cluster.kubectl_json("get", "v41f", cr["metadata"]["name"], "-n", user_ns)["metadata"]["uid"]
+        owner = {"apiVersion": "v41flash.io/v1alpha1", "kind": "V41FlashDeployment", "name": cr["metadata"]["name"],
+                 "uid": uid}
+        adopt = json.dumps({"metadata": {"ownerReferences": [owner]}})
+        r = as_operator("patch", "configmap", "app-config", "-n", user_ns, "--type=merge", "-p", adopt)
+        assert r.returncode != 0 and denied in r.stderr, r.stderr
+        # a child with the owner's reference: created, patched, deleted
+        child = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x-config", "ownerReferences": [owner]},
+                 "data": {"k": "v"}}
+        r = as_operator("create", "-n", user_ns, "-f", "-", input=json.dumps(child))
+        assert r.returncode == 0, r.stderr
+        r = as_operator("create", "-n", user_ns, "-f", "-",
+                        input=json.dumps({**child, "metadata": {"name": "unowned"}}))
+        assert r.returncode != 0 and denied in r.stderr, r.stderr
+        assert as_operator("patch", "configmap", "x-config", "-n", user_ns, *patch).returncode == 0
+        # pods: only the deletion-cost annotation, only on pods labelled as the operator's
+        cost = ["controller.kubernetes.io/pod-deletion-cost=-5"]
+        assert as_operator("annotate", "pod", "engine-like", "-n", user_ns, *cost).returncode == 0
+        r = as_operator("annotate", "pod", "user-pod", "-n", user_ns, *cost)
+        assert r.returncode != 0 and "only annotates its own pods" in r.stderr, r.stderr
+        r = as_operator("label", "pod", "engine-like", "-n", user_ns, "extra=1")
+        assert r.returncode != 0 and "only annotates its own pods" in r.stderr, r.stderr
+        assert as_operator("delete", "configmap", "x-config", "-n", user_ns).returncode == 0
+        # the user's objects are untouched
+        cm = cluster.kubectl_json("get", "configmap", "app-config", "-n", user_ns)
+        assert cm["data"] == {"k": "v"} and not cm["metadata"].get("ownerReferences")
+        assert "hijacked" not in (cluster.kubectl_json("get", "service", "db", "-n", user_ns)["metadata"]
+                                  .get("labels") or {})
+    finally:
+        for kind, name in cluster_scoped:
+            cluster.kubectl("delete", kind, name, "--ignore-not-found", check=False)
+        cluster.kubectl("delete", "namespace", user_ns, "--wait=false", check=False)

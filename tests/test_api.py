@@ -144,6 +144,8 @@ def test_session_key_rules_refuse(routing, field):
     {"sessionKey": "client", "policy": "round_robin", "decodePolicy": "sticky_least_loaded"},
     {"policy": "consistent_hash", "sessionHeader": "X-Conversation-Id"},
     {"sessionKey": "derive", "policy": "cache_aware"},
+    # the session proxy runs in both modes, so it checks the API key in both
+    {"sessionKey": "client", "policy": "cache_aware", "apiKeySecretRef": {"name": "keys", "key": "k"}},
 ])
 def test_session_key_rules_allow(routing):
     assert _routing_problems(routing) == []

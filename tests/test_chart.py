@@ -142,12 +142,13 @@ def test_every_rendered_object_is_valid_kubernetes(helm, values):
 
 def test_optional_objects_follow_their_toggles(helm):
     kinds = lambda objs: sorted(o["kind"] for o in objs)  # noqa: E731
+    policy = ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
     assert kinds(template(helm)) == ["ClusterRole", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget",
-                                     "Role", "RoleBinding", "Service", "ServiceAccount"]
+                                     "Role", "RoleBinding", "Service", "ServiceAccount", *policy]
     on = template(helm, *VALUE_SETS["everything-on"])
     assert kinds(on) == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "PodDisruptionBudget",
                          "PodMonitor", "PrometheusRule", "Role", "RoleBinding", "Service", "ServiceAccount",
-                         "ServiceMonitor"]
+                         "ServiceMonitor", *policy]
     none = template(helm, "--set", "rbac.create=false", "--set", "serviceAccount.create=false",
                     "--set", "serviceAccount.name=existing", "--set", "metrics.service.enabled=false",
                     "--set", "podDisruptionBudget.enabled=false")
@@ -342,3 +343,78 @@ def test_top_level_kustomization_includes_every_example():
 def test_values_schema_refuses_mistakes(helm, bad, message):
     r = subprocess.run([str(helm), "template", "x", str(CHART), *bad], capture_output=True, text=True)
     assert r.returncode != 0 and message in r.stderr, r.stderr
+
+
+# --- writes narrowed to what the operator owns (ValidatingAdmissionPolicy) -----------------------------------
+
+OPERATOR_USER = "system:serviceaccount:v41flash-system:v41flash-operator"
+OWNER = [{"apiVersion": "v41flash.io/v1alpha1", "kind": "V41FlashDeployment", "name": "x", "uid": "u",
+          "controller": True}]
+OURS = {"app.kubernetes.io/managed-by": "v41flash-operator", "v41flash.io/deployment": "x"}
+
+
+def _policy(objs: list[dict]) -> tuple[dict, dict]:
+    (policy,) = by_kind(objs, "ValidatingAdmissionPolicy")
+    (binding,) = by_kind(objs, "ValidatingAdmissionPolicyBinding")
+    return policy, binding
+
+
+def admitted(policy: dict, user: str, op: str, resource: tuple[str, str], obj: dict | None,
+             old: dict | None) -> bool:
+    """The policy's verdict on one request, evaluated as the apiserver does: match, variables, validations."""
+    import cel
+    group, plural = resource
+    spec = policy["spec"]
+    if not any(group in r["apiGroups"] and plural in r["resources"] and op in r["operations"]
+               for r in spec["matchConstraints"]["resourceRules"]):
+        return True
+    ctx = {"request": {"operation": op, "userInfo": {"username": user}, "namespace": "ns", "name": "n",
+                       "resource": {"group": group, "resource": plural}}, "object": obj, "oldObject": old}
+    if not all(cel.evaluate(c["expression"], ctx) is True for c in spec["matchConditions"]):
+        return True
+    ctx["variables"] = {}
+    for v in spec["variables"]:
+        ctx["variables"][v["name"]] = cel.evaluate(v["expression"], ctx)
+    return all(cel.evaluate(v["expression"], ctx) is True for v in spec["validations"])
+
+
+def test_the_operator_may_write_only_what_a_v41flashdeployment_owns(helm):
+    policy, binding = _policy(template(helm))
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    owned, mine = {"metadata": {"ownerReferences": OWNER}}, {"metadata": {}}
+    foreign_owner = {"metadata": {"ownerReferences": [{**OWNER[0], "apiVersion": "apps/v1", "kind": "ReplicaSet"}]}}
+    svc = ("", "services")
+    ok = lambda *a: admitted(policy, OPERATOR_USER, *a)  # noqa: E731
+    assert ok("CREATE", svc, owned, None) and ok("UPDATE", svc, owned, owned) and ok("DELETE", svc, None, owned)
+    assert not ok("CREATE", svc, mine, None)  # a child without its owner
+    assert not ok("UPDATE", svc, owned, mine)  # adopting the user's object
+    assert not ok("UPDATE", svc, mine, owned)  # dropping the owner
+    assert not ok("DELETE", svc, None, mine) and not ok("DELETE", svc, None, foreign_owner)
+    pod = lambda labels, ann=None: {"metadata": {"labels": labels, "annotations": ann or {}}}  # noqa: E731
+    pods = ("", "pods")
+    cost = {"controller.kubernetes.io/pod-deletion-cost": "-5"}
+    assert ok("UPDATE", pods, pod(OURS, cost), pod(OURS))  # the deletion-cost annotation on its pod
+    assert not ok("UPDATE", pods, pod({"app": "db"}, cost), pod({"app": "db"}))  # someone else's pod
+    assert not ok("UPDATE", pods, pod({**OURS, "extra": "1"}), pod(OURS))  # relabelling its own
+    assert not ok("DELETE", pods, None, pod(OURS)) and not ok("CREATE", pods, pod(OURS), None)
+    # anyone else (the garbage collector, users, controllers) is not this policy's business
+    assert admitted(policy, "system:serviceaccount:kube-system:generic-garbage-collector", "DELETE", svc, None, mine)
+    assert admitted(policy, "alice", "UPDATE", pods, pod({"app": "db"}, cost), pod({"app": "db"}))
+
+
+def test_the_policy_covers_every_resource_the_operator_may_write(helm):
+    """Derived from the RBAC table: a resource the operator may create/patch/delete that the policy does not
+    match would be writable cluster-wide again (the CR itself and Events are its own to write)."""
+    policy, _ = _policy(template(helm, *VALUE_SETS["namespaced"]))  # in both scopes
+    matched = {(g, r): set(rule["operations"]) for rule in policy["spec"]["matchConstraints"]["resourceRules"]
+               for g in rule["apiGroups"] for r in rule["resources"]}
+    ops = {"create": "CREATE", "patch": "UPDATE", "update": "UPDATE", "delete": "DELETE"}
+    own = {("v41flash.io", "v41flashdeployments"), ("v41flash.io", "v41flashdeployments/status"),
+           ("v41flash.io", "v41flashdeployments/finalizers"), ("", "events"), ("events.k8s.io", "events")}
+    written = {res: {ops[v] for v in verbs if v in ops} for res, verbs in NAMESPACED_RULES.items() if res not in own}
+    assert {res for res, o in written.items() if o} == set(matched)
+    for res, o in written.items():
+        assert o <= matched[res], res
+    assert not by_kind(template(helm, "--set", "rbac.ownedOnly=false"), "ValidatingAdmissionPolicy")
+    assert policy["spec"]["matchConditions"][0]["expression"].endswith(f"'{OPERATOR_USER}'")

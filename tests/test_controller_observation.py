@@ -74,7 +74,8 @@ def test_only_ready_live_pods_with_an_ip_are_scraped():
     assert [p.name for p in serving(pods)["prefill"]] == ["p-0"]
     assert [(t.pod, t.role, t.url) for t in scrape_targets(pods)] == [
         ("p-0", "prefill", "http://10.0.0.1:8000/metrics"), ("d-0", "decode", "http://10.0.0.2:8000/metrics"),
-        ("r-0", "router", "http://10.0.0.3:29000/metrics")]
+        ("r-0", "router", "http://10.0.0.3:29000/metrics"),
+        ("r-0/proxy", "router", "http://10.0.0.3:30000/proxy/metrics")]  # every router pod runs the proxy
 
 
 # ------------------------------------------------------------------ observation

@@ -97,6 +97,8 @@ def api_key_from_secret(doc, objs):
     proxy = next(c for c in _containers(objs, "router") if c["name"] == "session-proxy")
     assert proxy["env"] == [{"name": "V41FLASH_PROXY_API_KEY",
                              "valueFrom": {"secretKeyRef": {"name": "keys", "key": "api-key"}}}]
+    router = next(c for c in _containers(objs, "router") if c["name"] == "router")
+    assert router["args"][router["args"].index("--host") + 1] == "127.0.0.1"  # reachable only through the proxy
 
 
 def default_is_locked_down(doc, objs):

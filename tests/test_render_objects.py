@@ -253,12 +253,24 @@ def test_router_rbac_and_service():
     assert dep["spec"]["template"]["spec"]["serviceAccountName"] == "t-router"
     svc = objs[("Service", "t-router")]
     assert {(p["port"], p["targetPort"]) for p in svc["spec"]["ports"]} == {(8000, "http"), (29000, "metrics")}
-    # sessionKey: client: vllm-router alone on the Service's port
-    c = router_container(render(cr({"routing": {"sessionKey": "client", "policy": "cache_aware"}})))
-    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"http": 30000, "metrics": 29000}
-    assert c["readinessProbe"]["httpGet"] == {"path": "/readiness", "port": "http"}
-    ra = parse_router_args(c["args"])
-    assert (ra.host, ra.port) == ("0.0.0.0", 30000)
+
+
+def test_session_key_client_keeps_the_proxy_in_front():
+    # the proxy is the router admin API's only guard: it runs with sessionKey: client too, forwarding as sent
+    objs = render(cr({"routing": {"sessionKey": "client", "policy": "cache_aware",
+                                  "apiKeySecretRef": {"name": "keys", "key": "k"}}}))
+    cs = router_containers(objs)
+    assert list(cs) == ["session-proxy", "router"]
+    proxy, router = cs["session-proxy"], cs["router"]
+    assert proxy["args"] == ["session-proxy", "--listen", "0.0.0.0:30000", "--upstream", "http://127.0.0.1:30001",
+                             "--session-key", "client", "--api-key-env", "V41FLASH_PROXY_API_KEY"]
+    assert proxy["env"][0]["valueFrom"]["secretKeyRef"] == {"name": "keys", "key": "k"}
+    assert [p["name"] for p in router["ports"]] == ["metrics"]
+    ra = parse_router_args(router["args"])
+    assert (ra.host, ra.port) == ("127.0.0.1", 30001)  # loopback only: never the Service's port
+    conf = yaml.safe_load(objs[0]["data"]["resolved.yaml"])
+    assert conf["router"]["sessionProxy"]["command"] == [*proxy["command"], *proxy["args"]]
+    assert conf["router"]["sessionKey"].startswith("client")
 
 
 def test_session_proxy_fronts_the_router_on_the_service_port():

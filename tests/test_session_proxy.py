@@ -111,8 +111,7 @@ async def _with_proxy(test, session_header: str = "", max_body: int = 1 << 20, u
         runners.append(r)
     proxy = sp.SessionProxy(sp.ProxyConfig(upstream=f"http://127.0.0.1:{up_port}", session_header=session_header,
                                            max_body_bytes=max_body, **cfg))
-    r = web.AppRunner(proxy.app())
-    await r.setup()
+    r = await sp.setup_runner(proxy, proxy.cfg)
     await web.TCPSite(r, "127.0.0.1", px_port).start()
     runners.append(r)
     try:
@@ -276,14 +275,34 @@ def test_slow_body_is_cut_and_in_flight_is_capped():
     asyncio.run(_with_proxy(busy, max_in_flight=4))
 
 
+async def _serve_proxy(cfg: sp.ProxyConfig):
+    """The proxy as serve() runs it (runner, connection cap, header deadline) on a free port."""
+    runner = await sp.setup_runner(sp.SessionProxy(cfg), cfg)
+    (port,) = free_ports(1)
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner, port
+
+
+async def _get(reader, writer, path: str = "/healthz") -> bytes:
+    """One keep-alive GET on a raw socket; the response body."""
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    await writer.drain()
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 3)
+    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+    return await asyncio.wait_for(reader.readexactly(length), 3)
+
+
+async def _closed_by_peer(reader) -> bool:
+    try:
+        return await asyncio.wait_for(reader.read(), 3) == b""
+    except ConnectionError:  # reset after our last write
+        return True
+
+
 def test_connection_cap_and_header_deadline():
     async def t():
-        proxy = sp.SessionProxy(sp.ProxyConfig(upstream="http://127.0.0.1:1"))
-        runner = web.AppRunner(proxy.app())
-        await runner.setup()
-        sp.guard_connections(runner.server, max_connections=2, header_timeout_s=0.5)
-        (port,) = free_ports(1)
-        await web.TCPSite(runner, "127.0.0.1", port).start()
+        runner, port = await _serve_proxy(sp.ProxyConfig(upstream="http://127.0.0.1:1", max_connections=2,
+                                                         header_timeout_s=0.5))
         try:
             # a slowloris: headers never finish -> closed at the deadline
             r1, w1 = await asyncio.open_connection("127.0.0.1", port)
@@ -303,3 +322,107 @@ def test_connection_cap_and_header_deadline():
         finally:
             await runner.cleanup()
     asyncio.run(t())
+
+
+def test_header_deadline_holds_for_every_request_on_a_kept_alive_connection():
+    async def t():
+        runner, port = await _serve_proxy(sp.ProxyConfig(upstream="http://127.0.0.1:1", header_timeout_s=0.5))
+        loop = asyncio.get_running_loop()
+
+        async def fast() -> int:  # a request every 0.2-0.3 s, each sent whole: one connection all along
+            r, w = await asyncio.open_connection("127.0.0.1", port)
+            served = 0
+            for pause in (0.0, 0.2, 0.3, 0.2, 0.3, 0.2, 0.3, 0.2):
+                await asyncio.sleep(pause)
+                served += await _get(r, w) == b"ok\n"
+            w.close()
+            return served
+
+        async def slow() -> float:  # the second request's headers drip in, a line every 0.2 s, never ending
+            r, w = await asyncio.open_connection("127.0.0.1", port)
+            assert await _get(r, w) == b"ok\n"
+            t0 = loop.time()
+            try:
+                w.write(b"GET /healthz HTTP/1.1\r\n")
+                for _ in range(10):
+                    await asyncio.sleep(0.2)
+                    w.write(b"X-Drip: 1\r\n")
+                    await w.drain()
+            except ConnectionError:  # the proxy closed it
+                pass
+            assert await _closed_by_peer(r)
+            w.close()
+            return loop.time() - t0
+
+        try:
+            served, cut_after = await asyncio.gather(fast(), slow())
+            assert served == 8  # the fast connection was never cut
+            assert cut_after < 1.2  # the 0.5 s deadline, not the drip's 2 s
+            # the cost: a kept-alive connection idle past the deadline is closed too (clients reconnect)
+            r, w = await asyncio.open_connection("127.0.0.1", port)
+            assert await _get(r, w) == b"ok\n"
+            assert await asyncio.wait_for(r.read(), 3) == b""
+            w.close()
+        finally:
+            await runner.cleanup()
+    asyncio.run(t())
+
+
+def test_a_response_longer_than_the_header_deadline_is_not_cut():
+    async def t(client, base, up, proxy):
+        async with client.post(f"{base}/v1/completions?stream=1", json={"prompt": "p", "stream": True}) as r:
+            assert await asyncio.wait_for(r.content.readuntil(b"\n\n"), 3) == b"data: first\n\n"
+            await asyncio.sleep(1.0)  # twice the header deadline while the response streams
+            up.release.set()
+            assert await asyncio.wait_for(r.content.read(), 3) == b"data: [DONE]\n\n"
+        assert (await client.get(f"{base}/v1/models")).status == 200  # and the connection goes on
+    asyncio.run(_with_proxy(t, header_timeout_s=0.5))
+
+
+# --- sessionKey: client (issue 12: without the proxy the router's admin API was open) -----------------
+
+def test_client_mode_keys_only_on_what_the_client_sent():
+    cfg = sp.ProxyConfig(upstream="http://u", session_key="client")
+    body = json.dumps(CHAT).encode()
+    assert sp.session_key_for(cfg, "/v1/chat/completions", {"x-session-id": "c1"}, body) == (None, "client")
+    assert sp.session_key_for(cfg, "/v1/chat/completions", {}, body) == (None, "none")  # nothing derived
+    assert sp.session_key_for(cfg, "/v1/chat/completions", {}, b"{not json") == (None, "none")  # never parsed
+    with pytest.raises(ValueError, match="session_key"):
+        sp.ProxyConfig(upstream="http://u", session_key="cookie")
+    with pytest.raises(ValueError, match="session_header"):  # client mode copies no header
+        sp.ProxyConfig(upstream="http://u", session_key="client", session_header="x-conv")
+
+
+def test_client_mode_forwards_unchanged_behind_the_same_allowlist_key_and_limits():
+    async def t(client, base, up, proxy):
+        raw = json.dumps(CHAT, indent=1).encode()
+        await client.post(f"{base}/v1/chat/completions", data=raw, headers={"x-session-id": "mine", "X-Conv": "7"})
+        method, url, headers, body = up.seen[-1]
+        assert (method, url, body) == ("POST", "/v1/chat/completions", raw)
+        assert headers["x-session-id"] == "mine" and headers["X-Conv"] == "7"  # the client's own, unchanged
+        await client.post(f"{base}/v1/chat/completions", data=raw)
+        assert "x-session-id" not in {k.lower() for k in up.seen[-1][2]}  # none set for it
+        r = await client.post(f"{base}/v1/completions", data=b"{not json")  # the router judges the body
+        assert r.status == 200 and up.seen[-1][3] == b"{not json"
+        assert (_count(proxy, "client"), _count(proxy, "none"), _count(proxy, "derived")) == (1, 2, 0)
+        n = len(up.seen)
+        for method, path in ADMIN_PROBES:
+            assert (await client.request(method, f"{base}{path}")).status == 404, path
+        assert len(up.seen) == n  # the admin API stays closed
+        assert (await client.post(f"{base}/v1/completions", data=b"x" * 2048)).status == 413
+    asyncio.run(_with_proxy(t, session_key="client", max_body=1024))
+
+    async def keyed(client, base, up, proxy):  # apiKeySecretRef works with sessionKey: client too
+        assert (await client.post(f"{base}/v1/chat/completions", json=CHAT)).status == 401
+        assert up.seen == []
+        r = await client.post(f"{base}/v1/chat/completions", json=CHAT, headers={"Authorization": "Bearer s3cret"})
+        assert r.status == 200 and "authorization" not in {k.lower() for k in up.seen[-1][2]}
+    asyncio.run(_with_proxy(keyed, session_key="client", api_key="s3cret"))
+
+
+def test_cli_session_key_mode():
+    base = ["session-proxy", "--listen", "127.0.0.1:1", "--upstream", "http://u"]
+    assert build_parser().parse_args(base).session_key == "derive"
+    assert build_parser().parse_args([*base, "--session-key", "client"]).session_key == "client"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([*base, "--session-key", "cookie"])

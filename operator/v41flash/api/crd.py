@@ -87,6 +87,9 @@ def _strip_defaults(node: Any) -> Any:
 
 def _structural(node: dict[str, Any]) -> dict[str, Any]:
     optional = node.get(_OPTIONAL, False)
+    if BOUNDED_JSON in node:
+        return {"description": node["description"], **bounded_json_schema(*node[BOUNDED_JSON]),
+                "default": _drop_none(node.get("default", {}))}
     node = {k: v for k, v in node.items() if k in _KEEP}
     for bound, exclusive in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
         if type(node.get(exclusive)) in (int, float):  # JSON Schema's number form; OpenAPI v3.0 (CRDs) wants a bool
@@ -124,6 +127,25 @@ def _structural(node: dict[str, Any]) -> dict[str, Any]:
     if isinstance(node.get("additionalProperties"), dict):
         node["additionalProperties"] = _structural(node["additionalProperties"])
     return node
+
+
+BOUNDED_JSON = "x-v41flash-bounded-json"  # marks a free-form JSON field: [max depth, max values per container]
+
+
+def bounded_json_schema(max_depth: int, max_items: int) -> dict[str, Any]:
+    """Free-form JSON at most max_depth levels deep (the object itself is level 1) with at most max_items
+    entries in any one object or list, as a structural schema: below the top every node is typeless (any JSON
+    value, unknown fields kept), with the next level under both additionalProperties (if it is an object)
+    and items (if a list); the last level admits scalars and empty containers only. The apiserver refuses a
+    deeper or wider value at admission with the path (`spec.kvTransfer.extraConfig.a.a...: Too many`). CEL
+    cannot do it: the apiserver hides x-kubernetes-preserve-unknown-fields data from CEL rules."""
+    def level(depth: int) -> dict[str, Any]:
+        node: dict[str, Any] = {"x-kubernetes-preserve-unknown-fields": True}
+        if depth == max_depth:
+            return {**node, "maxProperties": 0, "maxItems": 0}
+        return {**node, "maxProperties": max_items, "maxItems": max_items,
+                "additionalProperties": level(depth + 1), "items": level(depth + 1)}
+    return {"type": "object", "maxProperties": max_items, "additionalProperties": level(2)}
 
 
 def openapi_schema(model: type[api.Model]) -> dict[str, Any]:

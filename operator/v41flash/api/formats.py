@@ -27,7 +27,10 @@ QUANTITY = (r"^(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
 IMAGE = r"^\S+$"
 INT32_MAX = 2**31 - 1
 
-EXTRA_CONFIG_MAX_DEPTH = 16
+# kvTransfer.extraConfig's bounds, enforced twice: by the CRD's schema (api/crd.bounded_json_schema: one
+# schema node per container kind and level, so 2**(depth-1) nodes: keep the depth small) and by
+# check_json_value. vLLM's kv_connector_extra_config nests 2-5 levels (a MultiConnector's list of connectors).
+EXTRA_CONFIG_MAX_DEPTH = 8
 EXTRA_CONFIG_MAX_ITEMS = 4096
 
 

@@ -17,6 +17,7 @@ from pydantic.alias_generators import to_camel
 
 from .. import defaults
 from ..roles import ROLES
+from ..proxy import SESSION_KEY_MODES
 from ..vllm import lanes, gpus
 from ..vllm.args import DEFAULT_CHECKPOINT, EPLB_COMMUNICATORS, KV_LOAD_FAILURE_POLICIES, ROUTED_EXPERTS
 from ..vllm.features import DSPARK_BLOCK
@@ -42,7 +43,7 @@ ROUTER_POLICIES = (
 DEFAULT_IMAGE = "vllm/vllm-openai:v0.33.0"
 DEFAULT_ROUTER_IMAGE = "v41flash/vllm-router:0.1.17"
 DEFAULT_OPERATOR_IMAGE = "v41flash/operator:0.1.0"  # also runs the router pod's session proxy
-SESSION_KEYS = ("derive", "client")
+SESSION_KEYS = SESSION_KEY_MODES  # the session proxy's --session-key
 HEADER_KEYED_POLICIES = ("consistent_hash", "sticky_least_loaded")
 # The recipe's InferenceX AgentX lanes (vllm/lanes.py is their home): name -> (GPU product, profile, points).
 AGENTX_PRESETS: dict[str, tuple[str, str, tuple[str, ...]]] = {
@@ -441,9 +442,11 @@ class KVTransferSpec(Model):
     ucx_tls: str = Field("", max_length=256, pattern=r"^[a-z0-9_,^]*$", description="UCX_TLS for NIXL; '' = per GPU fabric default "
                                          "(GB300 MNNVL: cuda_copy,cuda_ipc,tcp).")
     extra_config: dict[str, Any] = Field(
-        default_factory=dict, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+        default_factory=dict,
+        json_schema_extra={"x-v41flash-bounded-json": [F.EXTRA_CONFIG_MAX_DEPTH, F.EXTRA_CONFIG_MAX_ITEMS]},
         description=f"kv_connector_extra_config passed through to vLLM (JSON, at most {F.EXTRA_CONFIG_MAX_DEPTH} "
-                    f"levels deep, no $(...)).")
+                    f"levels deep counting this object, at most {F.EXTRA_CONFIG_MAX_ITEMS} values in all and in "
+                    f"any one object or list, no $(...)).")
 
     @field_validator("extra_config")
     @classmethod
@@ -462,11 +465,8 @@ class RoutingSpec(Model):
             "request a client sends without it lands on ONE engine. Keep sessionKey: derive (the session "
             "proxy sets the header) or pick a header-free policy such as cache_aware", field_path=".policy"),
         cel("self.sessionKey == 'derive' || self.sessionHeader == ''",
-            "sessionHeader is read by the session proxy, which runs only with sessionKey: derive",
-            field_path=".sessionHeader"),
-        cel("self.sessionKey == 'derive' || !has(self.apiKeySecretRef)",
-            "apiKeySecretRef is checked by the session proxy, which runs only with sessionKey: derive",
-            field_path=".apiKeySecretRef"),
+            "sessionHeader is copied into x-session-id only with sessionKey: derive; with client the session "
+            "proxy forwards the client's headers unchanged", field_path=".sessionHeader"),
     ))
     session_key: Literal[SESSION_KEYS] = Field(  # type: ignore[valid-type]
         "derive",
@@ -474,8 +474,9 @@ class RoutingSpec(Model):
                     "pod (v41flash session-proxy, on the Service port, in front of vllm-router on loopback) keeps "
                     "the client's x-session-id, else copies sessionHeader, else derives one from the "
                     "conversation's first non-system message (/v1/chat/completions) or the prompt's first 2048 "
-                    "characters (/v1/completions). client: no proxy; the router sees only what clients send "
-                    "(then policy must not be consistent_hash or sticky_least_loaded).")
+                    "characters (/v1/completions). client: the session proxy sets nothing and forwards what "
+                    "clients send unchanged (then policy must not be consistent_hash or sticky_least_loaded). In "
+                    "both modes the proxy is the only way to vllm-router, whose admin API it keeps closed.")
     session_header: str = Field(
         "", max_length=128, pattern=r"^[A-Za-z0-9!#$%&'*+.^_`|~-]*$",
         description="Client header whose value the session proxy copies into x-session-id when the client sent "
@@ -484,8 +485,7 @@ class RoutingSpec(Model):
         None, description="Secret key holding the API key clients must send (Authorization: Bearer <key>) to the "
                           "router Service's serving paths; the session proxy checks it (constant-time) and drops "
                           "the header before vllm-router. Health paths stay open for probes. Unset = no client "
-                          "authentication (the NetworkPolicy still lets any pod reach the router). Needs "
-                          "sessionKey: derive.")
+                          "authentication (the NetworkPolicy still lets any pod reach the router).")
     policy: Literal[ROUTER_POLICIES] = Field(  # type: ignore[valid-type]
         "sticky_least_loaded",
         description="vllm-router policy for prefill (or the only role when aggregated). Default chosen by measurement "
@@ -493,7 +493,8 @@ class RoutingSpec(Model):
                     "derive) keeps each session on one engine and sends new sessions to the least-loaded one. "
                     "consistent_hash and sticky_least_loaded key only on x-session-id: without it every request "
                     "lands on ONE engine, so they need sessionKey: derive. cache_aware (with the thresholds "
-                    "below) is the measured choice when no proxy runs (0.94-0.96x the oracle hit rate).")
+                    "below) is the measured choice when no key is derived (sessionKey: client; 0.94-0.96x the oracle hit "
+                    "rate).")
     decode_policy: Literal[ROUTER_POLICIES] = Field(  # type: ignore[valid-type]
         "round_robin", description="vllm-router policy for decode in P/D mode (a header-keyed policy here also "
                                    "needs sessionKey: derive to see session keys).")
@@ -510,7 +511,7 @@ class RoutingSpec(Model):
     image: str = Field(DEFAULT_ROUTER_IMAGE, min_length=1, max_length=1024, pattern=F.IMAGE,
                        description="vllm-router image (PyPI vllm-router 0.1.17).")
     session_proxy_image: str = Field(DEFAULT_OPERATOR_IMAGE, min_length=1, max_length=1024, pattern=F.IMAGE,
-                                     description="Image of the session proxy container (sessionKey: derive): the "
+                                     description="Image of the router pod's session proxy container: the "
                                                  "operator image, which runs `v41flash session-proxy`. Keep it at "
                                                  "the operator's own tag.")
 

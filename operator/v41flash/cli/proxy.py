@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from v41flash.proxy import DEFAULT_MAX_BODY_BYTES, DEFAULT_PROMPT_KEY_CHARS
+from v41flash.proxy import DEFAULT_MAX_BODY_BYTES, DEFAULT_PROMPT_KEY_CHARS, SESSION_KEY_MODES
 
 
 def _listen(value: str) -> tuple[str, int]:
@@ -34,6 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                     "GET /proxy/metrics: its Prometheus counters.")
     p.add_argument("--listen", type=_listen, required=True, metavar="HOST:PORT")
     p.add_argument("--upstream", required=True, help="vllm-router base URL, e.g. http://127.0.0.1:30001")
+    p.add_argument("--session-key", choices=SESSION_KEY_MODES, default="derive",
+                   help="derive: set x-session-id when the client sent none (default); client: forward what "
+                        "clients send unchanged (no key derived, bodies not parsed)")
     p.add_argument("--session-header", default="", metavar="NAME",
                    help="client header whose value becomes x-session-id ('' = none)")
     p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,

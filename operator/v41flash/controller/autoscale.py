@@ -34,7 +34,6 @@ from ..planner.profile import CapacityProfile, find_profile, for_rendered_args, 
 from ..render import labels as L
 from ..render.engine import engine_config
 from ..render.resolve import Resolved, resolve
-from ..render.router import uses_session_proxy
 from ..roles import ROLES
 from ..vllm import args as vargs
 from ..vllm import features as vfeatures
@@ -265,7 +264,7 @@ class Autoscaler:
         prom = spec.autoscaling.metrics.prometheus if spec.autoscaling.metrics.source == "Prometheus" else None
         if prom is None:
             # scrape only pods our workloads made: labels alone can be copied onto any pod (observation.owned_pod)
-            targets = scrape_targets([p for p in pods if owned_pod(p, name)], session_proxy=uses_session_proxy(spec))
+            targets = scrape_targets([p for p in pods if owned_pod(p, name)])
             t0 = time.monotonic()
             snapshots = asyncio.run(scrape(targets)) if targets else []
             self.metrics.record_scrape(ns, name, snapshots, time.monotonic() - t0)

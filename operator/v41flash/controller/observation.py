@@ -171,12 +171,12 @@ def serving(pods: Sequence[PodView]) -> dict[str, list[PodView]]:
             for role in (*ROLES, L.ROUTER)}
 
 
-def scrape_targets(pods: Sequence[PodView], session_proxy: bool = False) -> list[ScrapeTarget]:
+def scrape_targets(pods: Sequence[PodView]) -> list[ScrapeTarget]:
     ready = serving(pods)
     targets = [vllm_target(p.name, role, p.ip) for role in ROLES for p in ready[role]]
     targets += [router_target(p.name, p.ip) for p in ready[L.ROUTER]]
-    if session_proxy:  # the proxy sees arrivals and new sessions before any engine queues them
-        targets += [proxy_target(p.name, p.ip) for p in ready[L.ROUTER]]
+    # every router pod runs the session proxy: it sees arrivals and new sessions before any engine queues them
+    targets += [proxy_target(p.name, p.ip) for p in ready[L.ROUTER]]
     return targets
 
 

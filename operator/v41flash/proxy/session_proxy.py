@@ -14,6 +14,8 @@ Measured with the real router (docs/2026-11-30-routing.md): this keeps each sess
 new sessions go to the least-loaded one. Bodies are forwarded byte for byte; responses (SSE included)
 stream through as they arrive; hop-by-hop headers are dropped; an unreachable upstream gives 502 with a
 JSON error. `v41flash session-proxy --listen HOST:PORT --upstream URL [--session-header NAME]`.
+With `--session-key client` (spec.routing.sessionKey: client) it sets nothing and does not parse bodies:
+the client's own x-session-id and headers reach vllm-router unchanged, behind the same allowlist and limits.
 
 Only the OpenAI-compatible serving paths and health reach vllm-router (`FORWARDED`): its admin API
 (/add_worker, /remove_worker, /list_workers, ...) has no authentication, and a client that could call it
@@ -43,7 +45,7 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 # 64 MiB bounds memory (a 1M-token prompt as JSON is a few MiB); the same defaults as the CLI
-from v41flash.proxy import DEFAULT_MAX_BODY_BYTES, DEFAULT_PROMPT_KEY_CHARS
+from v41flash.proxy import DEFAULT_MAX_BODY_BYTES, DEFAULT_PROMPT_KEY_CHARS, SESSION_KEY_MODES
 
 SESSION_HEADER = "x-session-id"
 # Leading signals: the proxy sees a request before any engine queues it. Prompt tokens are estimated from
@@ -132,13 +134,23 @@ class ProxyConfig:
     max_in_flight: int = 1024  # requests handled at once; more get 503 at once
     upstream_connections: int = 512  # bounded pool to vllm-router
     max_connections: int = 4096  # client connections open at once; more are closed on accept
-    header_timeout_s: float = 15.0  # a new connection's first request headers must arrive within this
+    header_timeout_s: float = 15.0  # each request's headers must be complete this long after the connection
+    # opened or the previous response ended (slowloris, on new and kept-alive connections alike)
+    session_key: str = "derive"  # derive: set x-session-id when a client sent none; client: forward as sent
+
+    def __post_init__(self) -> None:
+        if self.session_key not in SESSION_KEY_MODES:
+            raise ValueError(f"session_key must be one of {', '.join(SESSION_KEY_MODES)}, not {self.session_key!r}")
+        if self.session_key == "client" and self.session_header:
+            raise ValueError("session_header is copied only with session_key derive")
 
 
 def session_key_for(cfg: ProxyConfig, path: str, headers: Any, body: bytes) -> tuple[str | None, str]:
     """(x-session-id to set or None, how: client|header|derived|none|unparsable) for one request."""
     if headers.get(SESSION_HEADER):
         return None, "client"
+    if cfg.session_key == "client":  # forwarded as the client sent it: nothing derived, the body not parsed
+        return None, "none"
     if cfg.session_header and headers.get(cfg.session_header):
         return headers[cfg.session_header], "header"
     try:
@@ -328,39 +340,41 @@ def run_cli(args: argparse.Namespace) -> int:
             return 2
     cfg = ProxyConfig(upstream=args.upstream, session_header=args.session_header.lower(),
                       max_body_bytes=args.max_body_bytes, prompt_key_chars=args.prompt_key_chars,
-                      api_key=api_key, max_in_flight=args.max_in_flight)
+                      api_key=api_key, max_in_flight=args.max_in_flight, session_key=args.session_key)
     asyncio.run(serve(cfg, host, port))
     return 0
 
 
-def guard_connections(server: web.Server, max_connections: int, header_timeout_s: float) -> None:
-    """A connection cap and a header deadline on an aiohttp server (aiohttp has neither): a connection over
-    the cap is closed at once; one whose first request's headers are not complete within header_timeout_s
-    (slowloris) is closed then. Later requests on a kept-alive connection are bounded by the body deadline
-    and the in-flight cap."""
-    made = server.connection_made
-    loop = asyncio.get_running_loop()
+async def setup_runner(proxy: SessionProxy, cfg: ProxyConfig) -> web.AppRunner:
+    """The proxy's aiohttp runner with a header deadline for EVERY request on a connection, not only the
+    first: aiohttp's keep-alive timer runs from a connection's start and from the end of each response, and
+    closes the connection if the next request's headers are not complete by then (bytes arriving do not
+    reset it), so a slowloris on a kept-alive connection is cut like one on a new connection. A request
+    being handled (a long streamed answer included) is never cut by it. The cost: a kept-alive connection
+    idle longer than header_timeout_s is closed (clients open a new one)."""
+    runner = web.AppRunner(proxy.app(), access_log=None, keepalive_timeout=cfg.header_timeout_s)
+    await runner.setup()
+    assert runner.server is not None
+    guard_connections(runner.server, cfg.max_connections)
+    return runner
 
-    def cut_if_silent(handler: Any, transport: asyncio.Transport) -> None:
-        if getattr(handler, "_request_count", 1) == 0 and not transport.is_closing():
-            transport.close()
+
+def guard_connections(server: web.Server, max_connections: int) -> None:
+    """A connection cap on an aiohttp server (aiohttp has none): a connection over the cap is closed at once."""
+    made = server.connection_made
 
     def connection_made(handler: Any, transport: asyncio.Transport) -> None:
         if len(server.connections) >= max_connections:
             transport.close()
             return
         made(handler, transport)
-        loop.call_later(header_timeout_s, cut_if_silent, handler, transport)
 
     server.connection_made = connection_made  # type: ignore[method-assign]
 
 
 async def serve(cfg: ProxyConfig, host: str, port: int) -> None:
     """Serve until SIGTERM/SIGINT; requests in flight get the pod's grace period (the runner's shutdown)."""
-    runner = web.AppRunner(SessionProxy(cfg).app(), access_log=None)
-    await runner.setup()
-    assert runner.server is not None
-    guard_connections(runner.server, cfg.max_connections, cfg.header_timeout_s)
+    runner = await setup_runner(SessionProxy(cfg), cfg)
     site = web.TCPSite(runner, host, port, backlog=1024)
     await site.start()
     log.info("session proxy on %s:%d -> %s (session header %r)", host, port, cfg.upstream, cfg.session_header)

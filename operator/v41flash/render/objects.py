@@ -9,7 +9,7 @@ from . import labels as L
 from .engine import ENGINE_PORT, model_path
 from .timing import DRAIN_CONFIG_KEY, PodTiming
 from .resolve import Resolved, RoleResolved
-from .router import KV_EVENT_SOURCES, intra_node_dp_size, session_proxy_command, uses_session_proxy
+from .router import KV_EVENT_SOURCES, intra_node_dp_size, session_proxy_command
 from .yamlout import to_yaml_doc
 
 
@@ -119,10 +119,10 @@ def config_map(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, r
             "sessionKey": ("derive: the session proxy sets x-session-id when a client sent none"
                            + (f" (from header {spec.routing.session_header}, else derived)"
                               if spec.routing.session_header else " (derived from the conversation)")
-                           if uses_session_proxy(spec) else
-                           "client: the router sees only the x-session-id clients send"),
-            "sessionProxy": ({"image": spec.routing.session_proxy_image, "command": session_proxy_command(spec)}
-                             if uses_session_proxy(spec) else "off"),
+                           if spec.routing.session_key == "derive" else
+                           "client: the session proxy forwards the x-session-id clients send, unchanged"),
+            # in every mode: vllm-router's admin API is reachable only through the proxy's path allowlist
+            "sessionProxy": {"image": spec.routing.session_proxy_image, "command": session_proxy_command(spec)},
         },
         "podTiming": {"preStopDrainSeconds": drain_s,
                       "preStopDrainSource": f"this ConfigMap's {DRAIN_CONFIG_KEY} (updated in place)",

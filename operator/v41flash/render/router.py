@@ -1,10 +1,11 @@
 """Home of the router's flags and ports: the vllm-router (PyPI vllm-router 0.1.17) in front of the engines, its
 arguments and objects.
 
-With spec.routing.sessionKey: derive (the default) the router pod runs two containers: the session proxy
-(`v41flash session-proxy`, operator image) on the Service's port, which sets x-session-id when a client
-sent none, and vllm-router behind it on 127.0.0.1:ROUTER_INTERNAL_PORT (reachable only through the proxy).
-With sessionKey: client vllm-router alone serves the Service's port.
+The router pod runs two containers: the session proxy (`v41flash session-proxy`, operator image) on the
+Service's port, and vllm-router behind it on 127.0.0.1:ROUTER_INTERNAL_PORT (reachable only through the
+proxy: its admin API has no authentication, and the proxy forwards only the serving and health paths).
+With spec.routing.sessionKey: derive (the default) the proxy sets x-session-id when a client sent none;
+with client (`--session-key client`) it forwards what clients send unchanged.
 
 Every flag below exists in `vllm-router --help` of 0.1.17 (tests/test_render_router.py parses the
 rendered args with the router's own argparse). The e2e harness runs this exact args list as a local
@@ -71,20 +72,17 @@ def router_args(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, 
     args += ["--request-timeout-secs", str(routing.request_timeout_seconds)]
     if not routing.retries:
         args.append("--disable-retries")
-    host, port = ("127.0.0.1", ROUTER_INTERNAL_PORT) if uses_session_proxy(spec) else ("0.0.0.0", ROUTER_PORT)
-    args += ["--host", host, "--port", str(port),
+    args += ["--host", "127.0.0.1", "--port", str(ROUTER_INTERNAL_PORT),
              "--prometheus-host", "0.0.0.0", "--prometheus-port", str(METRICS_PORT)]
     return args
-
-
-def uses_session_proxy(spec: api.V41FlashDeploymentSpec) -> bool:
-    return spec.routing.session_key == "derive"
 
 
 def session_proxy_command(spec: api.V41FlashDeploymentSpec) -> list[str]:
     """The proxy's command line (the operator image's `v41flash` entry point)."""
     cmd = ["v41flash", "session-proxy", "--listen", f"0.0.0.0:{ROUTER_PORT}",
            "--upstream", f"http://127.0.0.1:{ROUTER_INTERNAL_PORT}"]
+    if spec.routing.session_key != "derive":
+        cmd += ["--session-key", spec.routing.session_key]
     if spec.routing.session_header:
         cmd += ["--session-header", spec.routing.session_header]
     if spec.routing.api_key_secret_ref is not None:
@@ -135,34 +133,23 @@ def router_objects(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpe
 
     pod_labels = L.common_labels(cr_name, L.ROUTER)
     selector = L.selector_labels(cr_name, L.ROUTER)
-    proxied = uses_session_proxy(spec)
     container = {
         "name": "router",
         "image": spec.routing.image,
         "imagePullPolicy": spec.image_pull_policy,
         "command": ["vllm-router"],
         "args": router_args(cr_name, namespace, spec, res),
-        "ports": [
-            *([] if proxied else [{"name": "http", "containerPort": ROUTER_PORT, "protocol": "TCP"}]),
-            {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
-        ],
+        "ports": [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
         "resources": {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "8Gi"}},
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
                             "runAsNonRoot": True, "readOnlyRootFilesystem": True},
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
-    }
-    if proxied:
         # kubelet probes the pod IP, and the router listens on loopback only: its metrics listener (same
         # process) stands in for liveness; readiness is the proxy's (forwarded to /readiness).
-        container["livenessProbe"] = {"httpGet": {"path": "/metrics", "port": "metrics"},
-                                      "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 6}
-    else:
-        # /readiness answers 503 until the router has healthy workers: no traffic to an empty pool.
-        container["readinessProbe"] = {"httpGet": {"path": "/readiness", "port": "http"},
-                                       "periodSeconds": 5, "timeoutSeconds": 3, "failureThreshold": 3}
-        container["livenessProbe"] = {"httpGet": {"path": "/liveness", "port": "http"},
-                                      "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 6}
-    containers = [session_proxy_container(spec), container] if proxied else [container]
+        "livenessProbe": {"httpGet": {"path": "/metrics", "port": "metrics"},
+                          "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 6},
+    }
+    containers = [session_proxy_container(spec), container]
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
