@@ -66,10 +66,10 @@ class RssSampler(threading.Thread):
         super().__init__(daemon=True)
         self.pid, self.every = pid, every
         self.samples: list[int] = []  # bytes
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def run(self) -> None:
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             try:
                 for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
                     if line.startswith("VmRSS:"):
@@ -77,10 +77,10 @@ class RssSampler(threading.Thread):
             except FileNotFoundError:
                 self.samples.append(-1)  # the operator is gone: the test fails on it
                 return
-            self._stop.wait(self.every)
+            self._halt.wait(self.every)
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join(5)
 
 
