@@ -56,7 +56,8 @@ def operator_process(cluster):
 def ns(request, cluster):
     """A fresh namespace per test (named after the test module), deleted afterwards without waiting."""
     module = request.module.__name__.rpartition(".")[2]  # e2e.test_cluster -> test_cluster
-    name = f"{module.removeprefix('test_')[:8]}-{uuid.uuid4().hex[:8]}"
+    prefix = module.removeprefix("test_")[:8].replace("_", "-").strip("-")  # a DNS label: test_hostile_x -> hostile
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
     cluster.kubectl("create", "namespace", name)
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false")

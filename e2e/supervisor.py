@@ -8,10 +8,12 @@ with an IP (inside 127.0.0.0/8), runs
     binds to the pod IP and discovers pods through the local apiserver (KUBECONFIG); and, when the pod
     has one, the session proxy (`v41flash session-proxy`) from its container's command, bound to the pod
     IP and forwarding to the router there (pods share 127.0.0.1 here, so "loopback" becomes the pod IP).
-    The pod is Ready when every one of its processes is.
+    The pod is Ready when every one of its processes is;
+  * an engine pod whose container sets V41F_HOSTILE_METRICS=flood|drip: e2e/hostile_metrics.py instead of the
+    simulator (healthy, but its /metrics floods or drips), for the scraper's e2e test.
 
 The process stops when the pod is deleted or stops running; a crashed process is restarted with backoff
-(like a container restart). State: <state>/sims.json; logs: <state>/logs/{sim,router}-<ns>-<pod>.log.
+(like a container restart). State: <state>/sims.json; logs: <state>/logs/{sim,router,hostile}-<ns>-<pod>.log.
 Started (`python -m e2e.supervisor --state DIR`) and stopped by e2e/harness.py; on SIGTERM it stops every
 process it started.
 """
@@ -55,6 +57,10 @@ SIM_ROLE_LATENCY = {
     "decode": SimLatency(prefill_overhead_ms=25, prefill_us_per_token=40, inter_token_ms=10, time_factor_under_load=2.0),
 }
 POD_SIM_ARGS_ENV = "V41F_SIM_ARGS"
+# An engine container with V41F_HOSTILE_METRICS=flood|drip gets e2e/hostile_metrics.py instead of the simulator:
+# healthy, but its /metrics floods or drips (the scraper's byte cap and deadline under test).
+HOSTILE_METRICS_ENV = "V41F_HOSTILE_METRICS"
+HOSTILE_METRICS = Path(__file__).resolve().parent / "hostile_metrics.py"
 SHELLS = {"sh", "bash", "/bin/sh", "/bin/bash", "/usr/bin/bash", "/usr/bin/env"}
 
 
@@ -184,6 +190,14 @@ def pod_sim_command(binary: str, role: str, pod_ip: str, v: VllmArgs, extra: lis
                        latency=SIM_ROLE_LATENCY[role], kv_transfer_ms=SIM_KV_TRANSFER_MS, extra=extra)
 
 
+def hostile_command(pod_ip: str, port: int, mode: str) -> list[str]:
+    """e2e/hostile_metrics.py argv for one engine pod (ValueError naming the variable on an unknown mode)."""
+    from e2e.hostile_metrics import MODES
+    if mode not in MODES:
+        raise ValueError(f"{HOSTILE_METRICS_ENV}={mode!r}: one of {', '.join(MODES)}")
+    return [sys.executable, str(HOSTILE_METRICS), "--host", pod_ip, "--port", str(port), "--mode", mode]
+
+
 def router_command(tokens: list[str], pod_ip: str, log_dir: str) -> list[str]:
     """vllm-router argv from the rendered container: same flags, bound to the pod IP, logs in the state dir."""
     start = None
@@ -311,6 +325,13 @@ class Child:
     extra: dict = field(default_factory=dict)
 
 
+def hostile_child(pod: dict, role: str, ip: str, port: int, mode: str, probe_url: str | None, log_path: Path) -> Child:
+    meta = pod["metadata"]
+    return Child(meta["uid"], meta["namespace"], meta["name"], role, "hostile", ip, port,
+                 hostile_command(ip, port, mode), {"PATH": os.environ.get("PATH", ""), "PYTHONUNBUFFERED": "1"},
+                 str(log_path), probe_url, extra={"mode": mode})
+
+
 class Supervisor:
     def __init__(self, state: Path):
         self.state = state
@@ -357,6 +378,9 @@ class Supervisor:
         v = parse_vllm(toks, http_port(c))
         if v.headless:
             return []  # a headless multi-node worker has no API server
+        if HOSTILE_METRICS_ENV in env:
+            return [hostile_child(pod, role, ip, v.port, env[HOSTILE_METRICS_ENV], readiness_url(pod, c),
+                                  self.logs / f"hostile-{tag}.log")]
         argv, senv = pod_sim_command(str(self.tools.sim), role, ip, v,
                                  [*self.extra[role], *shlex.split(env.get(POD_SIM_ARGS_ENV, ""))])
         penv = {"PATH": os.environ.get("PATH", ""), "POD_NAME": meta["name"], "POD_NAMESPACE": meta["namespace"],

@@ -360,3 +360,31 @@ def test_a_ready_pod_on_a_node_that_reports_notready_is_reported_but_still_count
                             {"n1": False, "n2": True}.get)
     assert [p.node_not_ready for p in pods] == [True, False]
     assert nodes_not_ready(pods, ["decode"]).startswith("1 decode pod on NotReady node n1:")
+
+
+def test_a_flooding_decode_pod_holds_its_role_and_the_reason_names_the_byte_cap(servers):
+    """The e2e harness's hostile engine (a 256 MiB /metrics) as the decode pod, through the real scraper and
+    planner: decode holds, and lastDecision says why (the byte cap), not only that no pod answered."""
+    from e2e.hostile_metrics import serve
+    from v41flash.metrics.scrape import DEFAULT_MAX_BYTES
+    ip = f"{_NET}.3"
+    try:
+        srv = serve(ip, 8000, "flood")
+    except OSError as exc:
+        unavailable(f"cannot bind {ip}:8000 on loopback: {exc}")
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        kube = FakeKube()
+        kube.pods[1].status.pod_ip = ip
+        scaler = Autoscaler(kube)
+        now = time.time()
+        seed_history(scaler, {"prefill": busy_page(100, 0.05)}, now - 60)
+        body = {**BODY, "status": {**BODY["status"], "decode": {"desiredReplicas": 2, "readyReplicas": 1, "replicas": 1}}}
+        out = scaler.step(body, SPEC)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    last = out.status["lastDecision"]
+    assert out.desired["decode"] == 2 and last["decode"] == 2 and last["action"] == "hold", last
+    assert "no pod of 1 answered its metrics scrape (d-0: " in last["reason"], last["reason"]
+    assert f"body over {DEFAULT_MAX_BYTES} bytes" in last["reason"], last["reason"]

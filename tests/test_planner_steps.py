@@ -124,6 +124,18 @@ def test_data_status_names_what_is_wrong():
     assert data_status(partial, T, CFG) == ("partial", "1 pod(s) missing (p-2)")
 
 
+def test_data_status_says_why_a_pod_is_missing():
+    """The scrape's error (byte cap, deadline) reaches the hold's reason: a flooding or dripping pod is named."""
+    obs = observe(10, prefill=2).prefill
+    cap = "p-0: http://127.1.1.5:8000/metrics: body over 8388608 bytes"
+    late = "p-1: timeout: no whole page from http://127.1.1.6:8000/metrics within 5 s"
+    silent = replace(obs, window=replace(obs.window, pods_observed=0, missing_pods=("p-0", "p-1"),
+                                         notes=("p-2: appeared mid-window", cap, late)))
+    assert data_status(silent, T, CFG) == ("missing", f"no pod of 2 answered its metrics scrape ({cap}; {late})")
+    partial = replace(obs, window=replace(obs.window, pods_observed=1, missing_pods=("p-0",), notes=(cap,)))
+    assert data_status(partial, T, CFG) == ("partial", f"1 pod(s) missing ({cap})")
+
+
 def test_a_ttft_breach_is_prefill_s_to_fix():
     obs = observe(14, prefill=2)
     assert truth(14, 2, 1)["ttft"] > SLO.ttft_s

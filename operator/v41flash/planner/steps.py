@@ -141,6 +141,13 @@ class Judgement:
         return j
 
 
+def _missing_why(w) -> list[str]:
+    """Each of the first three missing pods: the window's note on it ('pod: body over 8388608 bytes', the
+    scrape's error: a flooding or dripping pod is named as such) or else its name."""
+    notes = {n.split(": ", 1)[0]: n for n in w.notes if ": " in n}
+    return [notes.get(p, p) for p in w.missing_pods[:3]]
+
+
 def data_status(obs: RoleObservation, now: float, cfg: PlannerConfig) -> tuple[DataStatus, str]:
     """('ok' | 'partial' | 'stale' | 'missing', why)."""
     w = obs.window
@@ -152,11 +159,13 @@ def data_status(obs: RoleObservation, now: float, cfg: PlannerConfig) -> tuple[D
     if age > cfg.max_metrics_age_s:
         return "stale", f"metrics are {age:.0f}s old (> {cfg.max_metrics_age_s:.0f}s)"
     if w.pods_observed == 0 and (w.pods_expected > 0 or obs.replicas.ready > 0):
-        return "missing", f"no pod of {w.pods_expected or obs.replicas.ready} answered its metrics scrape"
+        why = [n for n in _missing_why(w) if n not in w.missing_pods]  # the scrape errors, when the window has them
+        return "missing", f"no pod of {w.pods_expected or obs.replicas.ready} answered its metrics scrape" + \
+            (f" ({'; '.join(why)})" if why else "")
     if not w.complete:
         parts = []
         if w.missing_pods:
-            parts.append(f"{len(w.missing_pods)} pod(s) missing ({', '.join(w.missing_pods[:3])})")
+            parts.append(f"{len(w.missing_pods)} pod(s) missing ({'; '.join(_missing_why(w))})")
         if w.partial_pods:
             parts.append(f"{len(w.partial_pods)} pod(s) with partial data ({', '.join(w.partial_pods[:3])})")
         if not parts:
