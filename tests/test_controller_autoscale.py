@@ -198,13 +198,10 @@ def unschedulable_pod(name: str, role: str) -> SimpleNamespace:
     return p
 
 
-def test_unschedulable_pods_are_not_starting_capacity_and_show_in_a_condition_and_event(servers):
-    kube = FakeKube()
-    kube.pods += [unschedulable_pod("p-1", "prefill"), unschedulable_pod("p-2", "prefill")]
-    scaler = Autoscaler(kube)
-    body = {**BODY, "status": {**BODY["status"], "prefill": {"desiredReplicas": 3, "readyReplicas": 1, "replicas": 3}}}
-    seen = {}
+def step_seeing_observation(scaler: Autoscaler, body: dict):
+    """scaler.step(body, SPEC), and the Observation it handed to plan()."""
     import v41flash.controller.autoscale as autoscale_mod
+    seen = {}
     real_plan = autoscale_mod.plan
 
     def spy(observation, *args, **kwargs):
@@ -216,7 +213,16 @@ def test_unschedulable_pods_are_not_starting_capacity_and_show_in_a_condition_an
         out = scaler.step(body, SPEC)
     finally:
         autoscale_mod.plan = real_plan
-    rep = seen["obs"].prefill.replicas
+    return out, seen["obs"]
+
+
+def test_unschedulable_pods_are_not_starting_capacity_and_show_in_a_condition_and_event(servers):
+    kube = FakeKube()
+    kube.pods += [unschedulable_pod("p-1", "prefill"), unschedulable_pod("p-2", "prefill")]
+    scaler = Autoscaler(kube)
+    body = {**BODY, "status": {**BODY["status"], "prefill": {"desiredReplicas": 3, "readyReplicas": 1, "replicas": 3}}}
+    out, observation = step_seeing_observation(scaler, body)
+    rep = observation.prefill.replicas
     assert (rep.desired, rep.ready, rep.starting, rep.unschedulable) == (3, 1, 0, 2)
     msg = "2 prefill pods unschedulable: Insufficient nvidia.com/gpu"
     assert out.conditions == [("CapacityPending", "Unschedulable", msg)]
@@ -321,20 +327,8 @@ def test_pods_on_a_notready_node_are_neither_serving_nor_starting_and_show_in_a_
                  on_node(pod("d-1", "decode", ready=False), "gpu-1")]  # loading weights on a healthy node
     scaler = Autoscaler(kube)
     body = {**BODY, "status": {**BODY["status"], "decode": {"desiredReplicas": 2, "readyReplicas": 0, "replicas": 2}}}
-    seen = {}
-    import v41flash.controller.autoscale as autoscale_mod
-    real_plan = autoscale_mod.plan
-
-    def spy(observation, *args, **kwargs):
-        seen["obs"] = observation
-        return real_plan(observation, *args, **kwargs)
-
-    autoscale_mod.plan = spy
-    try:
-        out = scaler.step(body, SPEC)
-    finally:
-        autoscale_mod.plan = real_plan
-    rep = seen["obs"].decode.replicas
+    out, observation = step_seeing_observation(scaler, body)
+    rep = observation.decode.replicas
     assert (rep.desired, rep.ready, rep.starting, rep.lost) == (2, 0, 1, 1)
     assert sorted(kube.node_reads) == ["gpu-1", "gpu-2"]  # each node once
     (type_, reason, msg), = [c for c in out.conditions if c[0] == "NodeNotReady"]

@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 from datetime import datetime, timezone
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client, config
@@ -142,16 +143,21 @@ class Kube:
                                     _request_timeout=REQUEST_TIMEOUT)
         return out.to_dict()
 
+    def _each(self, fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+        """fn over items on the pool (in order); each result is fn's value or the exception it raised, so the
+        caller decides per item (stall, retry)."""
+        def one(item: Any) -> Any:
+            try:
+                return fn(item)
+            except Exception as exc:
+                return exc
+        if len(items) <= 1:
+            return [one(i) for i in items]
+        return list(self._pool.map(one, items))
+
     def apply_many(self, objs: list[dict[str, Any]], namespace: str) -> list[dict[str, Any] | BaseException]:
         """Apply objects concurrently; each result is the applied object or the exception it raised."""
-        def one(obj: dict[str, Any]) -> dict[str, Any] | BaseException:
-            try:
-                return self.apply(obj, namespace)
-            except Exception as exc:  # the caller decides per object (stall, retry)
-                return exc
-        if len(objs) <= 1:
-            return [one(o) for o in objs]
-        return list(self._pool.map(one, objs))
+        return self._each(lambda obj: self.apply(obj, namespace), objs)
 
     def list_children(self, namespace: str, instance: str, owner_uid: str) -> list[dict[str, Any]]:
         """Our children of one deployment: labelled by us AND owned by this very CR (uid); kinds listed concurrently."""
@@ -190,14 +196,7 @@ class Kube:
     def read_many(self, refs: list[ChildRef], namespace: str, cached: bool = False
                   ) -> list[dict[str, Any] | None | BaseException]:
         """read() of each ref concurrently; each result is the object, None (absent) or the exception raised."""
-        def one(ref: ChildRef) -> dict[str, Any] | None | BaseException:
-            try:
-                return self.read(ref, namespace, cached)
-            except Exception as exc:  # the caller decides
-                return exc
-        if len(refs) <= 1:
-            return [one(r) for r in refs]
-        return list(self._pool.map(one, refs))
+        return self._each(lambda ref: self.read(ref, namespace, cached), refs)
 
     def delete(self, ref: ChildRef, namespace: str) -> None:
         self._may_write()
