@@ -5,6 +5,7 @@ from these runs and the benchmark); the waits are generous bounds, not targets."
 from __future__ import annotations
 
 import copy
+import contextlib
 import os
 import random
 import signal
@@ -174,15 +175,28 @@ def _non_get_requests(op: OperatorProcess) -> float:
                if s.name == "v41flash_api_requests_total" and s.labels.get("verb") not in ("GET",))
 
 
-def test_standby_takes_over_when_the_leader_dies_and_wrote_nothing_before(cluster, operator_process, ns):
-    doc = load(EXAMPLE)
-    name = doc["metadata"]["name"]
+@contextlib.contextmanager
+def _standby_beside_leader(cluster, operator_process: OperatorProcess, ns: str, doc: dict):
+    """The session operator leading, a second replica standing by, the example Ready; afterwards the
+    session operator runs again (it may have been killed) and leads once the standby stopped cleanly."""
     wait_for(lambda: lease_holder(cluster) == operator_process.identity, 60, "the session operator leading")
     standby = OperatorProcess(cluster, name="operator-standby").start()
     try:
         wait_for(lambda: "standby" in standby.log_text(), 30, "the second replica standing by")
         apply(cluster, doc, ns)
-        wait_ready(cluster, ns, name)
+        wait_ready(cluster, ns, doc["metadata"]["name"])
+        yield standby
+    finally:
+        if not operator_process.alive:
+            operator_process.start()  # now the standby
+        standby.stop()  # a clean stop releases the Lease: the session operator takes over at its next retry
+    wait_for(lambda: lease_holder(cluster) == operator_process.identity, 30, "the session operator leading again")
+
+
+def test_standby_takes_over_when_the_leader_dies_and_wrote_nothing_before(cluster, operator_process, ns):
+    doc = load(EXAMPLE)
+    name = doc["metadata"]["name"]
+    with _standby_beside_leader(cluster, operator_process, ns, doc) as standby:
         # a standby reads its Lease and writes nothing (its /metrics may come up a moment after it logs)
         assert wait_for(lambda: _try(lambda: _non_get_requests(standby) + 1), 30, "the standby's /metrics") == 1
         operator_process.stop(sig=signal.SIGKILL)
@@ -193,11 +207,6 @@ def test_standby_takes_over_when_the_leader_dies_and_wrote_nothing_before(cluste
         wait_for(lambda: observed(cluster, ns, name, generation), 60, "the new leader reconciling")
         print(f"\n[fault] leader SIGKILLed: standby leads after {took:.1f}s, reconciles a change "
               f"{time.monotonic() - killed:.1f}s after the kill")
-    finally:
-        if not operator_process.alive:
-            operator_process.start()  # now the standby
-        standby.stop()  # a clean stop releases the Lease: the session operator takes over at its next retry
-    wait_for(lambda: lease_holder(cluster) == operator_process.identity, 30, "the session operator leading again")
 
 
 def test_a_frozen_leader_is_deposed_and_stops_before_the_new_one_writes(cluster, operator_process, ns):
@@ -205,12 +214,7 @@ def test_a_frozen_leader_is_deposed_and_stops_before_the_new_one_writes(cluster,
     over and restarts itself as a candidate without one more write."""
     doc = load(EXAMPLE)
     name = doc["metadata"]["name"]
-    wait_for(lambda: lease_holder(cluster) == operator_process.identity, 60, "the session operator leading")
-    standby = OperatorProcess(cluster, name="operator-standby").start()
-    try:
-        wait_for(lambda: "standby" in standby.log_text(), 30, "the second replica standing by")
-        apply(cluster, doc, ns)
-        wait_ready(cluster, ns, name)
+    with _standby_beside_leader(cluster, operator_process, ns, doc) as standby:
         os.killpg(operator_process.pid, signal.SIGSTOP)
         try:
             wait_for(lambda: lease_holder(cluster) == standby.identity, 60, "the standby taking the Lease")
@@ -226,9 +230,6 @@ def test_a_frozen_leader_is_deposed_and_stops_before_the_new_one_writes(cluster,
         wait_for(lambda: "standby" in operator_process.log_text()[mark:], 60, "the old leader standing by")
         assert lease_holder(cluster) == standby.identity
         operator_process.assert_alive()  # re-executed in place (same PID), now a candidate
-    finally:
-        standby.stop()
-    wait_for(lambda: lease_holder(cluster) == operator_process.identity, 30, "the session operator leading again")
 
 
 def test_the_documented_command_needs_no_kubeconfig_variable(operator_process):

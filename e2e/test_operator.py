@@ -218,7 +218,11 @@ def test_reapplying_the_same_spec_writes_nothing(cluster, operator_process, ns):
     doc = load(REPO / "manifests/examples/tp4-h200-low-latency.yaml")
     name = doc["metadata"]["name"]
     apply(cluster, doc, ns)
-    wait_ready(cluster, ns, name)
+    ready_at = condition(wait_ready(cluster, ns, name), "Ready")["lastTransitionTime"]
+    # The planner's first decision that saw the pods Ready is a legitimate status write (its reason moves
+    # from waiting for pods to holding): measure from after it, not from inside its interval.
+    wait_for(lambda: ((get_cr(cluster, ns, name).get("status") or {}).get("lastDecision") or {}).get("time", "")
+             >= ready_at, 90, "a planner decision made after the pods were Ready")
     time.sleep(3)  # let the last status write land
     before = _versions(cluster, ns, name)
     apply(cluster, doc, ns)
