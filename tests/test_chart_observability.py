@@ -161,7 +161,9 @@ def test_every_metric_read_by_rules_and_dashboard_exists(helm):
 def test_podmonitor_selects_the_pods_the_renderer_makes_on_the_ports_they_have(helm):
     (pm,) = by_kind(template(helm, *ON), "PodMonitor")
     selector = pm["spec"]["selector"]["matchLabels"]
-    endpoints = {ep["port"]: ep["relabelings"][0]["regex"] for ep in pm["spec"]["podMetricsEndpoints"]}
+    endpoints = [(ep["port"], ep["path"], ep["relabelings"][0]["regex"]) for ep in pm["spec"]["podMetricsEndpoints"]]
+    # the planner's leading signals come from the session proxy: with source Prometheus it must be scraped too
+    assert ("http", "/proxy/metrics", "router") in endpoints
     example = next((REPO / "manifests" / "examples").glob("*.yaml"))
     obj = api.V41FlashDeployment.model_validate(yaml.safe_load(example.read_text()))
     pods = 0
@@ -173,8 +175,10 @@ def test_podmonitor_selects_the_pods_the_renderer_makes_on_the_ports_they_have(h
         assert selector.items() <= labels.items(), o["metadata"]["name"]
         role = labels["v41flash.io/role"]
         ports = {p["name"] for c in tmpl["spec"]["containers"] for p in c.get("ports", [])}
-        (port,) = [p for p, roles in endpoints.items() if re.fullmatch(roles, role)]
-        assert port in ports, f"{role} pods have no port {port}"
+        scraped = [(port, path) for port, path, roles in endpoints if re.fullmatch(roles, role)]
+        assert scraped, f"no endpoint scrapes {role} pods"
+        for port, path in scraped:
+            assert port in ports, f"{role} pods have no port {port} for {path}"
         pods += 1
     assert pods >= 2
 
