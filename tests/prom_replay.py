@@ -25,17 +25,20 @@ END, WINDOW_S = META["end"], META["window_s"]
 NAMESPACE = "ai"
 
 
+def _answer(queries: dict[str, str], recorded: dict[str, list]) -> tuple[str, list]:
+    """The combined query of one group and the recorded per-figure results as its answer (figure-labelled)."""
+    return promapi.combined(queries), [{**s, "metric": {**s["metric"], promapi.FIGURE_LABEL: key}}
+                                       for key in queries for s in recorded[key]]
+
+
 def recorded_queries(namespace: str = NAMESPACE) -> dict[str, list]:
     """PromQL → recorded result, for the recorded pods (prefill, decode, overall, router)."""
     src = PromSource("http://x", namespace)
     w = promapi._window(WINDOW_S)
     groups = {**META["expected"], "overall": sorted(p for ps in META["expected"].values() for p in ps)}
-    out = {}
-    for role, pods in groups.items():
-        for key, q in promapi._queries(selector(src, pods), w, 0.9, "pod").items():
-            out[q] = ANSWERS[role][key]
-    for key, q in promapi._router_queries(selector(src, META["router_pods"]), w, "pod").items():
-        out[q] = ANSWERS["router"][key]
+    out = dict(_answer(promapi._queries(selector(src, pods), w, 0.9, "pod"), ANSWERS[role])
+               for role, pods in groups.items())
+    out.update([_answer(promapi._router_queries(selector(src, META["router_pods"]), w, "pod"), ANSWERS["router"])])
     return out
 
 
@@ -43,9 +46,6 @@ class Replay:
     def __init__(self, mode: str = "ok", shift: bool = False, age_s: float = 0.0, namespace: str = NAMESPACE):
         self.mode, self.shift, self.age_s = mode, shift, age_s
         by_query = recorded_queries(namespace)
-        last_sample = {promapi._queries(selector(PromSource("http://x", namespace), pods), promapi._window(WINDOW_S),
-                                        0.9, "pod")["last_sample"]
-                       for pods in (*META["expected"].values(), sorted(p for ps in META["expected"].values() for p in ps))}
         self.seen: list[dict] = []
         replay = self
 
@@ -61,7 +61,8 @@ class Replay:
                     if replay.shift:
                         for s in result:
                             s["value"][0] = at
-                            if q in last_sample:  # the newest sample: as old as it was when recorded (+ age_s)
+                            if s["metric"].get(promapi.FIGURE_LABEL) == "last_sample":  # the newest sample: as old
+                                # as it was when recorded (+ age_s)
                                 s["value"][1] = str(at - (END - float(s["value"][1])) - replay.age_s)
                     code, body = 200, {"status": "success", "data": {"resultType": "vector", "result": result}}
                 data = json.dumps(body).encode()

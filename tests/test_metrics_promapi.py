@@ -87,6 +87,24 @@ def test_windows_over_http_post_at_the_window_end():
     assert windows["overall"].pods_observed == 2 and windows["overall"].running == 16.0
     assert windows["prefill"].request_rate == pytest.approx(3.0, rel=0.15) and rt.requests > 0
     assert {s["time"] for s in fake.seen} == {f"{END:.3f}"}
+    # one instant query per group of pods (prefill, decode, overall) and one for the router, not one per figure
+    assert len(fake.seen) == 4
+
+
+def test_a_combined_answer_splits_back_per_figure_and_a_figure_without_samples_is_empty():
+    queries = {"requests": 'sum(x{pod=~"a"})', "pod_running": 'sum by (pod) (y{pod=~"a"})', "kv": 'avg(z{pod=~"a"})'}
+    q = promapi.combined(queries)
+    assert q.count(" or ") == 2 and q.count(f'"{promapi.FIGURE_LABEL}"') == 3
+    answer = [{"metric": {promapi.FIGURE_LABEL: "requests"}, "value": [1.0, "3"]},
+              {"metric": {promapi.FIGURE_LABEL: "pod_running", "pod": "a"}, "value": [1.0, "4"]},
+              {"metric": {promapi.FIGURE_LABEL: "pod_running", "pod": "b"}, "value": [1.0, "5"]},
+              {"metric": {promapi.FIGURE_LABEL: "other"}, "value": [1.0, "9"]},  # not asked for: dropped
+              {"metric": {}, "value": [1.0, "9"]}]
+    out = promapi.split(answer, queries)
+    assert out == {"requests": [{"metric": {}, "value": [1.0, "3"]}],
+                   "pod_running": [{"metric": {"pod": "a"}, "value": [1.0, "4"]},
+                                   {"metric": {"pod": "b"}, "value": [1.0, "5"]}],
+                   "kv": []}
 
 
 def test_a_query_error_and_an_unreachable_server_are_window_errors_naming_them():
