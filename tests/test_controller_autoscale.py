@@ -186,7 +186,7 @@ def test_a_repeated_hold_keeps_the_recorded_decision_and_state_is_compact(server
     assert again.status["lastDecision"] is first.status["lastDecision"]  # only numbers moved: no new record
     assert again.status["plannerState"] == first.status["plannerState"]
     assert set(first.status["plannerState"]["prefill"]) == {"correction", "corrections_learned", "service_correction", "last_scale_time",
-                                                             "last_action"}
+                                                             "last_action", "headroom_rise", "headroom_peak"}
 
 
 def unschedulable_pod(name: str, role: str) -> SimpleNamespace:

@@ -154,7 +154,8 @@ def test_a_decision_becomes_replicas_status_and_an_event_when_something_moved():
     assert last["reason"] == "prefill 2->3: demand 1.23 req/s; decode 3->3: demand 1.23 req/s"
     assert out.status["plannerState"]["prefill"] == {"correction": 1.235, "corrections_learned": 0,
                                                      "service_correction": None, "last_scale_time": T,
-                                                     "last_action": "scale_up"}
+                                                     "last_action": "scale_up", "headroom_rise": None,
+                                                     "headroom_peak": None}
     assert out.events == [("Normal", "Scaled", last["reason"])]
 
 

@@ -129,3 +129,34 @@ def test_a_scale_down_that_breached_teaches_a_larger_scale_down_margin():
     # a breach long after the scale-down teaches nothing
     late = plan(obs, PROFILE, SLO, WIDE, state, T + 3600.0, PlannerConfig())
     assert late.state.prefill.down_margin_learned == 0.0
+
+
+def test_a_restarted_planner_keeps_the_learned_headroom_until_its_new_history_has_enough_samples():
+    """A failover (or an operator restart) loses the in-memory demand history; the new planner starts from the
+    durable state in status. It must keep the burst headroom the old one had learned, not shed it at the
+    first gap between bursts (the history needs headroom_min_samples moments to learn it again)."""
+    from v41flash.controller.autoscale import durable_state
+
+    burst = [6.0] * 16 + [12.0] * 4  # 2-minute bursts to 2× every 10 minutes
+    cfg = PlannerConfig(learn_down_margin=False, scale_down_stabilization_s=300.0)
+    learned = run_pattern(burst * 5, cfg)
+    carried = PlannerState.from_dict(durable_state(learned[-1].state))
+    assert carried.prefill.demand_history == ()  # the history itself is not in status (it would write every bucket)
+
+    def resume(state, rates, p, d):
+        out = []
+        for i, rate in enumerate(rates):
+            t = T + 30.0 * (len(burst) * 5 + i)
+            dec = plan(observe(rate, p, d, t), PROFILE, SLO, WIDE, state, t, cfg)
+            state, p, d = dec.state, dec.prefill.desired, dec.decode.desired
+            out.append(dec)
+        return out
+
+    p, d = learned[-1].prefill.desired, learned[-1].decode.desired
+    gap = [6.0] * 16  # the next gap between bursts, right after the restart
+    kept = resume(learned[-1].state, gap, p, d)
+    restarted = resume(carried, gap, p, d)
+    forgot = resume(PlannerState(), gap, p, d)
+    assert [x.prefill.desired for x in restarted] == [x.prefill.desired for x in kept]
+    assert min(x.prefill.desired for x in forgot) < min(x.prefill.desired for x in kept)  # the test can fail
+    assert "carried over a restart" in restarted[-1].prefill.reason

@@ -119,17 +119,20 @@ def same_decision(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 
 def durable_state(state: PlannerState) -> dict[str, Any]:
-    """What must survive an operator restart: the learned corrections and the last scale action.
+    """What must survive an operator restart: the learned corrections, the last scale action and the
+    headroom the demand history gave (coarse: it rarely changes, so status is not rewritten for it).
 
-    The rest (rate trend, stabilization history) rebuilds from fresh windows, and rebuilding it is
-    the safe direction: no scale-down until a full stabilization window has been seen again.
+    The rest (rate trend, stabilization history, the demand history itself) rebuilds from fresh windows,
+    and rebuilding it is the safe direction: no scale-down until a full stabilization window has been
+    seen again, and the carried headroom until the new history has enough samples.
     """
     out: dict[str, Any] = {}
     for role in ROLES:
         rs = state.role(role)
         out[role] = {"correction": round(rs.correction, 3), "corrections_learned": rs.corrections_learned,
                      "service_correction": None if rs.service_correction is None else round(rs.service_correction, 3),
-                     "last_scale_time": rs.last_scale_time, "last_action": rs.last_action}
+                     "last_scale_time": rs.last_scale_time, "last_action": rs.last_action,
+                     "headroom_rise": rs.headroom_rise, "headroom_peak": rs.headroom_peak}
     return out
 
 

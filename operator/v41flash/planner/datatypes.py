@@ -171,6 +171,10 @@ class RoleState:
     last_down_from: int | None = None  # replicas before the last scale-down
     last_down_need: float | None = None  # the need the model saw then (None: already judged)
     down_margin_learned: float = 0.0  # learned scale-down margin (replicas ÷ need), 0: none  # (time, replicas) within scale-up stabilization
+    # the headroom the demand history last gave (rise, highest demand seen), coarse so that it rarely changes:
+    # kept in status, it carries the learned headroom over a restart until the new history has enough samples
+    headroom_rise: float | None = None
+    headroom_peak: float | None = None
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,16 @@ def rise_quantile(history: History, horizon_s: float, quantile: float, floor_rat
     return rises[k], len(rises)
 
 
+def coarse_rise(rise: float) -> float:
+    """The rise to 0.05: what status keeps (a finer one would rewrite status at every decision)."""
+    return round(round(rise * 20) / 20, 2)
+
+
+def coarse_rate(rate: float) -> float:
+    """A demand rate to 3 significant digits, for status."""
+    return float(f"{rate:.3g}")
+
+
 def measured_cold_start(samples: list[tuple[float, float]], keep: int = 5) -> float | None:
     """Median of the newest ``keep`` (created, seconds to Ready) samples; None without any."""
     recent = sorted(samples)[-keep:]

@@ -408,10 +408,20 @@ def forecast(judged: RoleJudgement, demand: Demand, computes_prompts: bool, cold
             rs.demand_history, now, observed_rate, cfg.headroom_bucket_s, cfg.headroom_history_s))
         within = cold_start_s + cfg.interval_s
         rise, samples = headroom.rise_quantile(rs.demand_history, within, cfg.headroom_quantile)
-        rise = min(rise, cfg.headroom_max) if samples >= cfg.headroom_min_samples else 1.0
-        if rise > 1.0:
-            note = (f"headroom ×{rise:.2f} (p{cfg.headroom_quantile * 100:g} of demand rises within {within:.0f}s, "
-                    f"{samples} samples)")
+        if samples >= cfg.headroom_min_samples:
+            rise = min(rise, cfg.headroom_max)
+            rs = replace(rs, headroom_rise=headroom.coarse_rise(rise),
+                         headroom_peak=headroom.coarse_rate(max(h[1] for h in rs.demand_history)))
+            if rise > 1.0:
+                note = (f"headroom ×{rise:.2f} (p{cfg.headroom_quantile * 100:g} of demand rises within {within:.0f}s, "
+                        f"{samples} samples)")
+        elif rs.headroom_rise is not None and rs.headroom_rise > 1.0:
+            # a restarted planner: the history is young, the headroom learned before the restart still holds
+            rise = rs.headroom_rise
+            note = (f"headroom ×{rise:.2f} carried over a restart (the new demand history has {samples} of the "
+                    f"{cfg.headroom_min_samples} samples it needs)")
+        else:
+            rise = 1.0
     if not usable:
         return RoleForecast(state=rs, demand_rate=None)
     # smoothed demand normally (noise must not scale); the raw rate too when users already suffer
@@ -421,6 +431,8 @@ def forecast(judged: RoleJudgement, demand: Demand, computes_prompts: bool, cold
         # include trends) times the rise this deployment has shown, never above the highest demand it has seen
         level = rs.rate_level if rs.rate_level is not None else predicted
         seen = max((h[1] for h in rs.demand_history), default=level)
+        if samples < cfg.headroom_min_samples:  # the carried headroom: capped by the peak seen before the restart
+            seen = max(seen, rs.headroom_peak or 0.0)
         rate = max(rate, min(level * rise, max(level, seen)) + backlog / cfg.backlog_drain_s)
     return RoleForecast(state=rs, demand_rate=rate, headroom_note=note)
 
