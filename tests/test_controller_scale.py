@@ -382,3 +382,43 @@ def test_a_holding_planner_pass_and_the_periodic_pass_share_one_prepared_render(
     moved = PlannerOutcome(desired={"prefill": 2, "decode": first.status["decode"]["desiredReplicas"]})
     reconcile(kube, settled, no_events, how=Pass(apply=False), planner=moved)
     assert len(calls) == 2  # a new replica count renders anew
+
+
+def test_a_deleted_workload_is_no_longer_known_so_its_name_is_checked_again_before_it_is_recreated(monkeypatch):
+    """A child we applied is known (its collision read is skipped). Once its watch reports it DELETED, the name
+    may be taken by someone else's object before the next pass: that pass must read the name again and refuse
+    to adopt it, not force-apply over it as "ours"."""
+    monkeypatch.setattr(handlers, "_request", lambda uid, work: None)
+    monkeypatch.setattr(handlers, "_children", handlers.ChildCache())
+    b = body()
+    monkeypatch.setitem(handlers._bodies, "u1", b)
+    kube = FakeKube()
+    reconcile(kube, b, no_events, how=Pass(prune=False))
+    ref = next(r for r in kube.store if r.kind == "Deployment")
+    assert ref in rec._applied_rv["u1"]
+    ours = kube.store.pop(ref)  # deleted by someone ...
+    asyncio.run(handlers._child_event({"type": "DELETED"}, ours))
+    assert ref not in rec._applied_rv["u1"]
+    foreign = {**copy.deepcopy(ours), "metadata": {"name": ref.name, "resourceVersion": "99",
+                                                   "ownerReferences": [{"kind": "Deployment", "name": "other"}]}}
+    kube.store[ref] = foreign  # ... and the name taken by another object
+    kube.calls.clear()
+    out = reconcile(kube, b, no_events, how=Pass(prune=False))
+    assert ("get", ref.kind, ref.name) in kube.calls
+    assert out.stall is not None and out.stall.reason == "NameCollision" and ref.name in out.stall.message
+    assert kube.store[ref] is foreign and not kinds(kube.calls, "apply")
+
+
+def test_a_delete_event_older_than_our_recreation_keeps_the_recreated_version(monkeypatch):
+    """A pass may re-apply a deleted child before its DELETED event is handled: that stale event must not forget
+    the version the recreation returned (it would only cost a read, but the record would be wrong)."""
+    monkeypatch.setattr(handlers, "_request", lambda uid, work: None)
+    monkeypatch.setattr(handlers, "_children", handlers.ChildCache())
+    monkeypatch.setitem(handlers._bodies, "u1", body())
+    owner = [{"apiVersion": "v41flash.io/v1alpha1", "kind": "V41FlashDeployment", "uid": "u1"}]
+    ref = ChildRef("apps/v1", "Deployment", "x-decode")
+    monkeypatch.setitem(rec._applied_rv, "u1", {ref: "20"})  # recreated at 20
+    gone = {"apiVersion": "apps/v1", "kind": "Deployment", "spec": {"replicas": 1}, "status": {},
+            "metadata": {"name": "x-decode", "generation": 1, "resourceVersion": "12", "ownerReferences": owner}}
+    asyncio.run(handlers._child_event({"type": "DELETED"}, gone))
+    assert rec._applied_rv["u1"][ref] == "20"

@@ -569,10 +569,23 @@ async def _child_event(event: dict[str, Any], body: kopf.Body, **_: Any) -> None
     if owner is None or owner not in _bodies or not changed:
         return
     meta = body.get("metadata") or {}
-    ours = rec._applied_rv.get(owner, {}).get(ChildRef(body["apiVersion"], body["kind"], meta.get("name")))
+    ref = ChildRef(body["apiVersion"], body["kind"], meta.get("name"))
+    ours = rec._applied_rv.get(owner, {}).get(ref)
+    if kind == "DELETED" and not _newer(ours, meta.get("resourceVersion")):
+        # no longer ours: the next pass reads the name again (someone else may have taken it) before it applies
+        rec._applied_rv.get(owner, {}).pop(ref, None)
     drifted = kind == "DELETED" or (old is not None and old["metadata"]["generation"] != meta.get("generation")
                                     and ours != meta.get("resourceVersion"))
     _request(owner, Work(trigger="child", full=drifted))
+
+
+def _newer(recorded: str | None, deleted: str | None) -> bool:
+    """Whether the version we recorded is newer than a DELETED event's (a pass re-created the child before the
+    event was handled). Versions compared as numbers (etcd's revision), as _remember does; unknown → not newer."""
+    try:
+        return recorded is not None and deleted is not None and int(recorded) > int(deleted)
+    except ValueError:
+        return False
 
 
 _OURS = {L.MANAGED_BY_LABEL: L.MANAGED_BY}
