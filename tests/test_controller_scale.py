@@ -4,6 +4,7 @@ and the scheduler (one stuck deployment never blocks another; backoff with one l
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import json
 import logging
@@ -48,6 +49,14 @@ class FakeKube:
 
     def has_kind(self, api_version, kind):
         return True
+
+    def post_event_soon(self, obj, type_, reason, message):
+        self.calls.append(("event", reason))
+
+    @contextlib.contextmanager
+    def urgent(self, on=True):
+        self.calls.append(("urgent", on))
+        yield
 
     def list_children(self, namespace, instance, owner_uid):
         self.calls.append(("list",))
@@ -222,7 +231,7 @@ def test_one_stuck_deployment_never_delays_another(monkeypatch):
     monkeypatch.setattr(handlers, "run_pass", fake_pass)
 
     async def main():
-        sched = handlers.Scheduler(workers=1, deadline=0.05)  # ONE worker: only the deadline frees it
+        sched = handlers.Scheduler(workers=1, deadline=0.05, reserved=0)  # ONE worker: only the deadline frees it
         sched.start()
         sched.request("stuck", handlers.Work(trigger="create", full=True))
         sched.request("other", handlers.Work(trigger="create", full=True))
@@ -247,7 +256,7 @@ def test_a_capacity_refusal_backs_off_with_one_line_per_step_and_skips_ticks(mon
     monkeypatch.setitem(handlers._bodies, "u1", body())
 
     async def main():
-        sched = handlers.Scheduler(workers=2)
+        sched = handlers.Scheduler(workers=2, reserved=0)
         sched.start()
         sched.request("u1", handlers.Work(trigger="create", full=True))
         while len(attempts) < 3:
@@ -345,7 +354,7 @@ def test_a_new_cr_goes_before_the_periodic_refreshes_already_queued(monkeypatch)
     monkeypatch.setattr(handlers, "run_pass", fake_pass)
 
     async def main():
-        sched = handlers.Scheduler(workers=1)
+        sched = handlers.Scheduler(workers=1, reserved=0)  # the shared queue's order alone
         sched.start()
         sched.request("busy", handlers.Work(trigger="periodic"))
         await asyncio.sleep(0.05)  # the one worker is now busy
@@ -422,3 +431,128 @@ def test_a_delete_event_older_than_our_recreation_keeps_the_recreated_version(mo
             "metadata": {"name": "x-decode", "generation": 1, "resourceVersion": "12", "ownerReferences": owner}}
     asyncio.run(handlers._child_event({"type": "DELETED"}, gone))
     assert rec._applied_rv["u1"][ref] == "20"
+
+
+def test_a_new_cr_runs_at_once_while_every_shared_worker_is_busy_with_background_passes(monkeypatch):
+    """At 500 deployments the workers are busy most of the time with periodic, child and planner passes; a new
+    CR (or a spec change) must not wait for one of them to finish: reserved workers take only urgent passes."""
+    started = {}
+    gate = threading.Event()
+
+    def fake_pass(uid, work):
+        started[uid] = work.trigger
+        if uid.startswith("bg"):
+            assert gate.wait(30)
+
+    monkeypatch.setattr(handlers, "run_pass", fake_pass)
+
+    async def main():
+        sched = handlers.Scheduler(workers=4, reserved=1)
+        sched.start()
+        for i in range(6):
+            sched.request(f"bg{i}", handlers.Work(trigger="periodic"))
+        await asyncio.sleep(0.1)
+        assert sorted(started) == ["bg0", "bg1", "bg2"]  # background never takes the reserved worker
+        sched.request("new", handlers.Work(trigger="create", full=True))
+        sched.request("edited", handlers.Work(trigger="update", full=True))
+        for _ in range(100):
+            if "edited" in started:
+                break
+            await asyncio.sleep(0.01)
+        ran_urgent = {u for u in started if not u.startswith("bg")}
+        gate.set()
+        while len(started) < 8:
+            await asyncio.sleep(0.01)
+        sched.stop()
+        return ran_urgent
+
+    assert asyncio.run(asyncio.wait_for(main(), 30)) == {"new", "edited"}
+    assert started == {**{f"bg{i}": "periodic" for i in range(6)}, "new": "create", "edited": "update"}
+
+
+def test_a_stale_urgent_entry_does_not_run_background_work_on_a_reserved_worker(monkeypatch):
+    """An urgent entry sits in both queues; when a shared worker took it, the reserved worker later finds the
+    copy. If background work for that CR is pending by then, it is not the reserved worker's to run."""
+    ran = []
+    gates = {uid: threading.Event() for uid in ("bg", "u0", "bg2")}
+
+    def fake_pass(uid, work):
+        ran.append((uid, work.trigger))
+        if uid in gates:
+            assert gates[uid].wait(30)
+
+    monkeypatch.setattr(handlers, "run_pass", fake_pass)
+
+    async def until(cond):
+        for _ in range(300):
+            if cond():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(ran)
+
+    async def main():
+        sched = handlers.Scheduler(workers=2, reserved=1)
+        sched.start()
+        sched.request("bg", handlers.Work(trigger="periodic"))  # the shared worker
+        await until(lambda: ("bg", "periodic") in ran)
+        sched.request("u0", handlers.Work(trigger="create", full=True))  # the reserved worker
+        await until(lambda: ("u0", "create") in ran)
+        sched.request("a", handlers.Work(trigger="create", full=True))  # in both queues
+        gates["bg"].set()  # the shared worker takes "a"; its copy stays in the urgent queue
+        await until(lambda: ("a", "create") in ran and "a" not in sched.running)
+        sched.request("bg2", handlers.Work(trigger="periodic"))  # the shared worker is busy again
+        await until(lambda: ("bg2", "periodic") in ran)
+        sched.request("a", handlers.Work(trigger="child"))  # background work for "a"
+        gates["u0"].set()  # the reserved worker is free and finds the stale copy of "a"
+        await asyncio.sleep(0.2)
+        assert ("a", "child") not in ran  # it waits for a shared worker
+        gates["bg2"].set()
+        await until(lambda: ("a", "child") in ran)
+        sched.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
+@pytest.mark.parametrize("reserved, workers", [(-1, 4), (4, 4), (5, 4)])
+def test_reserved_workers_must_leave_one_for_background_passes(reserved, workers):
+    with pytest.raises(ValueError, match="reserved"):
+        handlers.Scheduler(workers=workers, reserved=reserved)
+
+
+def test_urgent_passes_call_the_apiserver_on_their_own_pool_not_behind_the_shared_one(monkeypatch):
+    """The shared pool (applies, reads, lists of every pass) can hold a backlog; an urgent pass's calls go to
+    their own pool, and only within Kube.urgent() on the calling thread."""
+    from v41flash.controller.kube import Kube
+    kube = Kube()
+    gate = threading.Event()
+    seen = []
+
+    def fake_apply(obj, namespace):
+        seen.append((obj["metadata"]["name"], threading.current_thread().name))
+        if obj["metadata"]["name"].startswith("bg"):
+            assert gate.wait(30)
+        return obj
+
+    monkeypatch.setattr(kube, "apply", fake_apply)
+    obj = lambda n: {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n}}  # noqa: E731
+    backlog = threading.Thread(target=kube.apply_many, args=([obj(f"bg{i}") for i in range(40)], "ns"))
+    backlog.start()  # 40 blocked applies: every shared thread is taken
+    try:
+        with kube.urgent():
+            out = kube.apply_many([obj("new-a"), obj("new-b")], "ns")
+        assert [o["metadata"]["name"] for o in out] == ["new-a", "new-b"]
+        assert {t for n, t in seen if n.startswith("new")} <= {f"apply-urgent_{i}" for i in range(16)}
+        assert all(t.startswith("apply_") for n, t in seen if n.startswith("bg"))
+    finally:
+        gate.set()
+        backlog.join(30)
+
+
+def test_a_pass_is_urgent_on_the_kube_pools_exactly_when_its_trigger_is(monkeypatch):
+    kube = FakeKube()
+    monkeypatch.setattr(handlers, "_kube", kube)
+    monkeypatch.setitem(handlers._bodies, "u1", body())
+    for trigger, urgent in (("create", True), ("update", True), ("periodic", False), ("planner", False)):
+        kube.calls.clear()
+        handlers.run_pass("u1", handlers.Work(trigger=trigger, full=True))
+        assert kube.calls[0] == ("urgent", urgent)

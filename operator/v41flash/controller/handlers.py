@@ -67,6 +67,9 @@ TIMER_INTERVAL_SECONDS = 15.0  # status refresh + the planner's scrapes; the pla
 # (a Service or ConfigMap edited by hand)
 DRIFT_EVERY = 20
 PASS_WORKERS = 16  # reconcile passes at once (each applies its children concurrently on Kube's pool)
+# of those, workers that take only urgent passes: a new CR or a spec change never waits for a periodic,
+# watch-driven or planner pass to finish (at 500 deployments every other worker is busy most of the time)
+URGENT_WORKERS = 4
 PLANNER_WORKERS = 8  # planner scrapes at once
 PASS_DEADLINE_SECONDS = 60.0  # a pass still running then is left to finish on its own; others go on
 BACKOFF_SECONDS = (2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 300.0)
@@ -238,7 +241,7 @@ def run_pass(uid: str, work: Work) -> rec.Outcome | None:
     def emit(type_: str, reason: str, message: str) -> None:
         kube().post_event_soon(body, type_, reason, message)  # an Event is news, not a step of the pass
 
-    with RECONCILE_SECONDS.labels(trigger).time():
+    with RECONCILE_SECONDS.labels(trigger).time(), kube().urgent(work.trigger in URGENT):
         try:
             outcome = reconcile(kube(), body, emit, planner=planned, how=how)
             if outcome.conflict:  # the CR changed since the watch delivered it: read it once
@@ -308,12 +311,19 @@ class Cycle:
 class Scheduler:
     """Passes on a bounded pool: at most one per deployment at a time, each with a deadline, with backoff."""
 
-    def __init__(self, workers: int = PASS_WORKERS, deadline: float = PASS_DEADLINE_SECONDS):
-        self.workers, self.deadline = workers, deadline
+    def __init__(self, workers: int = PASS_WORKERS, deadline: float = PASS_DEADLINE_SECONDS,
+                 reserved: int = URGENT_WORKERS):
+        """workers passes at once, `reserved` of them for urgent passes only (create/update/resume)."""
+        if not 0 <= reserved < workers:
+            raise ValueError(f"reserved: {reserved} urgent workers of {workers}: leave at least one for the rest")
+        self.workers, self.reserved, self.deadline = workers, reserved, deadline
         self.pool = ThreadPoolExecutor(workers * 2, thread_name_prefix="pass")  # room beside stuck passes
         # (priority, sequence, uid): a spec change or a new CR goes before the periodic and watch-driven
         # refreshes, so one more CR among hundreds does not wait for a whole tick's worth of them
         self.queue: asyncio.PriorityQueue[tuple[int, int, str]] = asyncio.PriorityQueue()
+        # urgent entries are also put here, for the reserved workers; whichever worker takes an entry first
+        # runs it, the other copy is then stale and skipped like any other
+        self.urgent_queue: asyncio.Queue[tuple[int, int, str]] = asyncio.Queue()
         self.seq = 0
         self.pending: dict[str, Work] = {}
         self.queued: dict[str, int] = {}  # uid -> the best priority it is queued at
@@ -323,7 +333,8 @@ class Scheduler:
         self.tasks: list[asyncio.Task] = []
 
     def start(self) -> None:
-        self.tasks = [asyncio.create_task(self._worker()) for _ in range(self.workers)]
+        self.tasks = [asyncio.create_task(self._worker(self.queue)) for _ in range(self.workers - self.reserved)]
+        self.tasks += [asyncio.create_task(self._worker(self.urgent_queue)) for _ in range(self.reserved)]
 
     def stop(self) -> None:
         for t in self.tasks:
@@ -347,6 +358,8 @@ class Scheduler:
         self.queued[uid] = prio
         self.seq += 1
         self.queue.put_nowait((prio, self.seq, uid))
+        if prio == 0 and self.reserved:
+            self.urgent_queue.put_nowait((prio, self.seq, uid))
         QUEUE_DEPTH.set(len(self.queued))
 
     def forget(self, uid: str) -> None:
@@ -357,12 +370,14 @@ class Scheduler:
         self.failures.pop(uid, None)
         self.not_before.pop(uid, None)
 
-    async def _worker(self) -> None:
+    async def _worker(self, queue: asyncio.Queue) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            _, _, uid = await self.queue.get()
+            _, _, uid = await queue.get()
             if uid in self.running or uid not in self.pending:
-                continue  # a stale entry (it was queued again at a better priority)
+                continue  # a stale entry (it was queued again at a better priority, or taken from the other queue)
+            if queue is self.urgent_queue and self.pending[uid].trigger not in URGENT:
+                continue  # taken already; what is pending now is background work, queued as such
             self.queued.pop(uid, None)
             QUEUE_DEPTH.set(len(self.queued))
             work = self.pending.pop(uid)
