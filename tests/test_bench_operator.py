@@ -25,3 +25,21 @@ def test_percentiles_and_histogram_quantiles_from_a_metrics_delta():
 def test_the_default_example_renders_two_workloads():
     doc = example_cr(REPO / "manifests" / "examples" / "aggregated-h200.yaml", "x")
     assert workloads_of(doc) == 2  # decode + router: what "children exist" waits for
+
+
+def test_phases_run_in_their_fixed_order_with_the_burst_always_and_unknown_names_refused():
+    import pytest
+    from v41flash_bench.operator_load import PHASES, parse_phases
+    assert parse_phases(",".join(PHASES)) == PHASES
+    assert parse_phases("idle,one_more") == ("burst", "one_more", "idle")
+    assert parse_phases("") == ("burst",)
+    with pytest.raises(ValueError, match=r"--phases: unknown phase\(s\) idel"):
+        parse_phases("one_more,idel")
+
+
+def test_a_report_without_the_later_phases_still_plots(tmp_path):
+    from v41flash_bench.operator_load import plot
+    run = {"deployments": 10, "burst": {"apply_to_observed_s": {"p50": 1.0, "p99": 2.0}, "all_converged_s": 2.5,
+                                         "api_requests_per_deployment": 30.0}, "operator_rss_mb": {"peak": 100.0}}
+    plot([run], tmp_path / "p.png")
+    assert (tmp_path / "p.png").stat().st_size > 0
