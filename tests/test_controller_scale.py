@@ -556,3 +556,37 @@ def test_a_pass_is_urgent_on_the_kube_pools_exactly_when_its_trigger_is(monkeypa
         kube.calls.clear()
         handlers.run_pass("u1", handlers.Work(trigger=trigger, full=True))
         assert kube.calls[0] == ("urgent", urgent)
+
+
+def _slot_tick(uid: str) -> int:
+    import zlib
+    return next(t for t in range(1, handlers.DRIFT_EVERY + 1) if (zlib.crc32(uid.encode()) + t) % handlers.DRIFT_EVERY == 0)
+
+
+def test_a_drift_slot_right_after_a_full_pass_only_observes(monkeypatch):
+    """After a burst of new CRs their staggered drift slots came up while their create passes were barely done:
+    each re-applied and listed everything again (hundreds of full passes queued behind the burst)."""
+    monkeypatch.setattr(handlers, "_applied_at", {})
+    interval = 15.0
+    tick = _slot_tick("u1")
+    off_slot = handlers.periodic_work("u1", tick + 1, interval, now=1000.0)
+    assert (off_slot.full, off_slot.prune) == (False, False)
+    never = handlers.periodic_work("u1", tick, interval, now=1000.0)  # never applied by this process
+    assert (never.full, never.prune) == (True, True)
+    handlers._applied_at["u1"] = 1000.0 - interval  # the create pass, one tick ago
+    just = handlers.periodic_work("u1", tick, interval, now=1000.0)
+    assert (just.full, just.prune, just.trigger) == (False, False, "periodic")
+    handlers._applied_at["u1"] = 1000.0 - handlers.DRIFT_RECENT_TICKS * interval  # long enough ago
+    due = handlers.periodic_work("u1", tick, interval, now=1000.0)
+    assert (due.full, due.prune) == (True, True)
+
+
+def test_a_full_pass_records_when_it_applied_and_forgetting_a_cr_drops_it(monkeypatch):
+    kube = FakeKube()
+    monkeypatch.setattr(handlers, "_kube", kube)
+    monkeypatch.setattr(handlers, "_applied_at", {})
+    monkeypatch.setitem(handlers._bodies, "u1", body())
+    handlers.run_pass("u1", handlers.Work(trigger="create", full=True))
+    assert "u1" in handlers._applied_at
+    handlers._forget("u1", "ns", "x")
+    assert "u1" not in handlers._applied_at

@@ -66,6 +66,10 @@ TIMER_INTERVAL_SECONDS = 15.0  # status refresh + the planner's scrapes; the pla
 # changed or deleted by someone else is re-applied at once (its watch event), so this catches the rest
 # (a Service or ConfigMap edited by hand)
 DRIFT_EVERY = 20
+# a drift slot is skipped when a full pass applied the children less than this many ticks ago: right after a
+# burst of new CRs (or a restart's resume passes) their slots would otherwise re-apply what was just applied,
+# hundreds of full passes queued behind the burst (measured at 500: ~40 % of the backlog's passes)
+DRIFT_RECENT_TICKS = DRIFT_EVERY // 2
 PASS_WORKERS = 16  # reconcile passes at once (each applies its children concurrently on Kube's pool)
 # of those, workers that take only urgent passes: a new CR or a spec change never waits for a periodic,
 # watch-driven or planner pass to finish (at 500 deployments every other worker is busy most of the time)
@@ -160,6 +164,7 @@ _bodies: dict[str, dict[str, Any]] = {}  # uid -> the newest V41FlashDeployment 
 _children = ChildCache()
 _pruned_against: dict[str, frozenset[ChildRef]] = {}  # uid -> the desired set the last full pass converged to
 _applied_generation: dict[str, int] = {}  # uid -> the generation this process last applied
+_applied_at: dict[str, float] = {}  # uid -> when (monotonic) a full pass last applied its children
 
 
 def _remember(body: dict[str, Any]) -> None:
@@ -179,6 +184,7 @@ def _forget(uid: str, namespace: str, name: str) -> None:
     _children.forget(uid)
     _pruned_against.pop(uid, None)
     _applied_generation.pop(uid, None)
+    _applied_at.pop(uid, None)
     rec.forget(uid)
     if _autoscaler is not None:
         _autoscaler.forget(uid, namespace, name)
@@ -273,6 +279,7 @@ def run_pass(uid: str, work: Work) -> rec.Outcome | None:
         _remember(outcome.body)
     if full and outcome.stall is None:
         _applied_generation[uid] = generation
+        _applied_at[uid] = time.monotonic()
         _pruned_against[uid] = outcome.desired
     RECONCILES.labels(trigger, "capacity" if outcome.capacity else "stalled" if outcome.stall else "ok").inc()
     for item in outcome.applied:
@@ -493,6 +500,17 @@ class Planners:
 _planner_tasks: set[asyncio.Task] = set()
 
 
+def periodic_work(uid: str, tick: int, interval: float, cycle: Cycle | None = None,
+                  now: float | None = None) -> Work:
+    """A tick's pass for one deployment: observe, or at its staggered drift slot (every DRIFT_EVERY-th tick)
+    re-apply and prune — unless a full pass applied its children within the last DRIFT_RECENT_TICKS ticks."""
+    now = time.monotonic() if now is None else now
+    slot = (zlib.crc32(uid.encode()) + tick) % DRIFT_EVERY == 0
+    recent = now - _applied_at.get(uid, float("-inf")) < DRIFT_RECENT_TICKS * interval
+    drift = slot and not recent
+    return Work(trigger="periodic", full=drift, prune=drift, cycles=(cycle,) if cycle else ())
+
+
 async def _periodic(interval: float, scheduler: Scheduler, planners: Planners) -> None:
     tick = 0
     while True:
@@ -501,8 +519,7 @@ async def _periodic(interval: float, scheduler: Scheduler, planners: Planners) -
         uids = list(_bodies)
         cycle = Cycle(set(uids))
         for uid in uids:
-            drift = (zlib.crc32(uid.encode()) + tick) % DRIFT_EVERY == 0
-            scheduler.request(uid, Work(trigger="periodic", full=drift, prune=drift, cycles=(cycle,)))
+            scheduler.request(uid, periodic_work(uid, tick, interval, cycle))
             if _autoscaled(_bodies.get(uid) or {}):
                 task = asyncio.create_task(planners.run(uid))
                 _planner_tasks.add(task)
