@@ -590,3 +590,23 @@ def test_a_full_pass_records_when_it_applied_and_forgetting_a_cr_drops_it(monkey
     assert "u1" in handlers._applied_at
     handlers._forget("u1", "ns", "x")
     assert "u1" not in handlers._applied_at
+
+
+def test_the_planner_waits_until_the_current_generation_was_applied(monkeypatch):
+    """A planner pass for a CR whose first pass has not run compared its decision with a status that has no
+    replicas yet: 'moved', one more full pass queued behind the burst, for every new CR."""
+    planned, asked = [], []
+    monkeypatch.setattr(handlers, "_plan", lambda body: planned.append(body["metadata"]["uid"]) or None)
+    monkeypatch.setattr(handlers, "_request", lambda uid, work: asked.append(uid))
+    monkeypatch.setattr(handlers, "_applied_generation", {})
+    monkeypatch.setitem(handlers._bodies, "u1", body(generation=2))
+
+    async def main():
+        planners = handlers.Planners(workers=1)
+        await planners.run("u1")  # never applied
+        handlers._applied_generation["u1"] = 1
+        await planners.run("u1")  # generation 2 not applied yet
+        handlers._applied_generation["u1"] = 2
+        await planners.run("u1")
+    asyncio.run(asyncio.wait_for(main(), 30))
+    assert planned == ["u1"] and asked == []

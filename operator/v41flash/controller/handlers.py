@@ -479,6 +479,11 @@ class Planners:
         body = _bodies.get(uid)
         if body is None or uid in self.running:
             return
+        if _applied_generation.get(uid) != body["metadata"].get("generation", 1):
+            # its first pass (or the one for a new spec) has not run yet: there is nothing to scale, and a
+            # decision now would compare against a status without replicas and queue one more full pass
+            # (after a burst of 500 new CRs, each one's planner did)
+            return
         self.running.add(uid)
         async with self.sem:
             fut = asyncio.get_running_loop().run_in_executor(self.pool, _plan, body)
