@@ -522,15 +522,22 @@ def test_reserved_workers_must_leave_one_for_background_passes(reserved, workers
 def test_urgent_passes_call_the_apiserver_on_their_own_pool_not_behind_the_shared_one(monkeypatch):
     """The shared pool (applies, reads, lists of every pass) can hold a backlog; an urgent pass's calls go to
     their own pool, and only within Kube.urgent() on the calling thread."""
-    from v41flash.controller.kube import Kube
-    kube = Kube()
+    from v41flash.controller import kube as kube_mod
+    kube = kube_mod.Kube()
     gate = threading.Event()
     seen = []
+    in_flight = {"bg": 0, "bg_max": 0}
+    lock = threading.Lock()
 
     def fake_apply(obj, namespace):
         seen.append((obj["metadata"]["name"], threading.current_thread().name))
         if obj["metadata"]["name"].startswith("bg"):
+            with lock:
+                in_flight["bg"] += 1
+                in_flight["bg_max"] = max(in_flight["bg_max"], in_flight["bg"])
             assert gate.wait(30)
+            with lock:
+                in_flight["bg"] -= 1
         return obj
 
     monkeypatch.setattr(kube, "apply", fake_apply)
@@ -538,11 +545,18 @@ def test_urgent_passes_call_the_apiserver_on_their_own_pool_not_behind_the_share
     backlog = threading.Thread(target=kube.apply_many, args=([obj(f"bg{i}") for i in range(40)], "ns"))
     backlog.start()  # 40 blocked applies: every shared thread is taken
     try:
+        for _ in range(500):
+            if in_flight["bg"] >= kube_mod.APPLY_WORKERS:
+                break
+            threading.Event().wait(0.01)
         with kube.urgent():
             out = kube.apply_many([obj("new-a"), obj("new-b")], "ns")
         assert [o["metadata"]["name"] for o in out] == ["new-a", "new-b"]
-        assert {t for n, t in seen if n.startswith("new")} <= {f"apply-urgent_{i}" for i in range(16)}
+        assert {t for n, t in seen if n.startswith("new")} <= {f"apply-urgent_{i}"
+                                                                for i in range(kube_mod.URGENT_APPLY_WORKERS)}
         assert all(t.startswith("apply_") for n, t in seen if n.startswith("bg"))
+        # background calls in flight are bounded by the smaller pool (what an urgent call waits behind)
+        assert in_flight["bg_max"] == kube_mod.APPLY_WORKERS < kube_mod.URGENT_APPLY_WORKERS
     finally:
         gate.set()
         backlog.join(30)
