@@ -624,3 +624,28 @@ def test_the_planner_waits_until_the_current_generation_was_applied(monkeypatch)
         await planners.run("u1")
     asyncio.run(asyncio.wait_for(main(), 30))
     assert planned == ["u1"] and asked == []
+
+
+def test_the_wait_for_a_worker_is_measured_by_priority(monkeypatch):
+    from prometheus_client import REGISTRY
+    gate = threading.Event()
+    monkeypatch.setattr(handlers, "run_pass", lambda uid, work: gate.wait(30) if uid == "busy" else None)
+    count = lambda p: REGISTRY.get_sample_value("v41flash_pass_wait_seconds_count", {"priority": p}) or 0  # noqa: E731
+    slow = lambda p: count(p) - (REGISTRY.get_sample_value(  # noqa: E731
+        "v41flash_pass_wait_seconds_bucket", {"priority": p, "le": "0.1"}) or 0)
+    before = {p: (count(p), slow(p)) for p in ("urgent", "background")}
+
+    async def main():
+        sched = handlers.Scheduler(workers=2, reserved=1)
+        sched.start()
+        sched.request("busy", handlers.Work(trigger="periodic"))
+        await asyncio.sleep(0.05)
+        sched.request("late", handlers.Work(trigger="child"))  # waits for the one shared worker
+        sched.request("new", handlers.Work(trigger="create", full=True))  # the reserved worker at once
+        await asyncio.sleep(0.3)
+        gate.set()
+        await asyncio.sleep(0.1)
+        sched.stop()
+    asyncio.run(asyncio.wait_for(main(), 30))
+    assert count("urgent") - before["urgent"][0] == 1 and slow("urgent") == before["urgent"][1]
+    assert count("background") - before["background"][0] == 2 and slow("background") - before["background"][1] == 1

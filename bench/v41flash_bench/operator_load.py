@@ -373,6 +373,8 @@ class Bench:
                                                  "retry", "planner")
                                       if histogram(m, "v41flash_reconcile_duration_seconds", trigger=t_)["count"]}
                 res["periodic_cycle_s"] = histogram(m, "v41flash_periodic_cycle_seconds")
+                res["pass_wait_s"] = {p_: histogram(m, "v41flash_pass_wait_seconds", priority=p_)
+                                      for p_ in ("urgent", "background")}
                 res["pass_deadline_exceeded"] = sum(v for k, v in m.items()
                                                     if k[0] == "v41flash_pass_deadline_exceeded_total")
                 result[name] = res

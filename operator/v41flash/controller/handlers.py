@@ -60,6 +60,8 @@ PERIODIC_CYCLE = Histogram("v41flash_periodic_cycle_seconds",
                            "From a periodic tick until every deployment's pass of that tick finished",
                            buckets=(.1, .25, .5, 1, 2.5, 5, 10, 15, 20, 30, 60, 120))
 QUEUE_DEPTH = Gauge("v41flash_pass_queue_depth", "Deployments waiting for a pass")
+PASS_WAIT = Histogram("v41flash_pass_wait_seconds", "From the first request of a pass until a worker started it",
+                      ["priority"], buckets=(.001, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120))
 
 TIMER_INTERVAL_SECONDS = 15.0  # status refresh + the planner's scrapes; the planner plans at its own cadence
 # ticks: each deployment's children are re-applied and strays pruned every 5 min, staggered; a workload
@@ -388,6 +390,8 @@ class Scheduler:
             self.queued.pop(uid, None)
             QUEUE_DEPTH.set(len(self.queued))
             work = self.pending.pop(uid)
+            PASS_WAIT.labels("urgent" if work.trigger in URGENT else "background").observe(
+                max(0.0, time.monotonic() - work.requested))
             self.running.add(uid)
             fut = loop.run_in_executor(self.pool, run_pass, uid, work)
             done, _ = await asyncio.wait({fut}, timeout=self.deadline)
