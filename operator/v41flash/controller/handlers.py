@@ -70,7 +70,7 @@ TIMER_INTERVAL_SECONDS = 15.0  # status refresh + the planner's scrapes; the pla
 DRIFT_EVERY = 20
 # a drift slot is skipped when a full pass applied the children less than this many ticks ago: right after a
 # burst of new CRs (or a restart's resume passes) their slots would otherwise re-apply what was just applied,
-# hundreds of full passes queued behind the burst (measured at 500: ~40 % of the backlog's passes)
+# hundreds of full passes queued behind the burst (measured at 500, docs/2026-12-01-ha-and-scale.md)
 DRIFT_RECENT_TICKS = DRIFT_EVERY // 2
 PASS_WORKERS = 16  # reconcile passes at once (each applies its children concurrently on Kube's pool)
 # of those, workers that take only urgent passes: a new CR or a spec change never waits for a periodic,
