@@ -25,3 +25,57 @@ def test_percentiles_and_histogram_quantiles_from_a_metrics_delta():
 def test_the_default_example_renders_two_workloads():
     doc = example_cr(REPO / "manifests" / "examples" / "aggregated-h200.yaml", "x")
     assert workloads_of(doc) == 2  # decode + router: what "children exist" waits for
+
+
+def test_phases_run_in_their_fixed_order_with_the_burst_always_and_unknown_names_refused():
+    import pytest
+    from v41flash_bench.operator_load import PHASES, parse_phases
+    assert parse_phases(",".join(PHASES)) == PHASES
+    assert parse_phases("idle,one_more") == ("burst", "one_more", "idle")
+    assert parse_phases("") == ("burst",)
+    with pytest.raises(ValueError, match=r"--phases: unknown phase\(s\) idel"):
+        parse_phases("one_more,idel")
+
+
+def test_a_report_without_the_later_phases_still_plots(tmp_path):
+    from v41flash_bench.operator_load import plot
+    run = {"deployments": 10, "burst": {"apply_to_observed_s": {"p50": 1.0, "p99": 2.0}, "all_converged_s": 2.5,
+                                         "api_requests_per_deployment": 30.0}, "operator_rss_mb": {"peak": 100.0}}
+    plot([run], tmp_path / "p.png")
+    assert (tmp_path / "p.png").stat().st_size > 0
+
+
+def test_the_watcher_resumes_from_the_last_resource_version_and_starts_over_only_when_it_is_gone(monkeypatch):
+    """A watch started without a resourceVersion replays the namespace (500 CRs, 1,000 Deployments) as ADDED:
+    restarted every 60 s that held the benchmark's view seconds behind the operator's."""
+    import threading
+    from kubernetes import watch
+    from kubernetes.client.exceptions import ApiException
+    from v41flash_bench import operator_load as ol
+    calls, done = [], threading.Event()
+    gone = ApiException(status=410, reason="Gone")
+
+    class FakeWatch:
+        def stream(self, fn, ns, **kwargs):
+            calls.append(kwargs.get("resource_version"))
+            n = len(calls)
+            if n == 3:
+                raise gone
+            if n >= 5:
+                done.set()
+                return
+            yield {"type": "MODIFIED", "object": {"metadata": {"name": "cr", "resourceVersion": str(10 * n)},
+                                                   "status": {"observedGeneration": n}}}
+
+    monkeypatch.setattr(watch, "Watch", FakeWatch)
+    monkeypatch.setattr(ol.time, "sleep", lambda s: None)
+    w = object.__new__(ol.Watcher)
+    w.ns, w._stop = "ns", threading.Event()
+    seen = []
+    t = threading.Thread(target=w._loop, args=(None, lambda kind, obj: seen.append(obj["metadata"]["resourceVersion"])))
+    t.start()
+    assert done.wait(10)
+    w._stop.set()
+    t.join(10)
+    assert calls[:5] == [None, "10", "20", None, "40"]  # resumed; after 410 Gone a fresh start
+    assert seen == ["10", "20", "40"]

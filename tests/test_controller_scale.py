@@ -4,6 +4,7 @@ and the scheduler (one stuck deployment never blocks another; backoff with one l
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import json
 import logging
@@ -48,6 +49,14 @@ class FakeKube:
 
     def has_kind(self, api_version, kind):
         return True
+
+    def post_event_soon(self, obj, type_, reason, message):
+        self.calls.append(("event", reason))
+
+    @contextlib.contextmanager
+    def urgent(self, on=True):
+        self.calls.append(("urgent", on))
+        yield
 
     def list_children(self, namespace, instance, owner_uid):
         self.calls.append(("list",))
@@ -222,7 +231,7 @@ def test_one_stuck_deployment_never_delays_another(monkeypatch):
     monkeypatch.setattr(handlers, "run_pass", fake_pass)
 
     async def main():
-        sched = handlers.Scheduler(workers=1, deadline=0.05)  # ONE worker: only the deadline frees it
+        sched = handlers.Scheduler(workers=1, deadline=0.05, reserved=0)  # ONE worker: only the deadline frees it
         sched.start()
         sched.request("stuck", handlers.Work(trigger="create", full=True))
         sched.request("other", handlers.Work(trigger="create", full=True))
@@ -247,7 +256,7 @@ def test_a_capacity_refusal_backs_off_with_one_line_per_step_and_skips_ticks(mon
     monkeypatch.setitem(handlers._bodies, "u1", body())
 
     async def main():
-        sched = handlers.Scheduler(workers=2)
+        sched = handlers.Scheduler(workers=2, reserved=0)
         sched.start()
         sched.request("u1", handlers.Work(trigger="create", full=True))
         while len(attempts) < 3:
@@ -345,7 +354,7 @@ def test_a_new_cr_goes_before_the_periodic_refreshes_already_queued(monkeypatch)
     monkeypatch.setattr(handlers, "run_pass", fake_pass)
 
     async def main():
-        sched = handlers.Scheduler(workers=1)
+        sched = handlers.Scheduler(workers=1, reserved=0)  # the shared queue's order alone
         sched.start()
         sched.request("busy", handlers.Work(trigger="periodic"))
         await asyncio.sleep(0.05)  # the one worker is now busy
@@ -382,3 +391,261 @@ def test_a_holding_planner_pass_and_the_periodic_pass_share_one_prepared_render(
     moved = PlannerOutcome(desired={"prefill": 2, "decode": first.status["decode"]["desiredReplicas"]})
     reconcile(kube, settled, no_events, how=Pass(apply=False), planner=moved)
     assert len(calls) == 2  # a new replica count renders anew
+
+
+def test_a_deleted_workload_is_no_longer_known_so_its_name_is_checked_again_before_it_is_recreated(monkeypatch):
+    """A child we applied is known (its collision read is skipped). Once its watch reports it DELETED, the name
+    may be taken by someone else's object before the next pass: that pass must read the name again and refuse
+    to adopt it, not force-apply over it as "ours"."""
+    monkeypatch.setattr(handlers, "_request", lambda uid, work: None)
+    monkeypatch.setattr(handlers, "_children", handlers.ChildCache())
+    b = body()
+    monkeypatch.setitem(handlers._bodies, "u1", b)
+    kube = FakeKube()
+    reconcile(kube, b, no_events, how=Pass(prune=False))
+    ref = next(r for r in kube.store if r.kind == "Deployment")
+    assert ref in rec._applied_rv["u1"]
+    ours = kube.store.pop(ref)  # deleted by someone ...
+    asyncio.run(handlers._child_event({"type": "DELETED"}, ours))
+    assert ref not in rec._applied_rv["u1"]
+    foreign = {**copy.deepcopy(ours), "metadata": {"name": ref.name, "resourceVersion": "99",
+                                                   "ownerReferences": [{"kind": "Deployment", "name": "other"}]}}
+    kube.store[ref] = foreign  # ... and the name taken by another object
+    kube.calls.clear()
+    out = reconcile(kube, b, no_events, how=Pass(prune=False))
+    assert ("get", ref.kind, ref.name) in kube.calls
+    assert out.stall is not None and out.stall.reason == "NameCollision" and ref.name in out.stall.message
+    assert kube.store[ref] is foreign and not kinds(kube.calls, "apply")
+
+
+def test_a_delete_event_older_than_our_recreation_keeps_the_recreated_version(monkeypatch):
+    """A pass may re-apply a deleted child before its DELETED event is handled: that stale event must not forget
+    the version the recreation returned (it would only cost a read, but the record would be wrong)."""
+    monkeypatch.setattr(handlers, "_request", lambda uid, work: None)
+    monkeypatch.setattr(handlers, "_children", handlers.ChildCache())
+    monkeypatch.setitem(handlers._bodies, "u1", body())
+    owner = [{"apiVersion": "v41flash.io/v1alpha1", "kind": "V41FlashDeployment", "uid": "u1"}]
+    ref = ChildRef("apps/v1", "Deployment", "x-decode")
+    monkeypatch.setitem(rec._applied_rv, "u1", {ref: "20"})  # recreated at 20
+    gone = {"apiVersion": "apps/v1", "kind": "Deployment", "spec": {"replicas": 1}, "status": {},
+            "metadata": {"name": "x-decode", "generation": 1, "resourceVersion": "12", "ownerReferences": owner}}
+    asyncio.run(handlers._child_event({"type": "DELETED"}, gone))
+    assert rec._applied_rv["u1"][ref] == "20"
+
+
+def test_a_new_cr_runs_at_once_while_every_shared_worker_is_busy_with_background_passes(monkeypatch):
+    """At 500 deployments the workers are busy most of the time with periodic, child and planner passes; a new
+    CR (or a spec change) must not wait for one of them to finish: reserved workers take only urgent passes."""
+    started = {}
+    gate = threading.Event()
+
+    def fake_pass(uid, work):
+        started[uid] = work.trigger
+        if uid.startswith("bg"):
+            assert gate.wait(30)
+
+    monkeypatch.setattr(handlers, "run_pass", fake_pass)
+
+    async def main():
+        sched = handlers.Scheduler(workers=4, reserved=1)
+        sched.start()
+        for i in range(6):
+            sched.request(f"bg{i}", handlers.Work(trigger="periodic"))
+        await asyncio.sleep(0.1)
+        assert sorted(started) == ["bg0", "bg1", "bg2"]  # background never takes the reserved worker
+        sched.request("new", handlers.Work(trigger="create", full=True))
+        sched.request("edited", handlers.Work(trigger="update", full=True))
+        for _ in range(100):
+            if "edited" in started:
+                break
+            await asyncio.sleep(0.01)
+        ran_urgent = {u for u in started if not u.startswith("bg")}
+        gate.set()
+        while len(started) < 8:
+            await asyncio.sleep(0.01)
+        sched.stop()
+        return ran_urgent
+
+    assert asyncio.run(asyncio.wait_for(main(), 30)) == {"new", "edited"}
+    assert started == {**{f"bg{i}": "periodic" for i in range(6)}, "new": "create", "edited": "update"}
+
+
+def test_a_stale_urgent_entry_does_not_run_background_work_on_a_reserved_worker(monkeypatch):
+    """An urgent entry sits in both queues; when a shared worker took it, the reserved worker later finds the
+    copy. If background work for that CR is pending by then, it is not the reserved worker's to run."""
+    ran = []
+    gates = {uid: threading.Event() for uid in ("bg", "u0", "bg2")}
+
+    def fake_pass(uid, work):
+        ran.append((uid, work.trigger))
+        if uid in gates:
+            assert gates[uid].wait(30)
+
+    monkeypatch.setattr(handlers, "run_pass", fake_pass)
+
+    async def until(cond):
+        for _ in range(300):
+            if cond():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(ran)
+
+    async def main():
+        sched = handlers.Scheduler(workers=2, reserved=1)
+        sched.start()
+        sched.request("bg", handlers.Work(trigger="periodic"))  # the shared worker
+        await until(lambda: ("bg", "periodic") in ran)
+        sched.request("u0", handlers.Work(trigger="create", full=True))  # the reserved worker
+        await until(lambda: ("u0", "create") in ran)
+        sched.request("a", handlers.Work(trigger="create", full=True))  # in both queues
+        gates["bg"].set()  # the shared worker takes "a"; its copy stays in the urgent queue
+        await until(lambda: ("a", "create") in ran and "a" not in sched.running)
+        sched.request("bg2", handlers.Work(trigger="periodic"))  # the shared worker is busy again
+        await until(lambda: ("bg2", "periodic") in ran)
+        sched.request("a", handlers.Work(trigger="child"))  # background work for "a"
+        gates["u0"].set()  # the reserved worker is free and finds the stale copy of "a"
+        await asyncio.sleep(0.2)
+        assert ("a", "child") not in ran  # it waits for a shared worker
+        gates["bg2"].set()
+        await until(lambda: ("a", "child") in ran)
+        sched.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
+@pytest.mark.parametrize("reserved, workers", [(-1, 4), (4, 4), (5, 4)])
+def test_reserved_workers_must_leave_one_for_background_passes(reserved, workers):
+    with pytest.raises(ValueError, match="reserved"):
+        handlers.Scheduler(workers=workers, reserved=reserved)
+
+
+def test_urgent_passes_call_the_apiserver_on_their_own_pool_not_behind_the_shared_one(monkeypatch):
+    """The shared pool (applies, reads, lists of every pass) can hold a backlog; an urgent pass's calls go to
+    their own pool, and only within Kube.urgent() on the calling thread."""
+    from v41flash.controller import kube as kube_mod
+    kube = kube_mod.Kube()
+    gate = threading.Event()
+    seen = []
+    in_flight = {"bg": 0, "bg_max": 0}
+    lock = threading.Lock()
+
+    def fake_apply(obj, namespace):
+        seen.append((obj["metadata"]["name"], threading.current_thread().name))
+        if obj["metadata"]["name"].startswith("bg"):
+            with lock:
+                in_flight["bg"] += 1
+                in_flight["bg_max"] = max(in_flight["bg_max"], in_flight["bg"])
+            assert gate.wait(30)
+            with lock:
+                in_flight["bg"] -= 1
+        return obj
+
+    monkeypatch.setattr(kube, "apply", fake_apply)
+    obj = lambda n: {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n}}  # noqa: E731
+    backlog = threading.Thread(target=kube.apply_many, args=([obj(f"bg{i}") for i in range(40)], "ns"))
+    backlog.start()  # 40 blocked applies: every shared thread is taken
+    try:
+        for _ in range(500):
+            if in_flight["bg"] >= kube_mod.APPLY_WORKERS:
+                break
+            threading.Event().wait(0.01)
+        with kube.urgent():
+            out = kube.apply_many([obj("new-a"), obj("new-b")], "ns")
+        assert [o["metadata"]["name"] for o in out] == ["new-a", "new-b"]
+        assert {t for n, t in seen if n.startswith("new")} <= {f"apply-urgent_{i}"
+                                                                for i in range(kube_mod.URGENT_APPLY_WORKERS)}
+        assert all(t.startswith("apply_") for n, t in seen if n.startswith("bg"))
+        # background calls in flight are bounded by the smaller pool (what an urgent call waits behind)
+        assert in_flight["bg_max"] == kube_mod.APPLY_WORKERS < kube_mod.URGENT_APPLY_WORKERS
+    finally:
+        gate.set()
+        backlog.join(30)
+
+
+def test_a_pass_is_urgent_on_the_kube_pools_exactly_when_its_trigger_is(monkeypatch):
+    kube = FakeKube()
+    monkeypatch.setattr(handlers, "_kube", kube)
+    monkeypatch.setitem(handlers._bodies, "u1", body())
+    for trigger, urgent in (("create", True), ("update", True), ("periodic", False), ("planner", False)):
+        kube.calls.clear()
+        handlers.run_pass("u1", handlers.Work(trigger=trigger, full=True))
+        assert kube.calls[0] == ("urgent", urgent)
+
+
+def _slot_tick(uid: str) -> int:
+    import zlib
+    return next(t for t in range(1, handlers.DRIFT_EVERY + 1) if (zlib.crc32(uid.encode()) + t) % handlers.DRIFT_EVERY == 0)
+
+
+def test_a_drift_slot_right_after_a_full_pass_only_observes(monkeypatch):
+    """After a burst of new CRs their staggered drift slots came up while their create passes were barely done:
+    each re-applied and listed everything again (hundreds of full passes queued behind the burst)."""
+    monkeypatch.setattr(handlers, "_applied_at", {})
+    interval = 15.0
+    tick = _slot_tick("u1")
+    off_slot = handlers.periodic_work("u1", tick + 1, interval, now=1000.0)
+    assert (off_slot.full, off_slot.prune) == (False, False)
+    never = handlers.periodic_work("u1", tick, interval, now=1000.0)  # never applied by this process
+    assert (never.full, never.prune) == (True, True)
+    handlers._applied_at["u1"] = 1000.0 - interval  # the create pass, one tick ago
+    just = handlers.periodic_work("u1", tick, interval, now=1000.0)
+    assert (just.full, just.prune, just.trigger) == (False, False, "periodic")
+    handlers._applied_at["u1"] = 1000.0 - handlers.DRIFT_RECENT_TICKS * interval  # long enough ago
+    due = handlers.periodic_work("u1", tick, interval, now=1000.0)
+    assert (due.full, due.prune) == (True, True)
+
+
+def test_a_full_pass_records_when_it_applied_and_forgetting_a_cr_drops_it(monkeypatch):
+    kube = FakeKube()
+    monkeypatch.setattr(handlers, "_kube", kube)
+    monkeypatch.setattr(handlers, "_applied_at", {})
+    monkeypatch.setitem(handlers._bodies, "u1", body())
+    handlers.run_pass("u1", handlers.Work(trigger="create", full=True))
+    assert "u1" in handlers._applied_at
+    handlers._forget("u1", "ns", "x")
+    assert "u1" not in handlers._applied_at
+
+
+def test_the_planner_waits_until_the_current_generation_was_applied(monkeypatch):
+    """A planner pass for a CR whose first pass has not run compared its decision with a status that has no
+    replicas yet: 'moved', one more full pass queued behind the burst, for every new CR."""
+    planned, asked = [], []
+    monkeypatch.setattr(handlers, "_plan", lambda body: planned.append(body["metadata"]["uid"]) or None)
+    monkeypatch.setattr(handlers, "_request", lambda uid, work: asked.append(uid))
+    monkeypatch.setattr(handlers, "_applied_generation", {})
+    monkeypatch.setitem(handlers._bodies, "u1", body(generation=2))
+
+    async def main():
+        planners = handlers.Planners(workers=1)
+        await planners.run("u1")  # never applied
+        handlers._applied_generation["u1"] = 1
+        await planners.run("u1")  # generation 2 not applied yet
+        handlers._applied_generation["u1"] = 2
+        await planners.run("u1")
+    asyncio.run(asyncio.wait_for(main(), 30))
+    assert planned == ["u1"] and asked == []
+
+
+def test_the_wait_for_a_worker_is_measured_by_priority(monkeypatch):
+    from prometheus_client import REGISTRY
+    gate = threading.Event()
+    monkeypatch.setattr(handlers, "run_pass", lambda uid, work: gate.wait(30) if uid == "busy" else None)
+    count = lambda p: REGISTRY.get_sample_value("v41flash_pass_wait_seconds_count", {"priority": p}) or 0  # noqa: E731
+    slow = lambda p: count(p) - (REGISTRY.get_sample_value(  # noqa: E731
+        "v41flash_pass_wait_seconds_bucket", {"priority": p, "le": "0.1"}) or 0)
+    before = {p: (count(p), slow(p)) for p in ("urgent", "background")}
+
+    async def main():
+        sched = handlers.Scheduler(workers=2, reserved=1)
+        sched.start()
+        sched.request("busy", handlers.Work(trigger="periodic"))
+        await asyncio.sleep(0.05)
+        sched.request("late", handlers.Work(trigger="child"))  # waits for the one shared worker
+        sched.request("new", handlers.Work(trigger="create", full=True))  # the reserved worker at once
+        await asyncio.sleep(0.3)
+        gate.set()
+        await asyncio.sleep(0.1)
+        sched.stop()
+    asyncio.run(asyncio.wait_for(main(), 30))
+    assert count("urgent") - before["urgent"][0] == 1 and slow("urgent") == before["urgent"][1]
+    assert count("background") - before["background"][0] == 2 and slow("background") - before["background"][1] == 1

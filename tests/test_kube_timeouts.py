@@ -1,5 +1,6 @@
 """Every Kubernetes API call the operator makes carries a request timeout (issue 12): a hung connection
 must not hold a reconcile, and the per-deployment lock, forever."""
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from unittest.mock import MagicMock
 
@@ -10,7 +11,8 @@ def _kube():
     k = object.__new__(Kube)
     k.core, k.custom, k.dynamic = MagicMock(), MagicMock(), MagicMock()
     k.fence = None
-    k._pool = ThreadPoolExecutor(2)
+    k._shared_pool = k._urgent_pool = ThreadPoolExecutor(2)
+    k._lane = threading.local()
     return k
 
 

@@ -60,13 +60,22 @@ PERIODIC_CYCLE = Histogram("v41flash_periodic_cycle_seconds",
                            "From a periodic tick until every deployment's pass of that tick finished",
                            buckets=(.1, .25, .5, 1, 2.5, 5, 10, 15, 20, 30, 60, 120))
 QUEUE_DEPTH = Gauge("v41flash_pass_queue_depth", "Deployments waiting for a pass")
+PASS_WAIT = Histogram("v41flash_pass_wait_seconds", "From the first request of a pass until a worker started it",
+                      ["priority"], buckets=(.001, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120))
 
 TIMER_INTERVAL_SECONDS = 15.0  # status refresh + the planner's scrapes; the planner plans at its own cadence
 # ticks: each deployment's children are re-applied and strays pruned every 5 min, staggered; a workload
 # changed or deleted by someone else is re-applied at once (its watch event), so this catches the rest
 # (a Service or ConfigMap edited by hand)
 DRIFT_EVERY = 20
+# a drift slot is skipped when a full pass applied the children less than this many ticks ago: right after a
+# burst of new CRs (or a restart's resume passes) their slots would otherwise re-apply what was just applied,
+# hundreds of full passes queued behind the burst (measured at 500, docs/2026-12-01-ha-and-scale.md)
+DRIFT_RECENT_TICKS = DRIFT_EVERY // 2
 PASS_WORKERS = 16  # reconcile passes at once (each applies its children concurrently on Kube's pool)
+# of those, workers that take only urgent passes: a new CR or a spec change never waits for a periodic,
+# watch-driven or planner pass to finish (at 500 deployments every other worker is busy most of the time)
+URGENT_WORKERS = 4
 PLANNER_WORKERS = 8  # planner scrapes at once
 PASS_DEADLINE_SECONDS = 60.0  # a pass still running then is left to finish on its own; others go on
 BACKOFF_SECONDS = (2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 300.0)
@@ -157,6 +166,7 @@ _bodies: dict[str, dict[str, Any]] = {}  # uid -> the newest V41FlashDeployment 
 _children = ChildCache()
 _pruned_against: dict[str, frozenset[ChildRef]] = {}  # uid -> the desired set the last full pass converged to
 _applied_generation: dict[str, int] = {}  # uid -> the generation this process last applied
+_applied_at: dict[str, float] = {}  # uid -> when (monotonic) a full pass last applied its children
 
 
 def _remember(body: dict[str, Any]) -> None:
@@ -176,6 +186,7 @@ def _forget(uid: str, namespace: str, name: str) -> None:
     _children.forget(uid)
     _pruned_against.pop(uid, None)
     _applied_generation.pop(uid, None)
+    _applied_at.pop(uid, None)
     rec.forget(uid)
     if _autoscaler is not None:
         _autoscaler.forget(uid, namespace, name)
@@ -238,7 +249,7 @@ def run_pass(uid: str, work: Work) -> rec.Outcome | None:
     def emit(type_: str, reason: str, message: str) -> None:
         kube().post_event_soon(body, type_, reason, message)  # an Event is news, not a step of the pass
 
-    with RECONCILE_SECONDS.labels(trigger).time():
+    with RECONCILE_SECONDS.labels(trigger).time(), kube().urgent(work.trigger in URGENT):
         try:
             outcome = reconcile(kube(), body, emit, planner=planned, how=how)
             if outcome.conflict:  # the CR changed since the watch delivered it: read it once
@@ -270,6 +281,7 @@ def run_pass(uid: str, work: Work) -> rec.Outcome | None:
         _remember(outcome.body)
     if full and outcome.stall is None:
         _applied_generation[uid] = generation
+        _applied_at[uid] = time.monotonic()
         _pruned_against[uid] = outcome.desired
     RECONCILES.labels(trigger, "capacity" if outcome.capacity else "stalled" if outcome.stall else "ok").inc()
     for item in outcome.applied:
@@ -308,12 +320,19 @@ class Cycle:
 class Scheduler:
     """Passes on a bounded pool: at most one per deployment at a time, each with a deadline, with backoff."""
 
-    def __init__(self, workers: int = PASS_WORKERS, deadline: float = PASS_DEADLINE_SECONDS):
-        self.workers, self.deadline = workers, deadline
+    def __init__(self, workers: int = PASS_WORKERS, deadline: float = PASS_DEADLINE_SECONDS,
+                 reserved: int = URGENT_WORKERS):
+        """workers passes at once, `reserved` of them for urgent passes only (create/update/resume)."""
+        if not 0 <= reserved < workers:
+            raise ValueError(f"reserved: {reserved} urgent workers of {workers}: leave at least one for the rest")
+        self.workers, self.reserved, self.deadline = workers, reserved, deadline
         self.pool = ThreadPoolExecutor(workers * 2, thread_name_prefix="pass")  # room beside stuck passes
         # (priority, sequence, uid): a spec change or a new CR goes before the periodic and watch-driven
         # refreshes, so one more CR among hundreds does not wait for a whole tick's worth of them
         self.queue: asyncio.PriorityQueue[tuple[int, int, str]] = asyncio.PriorityQueue()
+        # urgent entries are also put here, for the reserved workers; whichever worker takes an entry first
+        # runs it, the other copy is then stale and skipped like any other
+        self.urgent_queue: asyncio.Queue[tuple[int, int, str]] = asyncio.Queue()
         self.seq = 0
         self.pending: dict[str, Work] = {}
         self.queued: dict[str, int] = {}  # uid -> the best priority it is queued at
@@ -323,7 +342,8 @@ class Scheduler:
         self.tasks: list[asyncio.Task] = []
 
     def start(self) -> None:
-        self.tasks = [asyncio.create_task(self._worker()) for _ in range(self.workers)]
+        self.tasks = [asyncio.create_task(self._worker(self.queue)) for _ in range(self.workers - self.reserved)]
+        self.tasks += [asyncio.create_task(self._worker(self.urgent_queue)) for _ in range(self.reserved)]
 
     def stop(self) -> None:
         for t in self.tasks:
@@ -347,6 +367,8 @@ class Scheduler:
         self.queued[uid] = prio
         self.seq += 1
         self.queue.put_nowait((prio, self.seq, uid))
+        if prio == 0 and self.reserved:
+            self.urgent_queue.put_nowait((prio, self.seq, uid))
         QUEUE_DEPTH.set(len(self.queued))
 
     def forget(self, uid: str) -> None:
@@ -357,15 +379,19 @@ class Scheduler:
         self.failures.pop(uid, None)
         self.not_before.pop(uid, None)
 
-    async def _worker(self) -> None:
+    async def _worker(self, queue: asyncio.Queue) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            _, _, uid = await self.queue.get()
+            _, _, uid = await queue.get()
             if uid in self.running or uid not in self.pending:
-                continue  # a stale entry (it was queued again at a better priority)
+                continue  # a stale entry (it was queued again at a better priority, or taken from the other queue)
+            if queue is self.urgent_queue and self.pending[uid].trigger not in URGENT:
+                continue  # taken already; what is pending now is background work, queued as such
             self.queued.pop(uid, None)
             QUEUE_DEPTH.set(len(self.queued))
             work = self.pending.pop(uid)
+            PASS_WAIT.labels("urgent" if work.trigger in URGENT else "background").observe(
+                max(0.0, time.monotonic() - work.requested))
             self.running.add(uid)
             fut = loop.run_in_executor(self.pool, run_pass, uid, work)
             done, _ = await asyncio.wait({fut}, timeout=self.deadline)
@@ -457,6 +483,11 @@ class Planners:
         body = _bodies.get(uid)
         if body is None or uid in self.running:
             return
+        if _applied_generation.get(uid) != body["metadata"].get("generation", 1):
+            # its first pass (or the one for a new spec) has not run yet: there is nothing to scale, and a
+            # decision now would compare against a status without replicas and queue one more full pass
+            # (after a burst of 500 new CRs, each one's planner did)
+            return
         self.running.add(uid)
         async with self.sem:
             fut = asyncio.get_running_loop().run_in_executor(self.pool, _plan, body)
@@ -478,6 +509,17 @@ class Planners:
 _planner_tasks: set[asyncio.Task] = set()
 
 
+def periodic_work(uid: str, tick: int, interval: float, cycle: Cycle | None = None,
+                  now: float | None = None) -> Work:
+    """A tick's pass for one deployment: observe, or at its staggered drift slot (every DRIFT_EVERY-th tick)
+    re-apply and prune — unless a full pass applied its children within the last DRIFT_RECENT_TICKS ticks."""
+    now = time.monotonic() if now is None else now
+    slot = (zlib.crc32(uid.encode()) + tick) % DRIFT_EVERY == 0
+    recent = now - _applied_at.get(uid, float("-inf")) < DRIFT_RECENT_TICKS * interval
+    drift = slot and not recent
+    return Work(trigger="periodic", full=drift, prune=drift, cycles=(cycle,) if cycle else ())
+
+
 async def _periodic(interval: float, scheduler: Scheduler, planners: Planners) -> None:
     tick = 0
     while True:
@@ -486,8 +528,7 @@ async def _periodic(interval: float, scheduler: Scheduler, planners: Planners) -
         uids = list(_bodies)
         cycle = Cycle(set(uids))
         for uid in uids:
-            drift = (zlib.crc32(uid.encode()) + tick) % DRIFT_EVERY == 0
-            scheduler.request(uid, Work(trigger="periodic", full=drift, prune=drift, cycles=(cycle,)))
+            scheduler.request(uid, periodic_work(uid, tick, interval, cycle))
             if _autoscaled(_bodies.get(uid) or {}):
                 task = asyncio.create_task(planners.run(uid))
                 _planner_tasks.add(task)
@@ -569,10 +610,23 @@ async def _child_event(event: dict[str, Any], body: kopf.Body, **_: Any) -> None
     if owner is None or owner not in _bodies or not changed:
         return
     meta = body.get("metadata") or {}
-    ours = rec._applied_rv.get(owner, {}).get(ChildRef(body["apiVersion"], body["kind"], meta.get("name")))
+    ref = ChildRef(body["apiVersion"], body["kind"], meta.get("name"))
+    ours = rec._applied_rv.get(owner, {}).get(ref)
+    if kind == "DELETED" and not _newer(ours, meta.get("resourceVersion")):
+        # no longer ours: the next pass reads the name again (someone else may have taken it) before it applies
+        rec._applied_rv.get(owner, {}).pop(ref, None)
     drifted = kind == "DELETED" or (old is not None and old["metadata"]["generation"] != meta.get("generation")
                                     and ours != meta.get("resourceVersion"))
     _request(owner, Work(trigger="child", full=drifted))
+
+
+def _newer(recorded: str | None, deleted: str | None) -> bool:
+    """Whether the version we recorded is newer than a DELETED event's (a pass re-created the child before the
+    event was handled). Versions compared as numbers (etcd's revision), as _remember does; unknown → not newer."""
+    try:
+        return recorded is not None and deleted is not None and int(recorded) > int(deleted)
+    except ValueError:
+        return False
 
 
 _OURS = {L.MANAGED_BY_LABEL: L.MANAGED_BY}
