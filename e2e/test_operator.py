@@ -228,6 +228,13 @@ def test_reapplying_the_same_spec_writes_nothing(cluster, operator_process, ns):
     apply(cluster, doc, ns)
     time.sleep(35)  # > 2 timer passes: every pass re-applies every child and recomputes status
     assert _versions(cluster, ns, name) == before, "a no-op re-apply or timer pass wrote something"
+    # every write of ours names the operator as its field manager (not the client library's default)
+    shown = cluster.kubectl_json("get", CHILD_KINDS, "-n", ns, "-l", f"app.kubernetes.io/instance={name}",
+                                 "--show-managed-fields")["items"]
+    shown.append(cluster.kubectl_json("get", "v41f", name, "-n", ns, "--show-managed-fields"))
+    managers = {(m["manager"], m.get("subresource", "")) for o in shown for m in o["metadata"].get("managedFields") or []}
+    assert ("v41flash-operator", "status") in managers, managers
+    assert not [m for m in managers if m[0] == "OpenAPI-Generator"], managers
 
 
 def test_delete_garbage_collects_every_child(cluster, operator_process, ns):

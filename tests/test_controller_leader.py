@@ -38,7 +38,7 @@ class FakeCoordination:
             raise ApiException(status=404, reason="Not Found")
         return copy.deepcopy(self.lease)
 
-    def create_namespaced_lease(self, namespace, body):
+    def create_namespaced_lease(self, namespace, body, field_manager=None):
         self._check()
         if self.lease is not None:
             raise ApiException(status=409, reason="AlreadyExists")
@@ -47,7 +47,7 @@ class FakeCoordination:
         self.lease = copy.deepcopy(body)
         self.writes.append(body.spec.holder_identity)
 
-    def replace_namespaced_lease(self, name, namespace, body):
+    def replace_namespaced_lease(self, name, namespace, body, field_manager=None):
         self._check()
         if body.metadata.resource_version != self.lease.metadata.resource_version:
             raise ApiException(status=409, reason="Conflict")

@@ -253,7 +253,7 @@ class Kube:
     def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
         self._may_write()
         self.core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": annotations}},
-                                       _request_timeout=REQUEST_TIMEOUT)
+                                       field_manager=FIELD_MANAGER, _request_timeout=REQUEST_TIMEOUT)
 
     def patch_status(self, namespace: str, name: str, status: dict[str, Any], resource_version: str
                      ) -> dict[str, Any]:
@@ -264,6 +264,7 @@ class Kube:
                 {"op": "add", "path": "/status", "value": status}]
         return self.custom.patch_namespaced_custom_object_status(api.GROUP, api.VERSION, namespace, api.PLURAL, name, body,
                                                                  _content_type="application/json-patch+json",
+                                                                 field_manager=FIELD_MANAGER,
                                                                  _request_timeout=REQUEST_TIMEOUT)
 
 
@@ -287,7 +288,8 @@ class Kube:
             reporting_instance=FIELD_MANAGER)
         try:
             self._may_write()
-            self.core.create_namespaced_event(meta["namespace"], event, _request_timeout=REQUEST_TIMEOUT)
+            self.core.create_namespaced_event(meta["namespace"], event, field_manager=FIELD_MANAGER,
+                                              _request_timeout=REQUEST_TIMEOUT)
         except NotLeader:
             return
         except ApiException as exc:  # an Event is best effort: never fail a reconcile over it

@@ -29,6 +29,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from v41flash.controller.kube import FIELD_MANAGER
+
 log = logging.getLogger(__name__)
 
 LEASE_NAME = "v41flash-operator"
@@ -97,7 +99,7 @@ class LeaderElector:
         spec.lease_duration_seconds = int(self.lease_seconds)
         lease.spec = spec
         try:
-            self.api.replace_namespaced_lease(self.name, self.namespace, lease)  # resourceVersion: optimistic
+            self.api.replace_namespaced_lease(self.name, self.namespace, lease, field_manager=FIELD_MANAGER)  # resourceVersion: optimistic
         except ApiException as exc:
             if exc.status not in (409, 422):
                 log.warning("leader election: cannot renew Lease %s/%s: %s", self.namespace, self.name, exc.reason)
@@ -115,7 +117,7 @@ class LeaderElector:
                                                       lease_duration_seconds=int(self.lease_seconds),
                                                       lease_transitions=0))
         try:
-            self.api.create_namespaced_lease(self.namespace, body)
+            self.api.create_namespaced_lease(self.namespace, body, field_manager=FIELD_MANAGER)
         except ApiException as exc:
             if exc.status != 409:
                 log.warning("leader election: cannot create Lease %s/%s: %s", self.namespace, self.name, exc.reason)
@@ -169,7 +171,7 @@ class LeaderElector:
             if lease.spec and lease.spec.holder_identity == self.identity:
                 lease.spec.holder_identity = None
                 lease.spec.lease_duration_seconds = 1
-                self.api.replace_namespaced_lease(self.name, self.namespace, lease)
+                self.api.replace_namespaced_lease(self.name, self.namespace, lease, field_manager=FIELD_MANAGER)
                 log.info("leader election: released Lease %s/%s", self.namespace, self.name)
         except ApiException as exc:
             log.warning("leader election: could not release Lease %s/%s: %s", self.namespace, self.name, exc.reason)
