@@ -36,7 +36,7 @@ from pathlib import Path
 import yaml
 
 from e2e.harness import VENV_BIN, Tools, log, write_json
-from v41flash_bench.inference_sim import SimLatency, sim_command
+from v41flash_bench.inference_sim import FAIL_START, SimKnobs, SimLatency, sim_command, split_knobs
 from v41flash_bench.procs import Proc, spawn, stop_procs
 
 ROLE_LABEL = "v41flash.io/role"
@@ -196,6 +196,14 @@ def hostile_command(pod_ip: str, port: int, mode: str) -> list[str]:
     if mode not in MODES:
         raise ValueError(f"{HOSTILE_METRICS_ENV}={mode!r}: one of {', '.join(MODES)}")
     return [sys.executable, str(HOSTILE_METRICS), "--host", pod_ip, "--port", str(port), "--mode", mode]
+
+
+def start_plan(knobs: SimKnobs, now: float) -> tuple[float, str]:
+    """When to start a pod's simulator (monotonic seconds) and why never (``problem``): a start delay holds the
+    pod Running and unready for that long; a forced start failure keeps it unready for good."""
+    if knobs.fail_start:
+        return float("inf"), f"forced start failure ({FAIL_START})"
+    return now + knobs.start_delay_s, ""
 
 
 def router_command(tokens: list[str], pod_ip: str, log_dir: str) -> list[str]:
@@ -378,15 +386,18 @@ class Supervisor:
         v = parse_vllm(toks, http_port(c))
         if v.headless:
             return []  # a headless multi-node worker has no API server
+        extra = [*self.extra[role], *shlex.split(env.get(POD_SIM_ARGS_ENV, ""))]
         if HOSTILE_METRICS_ENV in env:
             return [hostile_child(pod, role, ip, v.port, env[HOSTILE_METRICS_ENV], readiness_url(pod, c),
                                   self.logs / f"hostile-{tag}.log")]
-        argv, senv = pod_sim_command(str(self.tools.sim), role, ip, v,
-                                 [*self.extra[role], *shlex.split(env.get(POD_SIM_ARGS_ENV, ""))])
+        start_at, problem = start_plan(split_knobs(extra)[0], time.monotonic())
+        argv, senv = pod_sim_command(str(self.tools.sim), role, ip, v, extra)
         penv = {"PATH": os.environ.get("PATH", ""), "POD_NAME": meta["name"], "POD_NAMESPACE": meta["namespace"],
                 **senv}
+        if problem:
+            log(f"not starting the simulator of {meta['namespace']}/{meta['name']}: {problem}")
         return [Child(meta["uid"], meta["namespace"], meta["name"], role, "sim", ip, v.port, argv, penv,
-                      str(self.logs / f"sim-{tag}.log"), readiness_url(pod, c),
+                      str(self.logs / f"sim-{tag}.log"), readiness_url(pod, c), next_start=start_at, problem=problem,
                       extra={"dp_ranks": v.dp_ranks})]
 
     def service_account_kubeconfig(self, pod: dict) -> Path:
@@ -517,7 +528,11 @@ class Supervisor:
 
     def tick(self) -> int:
         """Watch timeout: short while a process waits for readiness, so Ready follows within a second."""
-        return 1 if any(c.proc is not None and not c.ready for c in self.children.values()) else 5
+        now = time.monotonic()
+        waiting = [c.next_start - now for c in self.children.values() if c.proc is None and c.kind != "none"
+                   and c.next_start != float("inf")]
+        busy = any(c.proc is not None and not c.ready for c in self.children.values())
+        return 1 if busy or any(w < 5 for w in waiting) else 5
 
     def stop_all(self) -> None:
         stop_procs([c.proc for c in self.children.values() if c.proc], timeout=5)
