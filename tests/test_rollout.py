@@ -430,3 +430,18 @@ def test_policy_from_the_spec():
     pol = R.policy_from_spec(spec, startup_seconds=7200)
     assert pol.steps == (50, 100) and pol.step_seconds == 10 and pol.progress_deadline_seconds == 7800
     assert pol.ttft_target_seconds == 2.0 and pol.e2e_target_seconds == 60.0
+
+
+def test_every_status_field_the_machine_writes_is_in_the_crd_schema():
+    """The apiserver prunes unknown status fields: a field missing from the schema would be lost at restart."""
+    from v41flash.api.crd import crd
+    schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["rollout"]
+    d = promoted()
+    full = R.State(phase=R.DRAINING, candidate_revision=NEW, candidate_slot="b", serving_slot="a",
+                   draining_revision=OLD, draining_slot="a", step=2, steps=4, share=25, since=T0, step_started_at=T0,
+                   drain_started_at=T0, in_place=1, reason="r", message="m", gate=(("ttft", "x"),),
+                   last_action=d.state.last_action)
+    status = full.to_status()
+    assert set(status) <= set(schema["properties"]), set(status) - set(schema["properties"])
+    assert set(status["lastAction"]) <= set(schema["properties"]["lastAction"]["properties"])
+    assert R.State.from_status(status) == full

@@ -838,6 +838,7 @@ class RolloutAction(Model):
     source: str = Field("", description="spec or annotation.")
     at: str = ""
     result: str = Field("", description="applied, or ignored with the reason.")
+    key: str = Field("", description="The annotation value consumed (each value acts once).")
 
 
 class RolloutStatus(Model):
@@ -845,7 +846,10 @@ class RolloutStatus(Model):
     model_config = ConfigDict(extra="ignore")
     candidate_revision: str = ""
     candidate_slot: str = ""
-    serving_slot: str = ""
+    serving_slot: str = Field("", description="Slot of the serving revision: '' (never rolled out: workloads "
+                                              "<name>-<role>), a or b (<name>-<role>-<slot>).")
+    draining_revision: str = Field("", description="After promotion: the old revision, finishing its sessions.")
+    draining_slot: str = ""
     phase: str = Field("", description="Starting | WaitingForSurgeRoom | Canary | Paused | Draining | RolledBack | "
                                        "Aborted | Complete.")
     step: int = Field(0, description="1-based step of the canary (0 before the first).")
