@@ -181,3 +181,61 @@ def test_router_settings_come_from_the_current_spec_for_both_slots():
 def test_bad_slot_sets_are_refused(slots, match):
     with pytest.raises(ValueError, match=match):
         render_slots(example(), slots)
+
+
+# --- read back: ControllerRevision and slot observation ----------------------------------------------
+
+def test_controller_revision_round_trips_the_spec():
+    from v41flash.render.slots import controller_revision, spec_of
+    old = example()
+    cr = controller_revision("x", "ns", "0123456789", old.spec, 3, OWNER)
+    assert cr["kind"] == "ControllerRevision" and cr["metadata"]["name"] == "x-0123456789" and cr["revision"] == 3
+    assert cr["metadata"]["labels"][L.REVISION_LABEL] == "0123456789"
+    assert spec_of(cr) == old.spec
+    assert revision_of(render(V41FlashDeployment(apiVersion="v41flash.io/v1alpha1", kind="V41FlashDeployment",
+                                                 metadata=old.metadata, spec=spec_of(cr)))) == revision_of(render(old))
+    with pytest.raises(ValueError, match="x-bad"):
+        spec_of({"metadata": {"name": "x-bad"}, "data": {"spec": {"profile": "nope"}}})
+    with pytest.raises(ValueError, match="data.spec missing"):
+        spec_of({"metadata": {"name": "x-bad"}})
+
+
+def _pod(name, role, slot, rev, ready=True, waiting="", unsched="", deleting=False):
+    labels = {L.ROLE_LABEL: role, L.SERVING_LABEL: "true", L.REVISION_LABEL: rev}
+    if slot:
+        labels[L.SLOT_LABEL] = slot
+    conds = [{"type": "Ready", "status": "True" if ready else "False"}]
+    if unsched:
+        conds.append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": unsched})
+    meta = {"name": name, "labels": labels}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-12-01T00:00:00Z"
+    cs = [{"state": {"waiting": {"reason": waiting}}}] if waiting else []
+    return {"metadata": meta, "status": {"conditions": conds, "containerStatuses": cs}}
+
+
+def _workload(name, rev, replicas):
+    return {"metadata": {"name": name, "labels": {L.REVISION_LABEL: rev}}, "spec": {"replicas": replicas}}
+
+
+def test_slot_observation_counts_only_the_slot_and_revision():
+    from v41flash.render.slots import slot_observation
+    workloads = [_workload("x-prefill-a", "R2", 1), _workload("x-decode-a", "R2", 2), _workload("x-prefill", "R1", 3)]
+    pods = [_pod("p-a-1", "prefill", "a", "R2"),
+            _pod("p-a-old", "prefill", "a", "R1"),  # an earlier candidate's pod in the same slot
+            _pod("p-legacy", "prefill", "", "R2"),  # same revision, other slot
+            _pod("d-a-1", "decode", "a", "R2", ready=False, waiting="CrashLoopBackOff"),
+            _pod("d-a-2", "decode", "a", "R2", ready=False, unsched="0/6 nodes: Insufficient nvidia.com/gpu"),
+            _pod("d-a-3", "decode", "a", "R2", deleting=True)]
+    routers = [{"metadata": {"name": "x-router-a", "labels": {L.REVISION_LABEL: "R2"}}, "status": {"readyReplicas": 1}}]
+    o = slot_observation("x", "a", "R2", workloads, pods, routers, ["prefill", "decode"])
+    assert (o.roles["prefill"].replicas, o.roles["prefill"].ready) == (1, 1)
+    assert (o.roles["decode"].replicas, o.roles["decode"].ready) == (2, 0)
+    assert o.roles["decode"].problems == ("d-a-1: CrashLoopBackOff",)
+    assert "Insufficient nvidia.com/gpu" in o.roles["decode"].unschedulable
+    assert o.router_ready and not o.ready()
+    # the workload now runs another revision: none of R2's replicas are wanted there
+    o2 = slot_observation("x", "a", "R3", workloads, pods, routers, ["prefill"])
+    assert o2.roles["prefill"].replicas == 0 and not o2.router_ready
+    legacy = slot_observation("x", "", "R1", workloads, pods, [], ["prefill"])
+    assert legacy.roles["prefill"].replicas == 3 and legacy.roles["prefill"].ready == 0
