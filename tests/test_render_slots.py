@@ -239,3 +239,16 @@ def test_slot_observation_counts_only_the_slot_and_revision():
     assert o2.roles["prefill"].replicas == 0 and not o2.router_ready
     legacy = slot_observation("x", "", "R1", workloads, pods, [], ["prefill"])
     assert legacy.roles["prefill"].replicas == 3 and legacy.roles["prefill"].ready == 0
+
+
+def test_slot_specs_from_the_machine_plans():
+    from v41flash.rollout import SlotPlan
+    from v41flash.render.slots import slot_specs
+    old, new = example(), changed(example(), revision="n")
+    plans = (SlotPlan("", "R1", "serving", 95, True, None, 1), SlotPlan("a", "R2", "candidate", 5, True, {"prefill": 2,
+                                                                                                       "decode": 2}))
+    got = slot_specs(plans, {"R1": old.spec, "R2": new.spec}, {"prefill": 3, "decode": 1})
+    assert got[0] == SlotSpec("", old.spec, {"prefill": 2, "decode": 1}, 95, True)  # InPlace: never below one
+    assert got[1] == SlotSpec("a", new.spec, {"prefill": 2, "decode": 2}, 5, True)
+    with pytest.raises(ValueError, match="R3.*ControllerRevision"):
+        slot_specs((SlotPlan("b", "R3", "draining", 0, False),), {}, None)

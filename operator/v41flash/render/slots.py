@@ -299,3 +299,23 @@ def slot_observation(cr_name: str, slot: str, revision: str, workloads: Sequence
     router_ready = bool(r is not None and _labels(r).get(L.REVISION_LABEL) == revision
                         and ((r.get("status") or {}).get("readyReplicas") or 0) >= 1)
     return SlotObs(out, router_ready=router_ready)
+
+
+def slot_specs(slots, specs: dict[str, api.V41FlashDeploymentSpec],
+               serving_replicas: dict[str, int | None] | None) -> list[SlotSpec]:
+    """SlotSpecs for render_slots from the rollout machine's slot plans (rollout.SlotPlan): each revision's
+    spec (the ControllerRevision's, the current spec's for the candidate), the serving slot at the planner's
+    size less what InPlace handed over (never below one replica), the others at their planned size."""
+    out = []
+    for p in slots:
+        if p.revision not in specs:
+            raise ValueError(f"no recorded spec for revision {p.revision} (slot {p.slot or 'legacy'}): its "
+                             "ControllerRevision is missing")
+        if p.replicas is not None:
+            replicas: dict[str, int | None] | None = dict(p.replicas)
+        elif serving_replicas is not None and p.minus:
+            replicas = {r: (None if n is None else max(1, n - p.minus)) for r, n in serving_replicas.items()}
+        else:
+            replicas = serving_replicas if p.kind == "serving" else None
+        out.append(SlotSpec(p.slot, specs[p.revision], replicas, p.share, p.accept_new))
+    return out
