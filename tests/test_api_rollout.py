@@ -106,3 +106,27 @@ def test_rollout_action_annotation(value, want):
 def test_bad_rollout_action_annotation_names_the_annotation(value):
     with pytest.raises(ValueError, match=api.ROLLOUT_ACTION_ANNOTATION):
         api.parse_rollout_action(value)
+
+
+def _checked(**spec):
+    from v41flash.render.checks import operator_checks
+    doc = copy.deepcopy(DOC)
+    doc["spec"] = spec
+    return validate(doc, operator_checks())
+
+
+def test_surge_below_the_minimum_canary_without_a_budget_is_stalled_naming_the_field():
+    problems = _checked(rollout={"maxSurgeGPUs": 4})
+    assert paths(problems) == ["spec.rollout.maxSurgeGPUs"]
+    assert "8 GPUs" in problems[0].message and "InPlace" in problems[0].message
+    assert _checked(rollout={"maxSurgeGPUs": 8}) == []
+    assert _checked(rollout={"maxSurgeGPUs": 4, "whenNoSurgeRoom": "InPlace"}) == []
+    assert _checked(rollout={"maxSurgeGPUs": 4, "strategy": "Recreate"}) == []
+    # with a budget the room depends on what serves: decided at rollout time (WaitingForSurgeRoom)
+    assert _checked(rollout={"maxSurgeGPUs": 4}, autoscaling={"gpuBudget": 32}) == []
+
+
+def test_turning_off_vllms_kv_handshake_check_is_stalled():
+    problems = _checked(kvTransfer={"extraConfig": {"enforce_handshake_compat": False}})
+    assert paths(problems) == ["spec.kvTransfer.extraConfig.enforce_handshake_compat"]
+    assert _checked(kvTransfer={"extraConfig": {"enforce_handshake_compat": True}}) == []
