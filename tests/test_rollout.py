@@ -445,3 +445,16 @@ def test_every_status_field_the_machine_writes_is_in_the_crd_schema():
     assert set(status) <= set(schema["properties"]), set(status) - set(schema["properties"])
     assert set(status["lastAction"]) <= set(schema["properties"]["lastAction"]["properties"])
     assert R.State.from_status(status) == full
+
+
+def test_candidate_figures_from_its_own_windows():
+    from v41flash.metrics.figures import RouterFigures, WindowFigures
+    pre = WindowFigures(0, 10, requests=30, ttft_s=0.8)
+    dec = WindowFigures(0, 10, requests=30, ttft_s=0.2, e2e_p95_s=9.0)
+    router = RouterFigures(0, 10, requests=40, e2e_p95_s=12.0, errors=2)
+    f = R.candidate_figures({"prefill": pre, "decode": dec}, router)
+    assert f == R.Figures(requests=40, ttft_seconds=0.8, e2e_p95_seconds=12.0, error_ratio=2 / 42)
+    # aggregated (no prefill) and no router figures yet: the decode engines' own
+    f = R.candidate_figures({"decode": dec}, RouterFigures(0, 10))
+    assert f == R.Figures(requests=30, ttft_seconds=0.2, e2e_p95_seconds=9.0, error_ratio=None)
+    assert R.candidate_figures({}, None) == R.Figures()

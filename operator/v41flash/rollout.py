@@ -599,3 +599,19 @@ def decide(state: State, obs: Observed, policy: Policy) -> Decision:
         d = _start(replace(state, phase=""), obs, policy)
         return d
     return _start(state, obs, policy)
+
+
+def candidate_figures(windows: Mapping[str, Any], router: Any) -> Figures:
+    """The candidate's own Figures over the step from its engines' role windows (metrics WindowFigures by role)
+    and its router's window (RouterFigures), read as status.slo reads the whole deployment: TTFT from prefill
+    when prefill finished requests (else decode), e2e and requests from the router when it saw any (else decode),
+    errors per router request."""
+    pre, dec = windows.get("prefill"), windows.get("decode")
+    ttft_w = pre if pre is not None and pre.requests else dec
+    ttft = ttft_w.ttft_s if ttft_w is not None else None
+    routed = router is not None and router.requests > 0
+    e2e = router.e2e_p95_s if routed and router.e2e_p95_s is not None else (dec.e2e_p95_s if dec is not None else None)
+    requests = router.requests if routed else (dec.requests if dec is not None else 0.0)
+    errors = (router.errors / (router.requests + router.errors)) if router is not None and (
+        router.requests + router.errors) > 0 else None
+    return Figures(requests=int(round(requests)), ttft_seconds=ttft, e2e_p95_seconds=e2e, error_ratio=errors)
