@@ -27,5 +27,5 @@ def test_planner_imports_neither_the_api_nor_kubernetes():
 
 
 def test_rollout_machine_is_pure():
-    loaded = modules_loaded_by("v41flash.rollout")
+    loaded = modules_loaded_by("v41flash.rollout.machine")
     assert _under(loaded, "v41flash.controller", "v41flash.render", "kopf", "kubernetes") == []
