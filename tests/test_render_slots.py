@@ -242,7 +242,7 @@ def test_slot_observation_counts_only_the_slot_and_revision():
 
 
 def test_slot_specs_from_the_machine_plans():
-    from v41flash.rollout import SlotPlan
+    from v41flash.rollout.machine import SlotPlan
     from v41flash.render.slots import slot_specs
     old, new = example(), changed(example(), revision="n")
     plans = (SlotPlan("", "R1", "serving", 95, True, None, 1), SlotPlan("a", "R2", "candidate", 5, True, {"prefill": 2,

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from v41flash import rollout as R
+from v41flash.rollout import machine as R
 from v41flash.api.v1alpha1 import V41FlashDeploymentSpec
 
 OLD, NEW, NEWER = "0ld0ld0ld0", "ca0d1da7e0", "5ec0ndca0d"
@@ -458,3 +458,15 @@ def test_candidate_figures_from_its_own_windows():
     f = R.candidate_figures({"decode": dec}, RouterFigures(0, 10))
     assert f == R.Figures(requests=30, ttft_seconds=0.2, e2e_p95_seconds=9.0, error_ratio=None)
     assert R.candidate_figures({}, None) == R.Figures()
+
+
+def test_an_idle_deployment_rolls_out_unjudged_but_a_busy_one_needs_candidate_requests():
+    d = run_to_canary()
+    idle = replace(obs(5 + 11, cand=READY, fig=R.Figures()), serving_requests=0)
+    d2 = step(d.state, idle)
+    assert d2.state.step == 2 and dict(d2.state.gate)["note"] == "no traffic: passed unjudged"
+    assert "no traffic: passed unjudged" in d2.events[0].message
+    busy = replace(obs(5 + 11, cand=READY, fig=R.Figures(requests=2)), serving_requests=300)
+    assert step(d.state, busy).state.step == 1  # extended: the candidate must earn its step
+    late = replace(obs(5 + 121, cand=READY, fig=R.Figures(requests=2)), serving_requests=300)
+    assert step(d.state, late).state.reason == "StepNotJudged"

@@ -279,7 +279,7 @@ def slot_observation(cr_name: str, slot: str, revision: str, workloads: Sequence
     """rollout.SlotObs of one slot, counting only what carries ``revision``: a workload whose template is of
     another revision has 0 replicas of it; its pods of another revision are not counted (after a candidate
     was replaced, the older candidate's pods still in the slot are not the new one's)."""
-    from ..rollout import RoleObs, SlotObs
+    from ..rollout.machine import RoleObs, SlotObs
     out = {}
     for role in roles:
         name = slot_workload_name(cr_name, role, slot)

@@ -134,6 +134,10 @@ class Observed:
     candidate: SlotObs | None = None
     figures: Figures | None = None
     old_live_requests: int | None = None  # running requests + live sessions on the draining slot (None: unknown)
+    # Requests the serving revision served over the current step (None: unknown). 0 means nobody uses the
+    # deployment: a step with too few candidate requests then passes unjudged after stepSeconds instead of
+    # running into the progress deadline (an idle deployment must be able to roll out).
+    serving_requests: int | None = None
     action: Action | None = None
 
 
@@ -455,7 +459,12 @@ def _canary(state: State, obs: Observed, policy: Policy) -> Decision:
     held = obs.now - state.step_started_at
     ok, why, gate = judge(fig, policy)
     state = replace(state, gate=tuple(sorted(gate.items())))
-    if held < policy.step_seconds or fig.requests < policy.min_requests_per_step:
+    idle = obs.serving_requests == 0 and fig.requests < policy.min_requests_per_step
+    if held >= policy.step_seconds and idle:
+        ok, why = True, ""
+        state = replace(state, gate=tuple(sorted({**gate, "note": "no traffic: passed unjudged"}.items())))
+        gate = dict(state.gate)
+    elif held < policy.step_seconds or fig.requests < policy.min_requests_per_step:
         if held > policy.progress_deadline_seconds:
             return _ended(state, ROLLED_BACK, "StepNotJudged",
                           f"step {state.step}/{state.steps} ({state.share}%) saw {fig.requests} requests in "
@@ -467,7 +476,7 @@ def _canary(state: State, obs: Observed, policy: Policy) -> Decision:
                       obs, "RolledBack")
     passed = Event("StepPassed", f"{state.candidate_revision} step {state.step}/{state.steps} ({state.share}%): "
                                  f"TTFT {gate['ttft']}, e2e {gate['e2e']}, errors {gate['errors']}, "
-                                 f"{fig.requests} requests")
+                                 f"{fig.requests} requests" + (f"; {gate['note']}" if "note" in gate else ""))
     if state.step >= len(policy.steps):
         return _with_events(_promote(state, obs, f"passed {state.steps} steps"), (passed,))
     nxt = replace(state, step=state.step + 1, share=policy.steps[state.step], step_started_at=obs.now)

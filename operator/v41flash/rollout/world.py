@@ -34,6 +34,7 @@ class World:
     controller_revisions: Sequence[dict[str, Any]] = ()
     figures: M.Figures | None = None  # the candidate's, over the current step
     old_live_requests: int | None = None  # running requests + live sessions of the draining slot
+    serving_requests: int | None = None  # requests the serving revision served over the current step
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,8 @@ def rollout_pass(obj: api.V41FlashDeployment, status: dict[str, Any], world: Wor
                           serving_replicas=serving_replicas,
                           serving_gpus_per_replica={rr.role: rr.gpus_per_replica for rr in sres.enabled_roles},
                           serving=serving_obs, candidate=cand_obs, figures=world.figures,
-                          old_live_requests=world.old_live_requests, action=action)
+                          old_live_requests=world.old_live_requests, serving_requests=world.serving_requests,
+                          action=action)
     d = M.decide(state, observed, policy)
     st = d.state
     live = {p.revision for p in d.slots}
