@@ -190,3 +190,36 @@ def test_every_example_rolls_out_to_the_other_slot(example_name):
     assert sorted(o["kind"] for o in engines) == sorted(o["kind"] for o in render(new) if o["kind"] in (
         "Deployment", "LeaderWorkerSet") and o["metadata"]["labels"].get(L.ROLE_LABEL) in ("prefill", "decode"))
     assert f"{name}-router-a" in names(p.objects, "Deployment")
+
+
+def test_no_candidate_pod_while_the_never_rolled_router_still_runs():
+    """The old layout's router discovers engines of every revision: the candidate is created at 0 replicas until
+    the front has replaced that router, so no request can be paired across revisions in between."""
+    old = example()
+    name = old.metadata["name"]
+    new = with_revision(old, "r2")
+    loop = Loop(old)
+    loop.run()
+    workloads, pods = settle(loop.objects)
+    legacy_router = {"metadata": {"name": f"{name}-router-x", "labels": L.common_labels(name, L.ROUTER)}}
+    p = rollout_pass(new, loop.status, World(T0 + 5, workloads, pods + [legacy_router], loop.crs))
+    got = {o["metadata"]["name"]: o for o in p.objects}
+    assert got[f"{name}-prefill-a"]["spec"]["replicas"] == 0 and got[f"{name}-decode-a"]["spec"]["replicas"] == 0
+    assert got[f"{name}-prefill"]["spec"]["replicas"] == 1  # the serving slot keeps its size
+    p = rollout_pass(new, {"servingRevision": p.serving_revision, "rollout": p.rollout_status},
+                     World(T0 + 6, workloads, pods, loop.crs + p.create))
+    assert {o["metadata"]["name"]: o for o in p.objects}[f"{name}-prefill-a"]["spec"]["replicas"] == 1
+
+
+def test_recreate_does_not_wait_for_the_old_router():
+    old = example(strategy="Recreate")
+    name = old.metadata["name"]
+    loop = Loop(old)
+    loop.run()
+    workloads, pods = settle(loop.objects)
+    legacy_router = {"metadata": {"name": f"{name}-router-x", "labels": L.common_labels(name, L.ROUTER)}}
+    p = rollout_pass(with_revision(old, "r2"), loop.status, World(T0 + 5, workloads, pods + [legacy_router], loop.crs))
+    got = {o["metadata"]["name"]: o for o in p.objects}
+    assert p.rollout_status["phase"] == M.RECREATING and f"{name}-prefill" not in {
+        o["metadata"]["name"] for o in p.objects if o["kind"] == "Deployment"}
+    assert got[f"{name}-prefill-a"]["spec"]["replicas"] == 1

@@ -11,7 +11,7 @@ output exactly (plus the ControllerRevision that records its spec, so a later ro
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..api import v1alpha1 as api
@@ -30,7 +30,7 @@ class World:
     """What the controller observed for one deployment (plain API objects)."""
     now: float
     workloads: Sequence[dict[str, Any]] = ()  # its Deployments and LeaderWorkerSets (engines and routers)
-    pods: Sequence[dict[str, Any]] = ()  # its engine pods
+    pods: Sequence[dict[str, Any]] = ()  # its engine pods and router pods
     controller_revisions: Sequence[dict[str, Any]] = ()
     figures: M.Figures | None = None  # the candidate's, over the current step
     old_live_requests: int | None = None  # running requests + live sessions of the draining slot
@@ -130,7 +130,14 @@ def rollout_pass(obj: api.V41FlashDeployment, status: dict[str, Any], world: Wor
     if d.slots == (M.SlotPlan(M.LEGACY_SLOT, spec_rev, "serving", 100, True),) and st.phase == "":
         objects = render(_named(obj, obj.spec), replicas, owner, timing, operator_namespace)  # still bringing up
     else:
-        objects = render_slots(obj, slot_specs(d.slots, specs, replicas), owner, timing, operator_namespace)
+        plans = slot_specs(d.slots, specs, replicas)
+        if legacy_router_live(world.pods) and any(p.kind == "serving" for p in d.slots):
+            # The never-rolled layout's router discovers engines of every revision: no candidate pod may exist
+            # until the front (the session proxy before revision-scoped routers) has replaced it. (Recreate has
+            # no serving slot: its outage is accepted, and the front waits for the candidate's router.)
+            plans = [p if p.replicas is None or p.slot == state.serving_slot else
+                     replace(p, replicas={r: 0 for r in p.replicas}) for p in plans]
+        objects = render_slots(obj, plans, owner, timing, operator_namespace)
     # Records: every live revision, and the previous serving one (a fast way back after promotion).
     create = [cr for rev in sorted(live) for cr in record(rev, specs.get(rev, obj.spec))]
     if st.phase == "":
@@ -141,6 +148,16 @@ def rollout_pass(obj: api.V41FlashDeployment, status: dict[str, Any], world: Wor
                   **{role: _ready(o) for role, o in _obs_roles(p, serving_obs, cand_obs, st, serving_rev)}}
                  for p in d.slots]
     return RolloutPass(objects, create, rollout_status, revisions, d.serving_revision, d, extra_events + d.events)
+
+
+def legacy_router_live(pods: Sequence[dict[str, Any]]) -> bool:
+    """A router pod of the never-rolled layout (neither a front nor a slot router) still runs."""
+    for p in pods:
+        labels = (p.get("metadata") or {}).get("labels") or {}
+        if labels.get(L.ROLE_LABEL) == L.ROUTER and L.FRONT_LABEL not in labels and L.SLOT_LABEL not in labels \
+                and not p["metadata"].get("deletionTimestamp"):
+            return True
+    return False
 
 
 def _obs_roles(p: M.SlotPlan, serving: M.SlotObs | None, cand: M.SlotObs | None, st: M.State, serving_rev: str):
