@@ -109,7 +109,8 @@ def test_front_is_the_proxy_alone_with_the_routing_table(pair):
     assert [c["name"] for c in pod["spec"]["containers"]] == ["session-proxy"]
     args = pod["spec"]["containers"][0]["args"]
     assert args[args.index("--routes-file") + 1] == f"/etc/v41flash/routes/{ROUTES_CONFIG_KEY}"
-    assert args[args.index("--upstream") + 1] == f"http://{name}-router-0.default.svc:8000"
+    assert args[args.index("--upstream") + 1] == f"http://{name}-router-serving.default.svc:8000"
+    assert got[("Service", f"{name}-router-serving")]["spec"]["selector"][L.SLOT_LABEL] == "0"
     assert pod["metadata"]["labels"][L.FRONT_LABEL] == "true"
     # selector unchanged from render() (immutable); the Service now selects the front pods only
     assert front["spec"]["selector"] == by_name(render(old))[("Deployment", f"{name}-router")]["spec"]["selector"]
@@ -142,9 +143,10 @@ def test_promoted_and_draining_table():
     name = old.metadata["name"]
     table = parse_table(json.loads(by_name(objs)[("ConfigMap", f"{name}-config")]["data"][ROUTES_CONFIG_KEY]))
     assert [(r.share, r.accept_new) for r in table.routes] == [(100, True), (0, False)]
-    front = by_name(objs)[("Deployment", f"{name}-router")]
-    args = front["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args[args.index("--upstream") + 1].startswith(f"http://{name}-router-a.")
+    assert by_name(objs)[("Service", f"{name}-router-serving")]["spec"]["selector"][L.SLOT_LABEL] == "a"
+    # a promotion changes the table and the serving Service, never the front's pods (their session records)
+    during = render_slots(new, [SlotSpec("", old.spec, share=50), SlotSpec("a", new.spec, share=50)])
+    assert by_name(objs)[("Deployment", f"{name}-router")] == by_name(during)[("Deployment", f"{name}-router")]
 
 
 def test_a_serving_slot_after_a_rollout_keeps_its_template_when_the_spec_moves_on():

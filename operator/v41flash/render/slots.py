@@ -58,6 +58,13 @@ def slot_router_url(cr_name: str, namespace: str, slot: str) -> str:
     return f"http://{slot_router_name(cr_name, slot)}.{namespace}.svc:{SERVICE_PORT}"
 
 
+def serving_router_name(cr_name: str) -> str:
+    """The Service in front of the serving slot's router: the front's --upstream (used only while the routing
+    table cannot be read). Its selector follows the serving slot, so a promotion never changes the front's pod
+    template (a front restart would forget which revision each live session is on)."""
+    return L.child_name(cr_name, f"{L.ROUTER}-serving")
+
+
 def _templates(w: dict[str, Any]) -> list[dict[str, Any]]:
     if w["kind"] == "Deployment":
         return [w["spec"]["template"]]
@@ -151,7 +158,7 @@ def _front(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, servi
     pod = deployment["spec"]["template"]
     proxy = session_proxy_container(spec)
     i = proxy["args"].index("--upstream")
-    proxy["args"][i + 1] = slot_router_url(cr_name, namespace, serving_slot)
+    proxy["args"][i + 1] = f"http://{serving_router_name(cr_name)}.{namespace}.svc:{SERVICE_PORT}"
     proxy["args"] += ["--routes-file", f"{ROUTES_MOUNT_DIR}/{ROUTES_CONFIG_KEY}",
                       "--session-ttl-seconds", str(spec.routing.session_affinity_ttl_seconds or 600)]
     proxy["volumeMounts"] = [{"name": "routes", "mountPath": ROUTES_MOUNT_DIR, "readOnly": True}]
@@ -162,7 +169,12 @@ def _front(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, servi
     pod["metadata"]["labels"][L.FRONT_LABEL] = "true"
     service["spec"]["selector"] = {**L.selector_labels(cr_name, L.ROUTER), L.FRONT_LABEL: "true"}
     service["spec"]["ports"] = [p for p in service["spec"]["ports"] if p["name"] == "http"]
-    return [o for o in objs if o["kind"] in ("ServiceAccount", "Role", "RoleBinding")] + [deployment, service]
+    serving_service = copy.deepcopy(next(o for o in objs if o["kind"] == "Service"))
+    serving_service["metadata"]["name"] = serving_router_name(cr_name)
+    serving_service["spec"]["selector"] = {**L.selector_labels(cr_name, L.ROUTER), L.SLOT_LABEL: serving_slot or "0"}
+    serving_service["spec"]["ports"] = [p for p in serving_service["spec"]["ports"] if p["name"] == "http"]
+    return [o for o in objs if o["kind"] in ("ServiceAccount", "Role", "RoleBinding")] + [deployment, service,
+                                                                                            serving_service]
 
 
 def routes(cr_name: str, namespace: str, slots: Sequence[SlotSpec], revisions: dict[str, str]) -> list[Route]:
