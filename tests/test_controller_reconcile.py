@@ -316,7 +316,7 @@ def test_the_fake_has_the_real_signatures():
     from v41flash.controller.kube import Kube
 
     for method in ("has_kind", "list_children", "list_pods", "apply", "apply_many", "read", "read_many", "delete",
-                   "patch_status"):
+                   "patch_status", "list_controller_revisions", "create"):
         assert inspect.signature(getattr(FakeKube, method)) == inspect.signature(getattr(Kube, method)), method
 
 
