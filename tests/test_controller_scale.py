@@ -93,6 +93,14 @@ class FakeKube:
         self.calls.append(("pods",))
         return []
 
+    def list_controller_revisions(self, namespace, instance, owner_uid):
+        self.calls.append(("revisions",))
+        return []
+
+    def create(self, obj, namespace):  # a ControllerRevision (create-only)
+        self.calls.append(("create", obj["kind"], obj["metadata"]["name"]))
+        return copy.deepcopy(obj)
+
     def delete(self, ref, namespace):
         self.calls.append(("delete", ref.kind, ref.name))
         self.store.pop(ref, None)
@@ -112,9 +120,11 @@ def no_events(*_):
 def fresh_prepare_cache():
     rec._prepared.clear()
     rec._applied_rv.clear()
+    rec._recorded.clear()
     yield
     rec._prepared.clear()
     rec._applied_rv.clear()
+    rec._recorded.clear()
 
 
 def kinds(calls, verb):

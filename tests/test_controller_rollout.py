@@ -1,0 +1,186 @@
+"""reconcile() running whole rollouts against the in-memory apiserver (tests/fake_kube.py): the controller
+calls rollout_pass once a revision served and the spec renders another one, creates and prunes the
+ControllerRevisions, writes servingRevision / status.rollout / status.revisions and the kstatus conditions
+from the decision, posts its Events; the step's figures come from controller/rollouts.StepFigures."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fake_kube import FakeKube
+from v41flash.controller import reconcile as rec
+from v41flash.controller import rollouts
+from v41flash.controller.reconcile import reconcile
+from v41flash.render import labels as L
+from v41flash.rollout import machine as M
+
+ROOT = Path(__file__).resolve().parents[1]
+T0 = 1_796_000_000.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = T0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class Events(list):
+    def __call__(self, type_: str, reason: str, message: str) -> None:
+        self.append((type_, reason, message))
+
+
+def example(name: str = "tp4-h200-low-latency") -> dict:
+    return yaml.safe_load((ROOT / "manifests/examples" / f"{name}.yaml").read_text())
+
+
+def cond(status: dict, type_: str) -> dict | None:
+    return next((c for c in status.get("conditions", []) if c["type"] == type_), None)
+
+
+@pytest.fixture
+def world(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(rec.time, "time", clock)
+    figures = {"view": rollouts.StepView(M.Figures(requests=40, ttft_seconds=0.5, e2e_p95_seconds=5.0,
+                                                   error_ratio=0.0), serving_requests=100, old_live_requests=0)}
+    seen = []
+
+    def observe(uid, state, pods, now, pct, scraper=None):
+        seen.append(state.phase)
+        return figures["view"]
+    monkeypatch.setattr(rec.STEP_FIGURES, "observe", observe)
+    return clock, figures, seen
+
+
+def converged(doc: dict) -> tuple[FakeKube, str]:
+    kube = FakeKube()
+    name = kube.add_cr(doc)["metadata"]["name"]
+    reconcile(kube, kube.cr(name), Events())
+    kube.settle()
+    reconcile(kube, kube.cr(name), Events())
+    assert cond(kube.cr(name)["status"], "Ready")["status"] == "True"
+    return kube, name
+
+
+def step(kube: FakeKube, name: str, clock: Clock, seconds: float = 0.0, settle: bool = True):
+    clock.t += seconds
+    events = Events()
+    out = reconcile(kube, kube.cr(name), events)
+    if settle:
+        kube.settle()
+    return out, events
+
+
+def records(kube: FakeKube) -> set[str]:
+    return {o["metadata"]["labels"][L.REVISION_LABEL] for (_, k, _, _), o in kube.objects.items()
+            if k == "ControllerRevision"}
+
+
+def engine_names(kube: FakeKube) -> set[str]:
+    return {n for (_, k, _, n), o in kube.objects.items() if k in ("Deployment", "LeaderWorkerSet")
+            and o["metadata"]["labels"].get(L.ROLE_LABEL) in ("prefill", "decode")}
+
+
+def short(doc: dict, **rollout) -> dict:
+    doc["spec"]["rollout"] = {"steps": [50, 100], "stepSeconds": 10, "minRequestsPerStep": 5, **rollout}
+    return doc
+
+
+def test_the_serving_spec_is_recorded_once_and_an_slo_edit_starts_no_rollout(world):
+    kube, name = converged(example())
+    serving = kube.cr(name)["status"]["servingRevision"]
+    assert records(kube) == {serving}
+    creates = [c for c in kube.calls if c[0] == "create"]
+    reconcile(kube, kube.cr(name), Events())
+    assert [c for c in kube.calls if c[0] == "create"] == creates  # cached: not created again
+    spec = kube.cr(name)["spec"]
+    spec["slo"]["e2eP95Seconds"] = 120
+    kube.update_spec(name, spec)
+    out = reconcile(kube, kube.cr(name), Events())
+    assert "rollout" not in out.status and out.status["servingRevision"] == serving
+    assert not [c for c in kube.calls if c[0] == "list_controller_revisions"]
+
+
+def test_an_engine_change_canaries_step_by_step_promotes_drains_and_keeps_the_previous_record(world):
+    clock, figures, seen = world
+    kube, name = converged(short(example()))
+    old = kube.cr(name)["status"]["servingRevision"]
+    before = {n: kube.get("Deployment", n)["spec"] for n in engine_names(kube)}
+    spec = kube.cr(name)["spec"]
+    spec["decode"]["maxNumSeqs"] = 48
+    kube.update_spec(name, spec)
+    phases, all_events = [], []
+    for _ in range(30):
+        out, events = step(kube, name, clock, 6)
+        all_events += events
+        st = out.status
+        phases.append((st.get("rollout") or {}).get("phase"))
+        if (st.get("rollout") or {}).get("phase") == M.COMPLETE:
+            break
+        if (st.get("rollout") or {}).get("candidateSlot") and phases[-1] != M.DRAINING:
+            # the serving engines are never touched before the promotion
+            assert {n: kube.get("Deployment", n)["spec"] for n in before} == before
+            assert st["servingRevision"] == old
+            assert cond(st, "Ready")["status"] == "False" and cond(st, "Reconciling")["status"] == "True"
+    st = kube.cr(name)["status"]
+    new = st["rollout"]["candidateRevision"] if "candidateRevision" in st["rollout"] else st["servingRevision"]
+    assert st["rollout"]["phase"] == M.COMPLETE and st["servingRevision"] != old, phases
+    assert M.CANARY in phases and M.DRAINING in phases
+    assert engine_names(kube) == {f"{name}-prefill-a", f"{name}-decode-a"}  # the old slot pruned
+    assert records(kube) == {st["servingRevision"], old}  # the live one and the previous one
+    assert cond(st, "Ready")["status"] == "True" and cond(st, "Reconciling") is None
+    reasons = [r for _, r, _ in all_events]
+    assert {"RolloutStarted", "StepPassed", "Promoted"} <= set(reasons), reasons
+    canary = [m for _, r, m in all_events if r == "StepPassed"]
+    assert canary and new
+    assert M.CANARY in seen  # the figures were asked for during the canary
+
+
+def test_a_candidate_too_slow_is_rolled_back_at_the_gate_with_figure_and_target_and_stalled(world):
+    clock, figures, _ = world
+    kube, name = converged(short(example()))
+    old = kube.cr(name)["status"]["servingRevision"]
+    figures["view"] = rollouts.StepView(M.Figures(requests=40, ttft_seconds=9.0, e2e_p95_seconds=5.0,
+                                                  error_ratio=0.0), serving_requests=100)
+    spec = kube.cr(name)["spec"]
+    spec["decode"]["maxNumSeqs"] = 48
+    kube.update_spec(name, spec)
+    events = Events()
+    for _ in range(20):
+        out, ev = step(kube, name, clock, 6)
+        events += ev
+        if (out.status.get("rollout") or {}).get("phase") == M.ROLLED_BACK:
+            break
+    st = kube.cr(name)["status"]
+    assert st["rollout"]["phase"] == M.ROLLED_BACK and st["servingRevision"] == old
+    stalled = cond(st, "Stalled")
+    assert stalled["status"] == "True" and "TTFT" in stalled["message"] and "9.00s" in stalled["message"] \
+        and "2.00s" in stalled["message"], stalled
+    assert cond(st, "Ready")["status"] == "False"
+    assert engine_names(kube) == {f"{name}-prefill", f"{name}-decode"}  # the candidate slot is gone
+    assert ("Warning", "RolledBack") in [e[:2] for e in events]
+
+
+def test_a_rollout_without_the_serving_record_stalls_naming_it(world):
+    kube, name = converged(example())
+    for key in [k for k in kube.objects if k[1] == "ControllerRevision"]:
+        del kube.objects[key]
+    rec._recorded.clear()
+    spec = kube.cr(name)["spec"]
+    spec["decode"]["maxNumSeqs"] = 48
+    kube.update_spec(name, spec)
+    before = set(kube.objects)
+    out = reconcile(kube, kube.cr(name), Events())
+    assert out.stall is not None and out.stall.reason == "RolloutBlocked"
+    assert "ControllerRevision" in out.stall.message and set(kube.objects) == before
+
+
+def test_records_to_delete_keeps_the_live_and_the_newest_other():
+    def cr(rev, n):
+        return {"metadata": {"name": f"x-{rev}", "labels": {L.REVISION_LABEL: rev}}, "revision": n}
+    assert rollouts.records_to_delete([cr("a", 1), cr("b", 2), cr("c", 3), cr("d", 4)], {"d"}) == ["x-a", "x-b"]
+    assert rollouts.records_to_delete([cr("a", 1)], {"a"}) == []
