@@ -659,3 +659,31 @@ def test_the_wait_for_a_worker_is_measured_by_priority(monkeypatch):
     asyncio.run(asyncio.wait_for(main(), 30))
     assert count("urgent") - before["urgent"][0] == 1 and slow("urgent") == before["urgent"][1]
     assert count("background") - before["background"][0] == 2 and slow("background") - before["background"][1] == 1
+
+
+def test_an_active_rollout_gets_its_next_pass_soon_and_one_at_rest_waits_for_the_tick(monkeypatch):
+    from v41flash.controller import rollouts
+    passes = []
+
+    def fake_pass(uid, work):
+        passes.append((uid, work.trigger))
+        phase = "Canary" if uid == "rolling" else "Complete"
+        return rec.Outcome(status={"conditions": [], "rollout": {"phase": phase}})
+
+    monkeypatch.setattr(handlers, "run_pass", fake_pass)
+    monkeypatch.setattr(rollouts, "ROLLOUT_PASS_SECONDS", 0.05)
+    monkeypatch.setitem(handlers._bodies, "rolling", {"metadata": {}})
+    monkeypatch.setitem(handlers._bodies, "rest", {"metadata": {}})
+
+    async def main():
+        sched = handlers.Scheduler(workers=2)
+        sched.start()
+        sched.request("rolling", handlers.Work(trigger="update", full=True))
+        sched.request("rest", handlers.Work(trigger="update", full=True))
+        await asyncio.sleep(0.4)
+        sched.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 10))
+    rolling = [t for u, t in passes if u == "rolling"]
+    assert rolling[0] == "update" and rolling.count("rollout") >= 3  # one follow-up at a time, each soon
+    assert [t for u, t in passes if u == "rest"] == ["update"]

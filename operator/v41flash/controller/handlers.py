@@ -36,6 +36,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from ..api import v1alpha1 as api
 from . import reconcile as rec
+from . import rollouts
 from .autoscale import Autoscaler, PlannerOutcome, same_decision
 from ..render import labels as L
 from ..render.engine import LWS_API_VERSION
@@ -340,6 +341,7 @@ class Scheduler:
         self.failures: dict[str, int] = {}
         self.not_before: dict[str, float] = {}
         self.tasks: list[asyncio.Task] = []
+        self.follow_ups: set[str] = set()  # uids with a rollout pass scheduled (ROLLOUT_PASS_SECONDS)
 
     def start(self) -> None:
         self.tasks = [asyncio.create_task(self._worker(self.queue)) for _ in range(self.workers - self.reserved)]
@@ -410,6 +412,11 @@ class Scheduler:
         work.done(uid)
         exc = None if fut.cancelled() else fut.exception()
         if exc is None:
+            outcome = fut.result()
+            if outcome is not None and rollouts.active(outcome.status) and uid not in self.follow_ups:
+                # a rollout acts on its own clock (steps, deadlines, drains): its next pass comes soon
+                self.follow_ups.add(uid)
+                asyncio.get_running_loop().call_later(rollouts.ROLLOUT_PASS_SECONDS, self._follow_up, uid)
             if self.failures.pop(uid, None):
                 log.info("%s: pass succeeded again", self._name(uid))
             self.not_before.pop(uid, None)
@@ -419,6 +426,11 @@ class Scheduler:
             self._backoff(uid, work, exc)
         if uid in self.pending:
             self._enqueue(uid)
+
+    def _follow_up(self, uid: str) -> None:
+        self.follow_ups.discard(uid)
+        if uid in _bodies:
+            self.request(uid, Work(trigger="rollout", full=True))
 
     def _backoff(self, uid: str, work: Work, exc: BaseException) -> None:
         n = self.failures.get(uid, 0)
