@@ -188,3 +188,70 @@ def records_to_delete(records: Sequence[Mapping[str, Any]], live: set[str]) -> l
         return _labels(cr).get(L.REVISION_LABEL, "")
     others = sorted((cr for cr in records if rev(cr) not in live), key=lambda cr: int(cr.get("revision") or 0))
     return [cr["metadata"]["name"] for cr in others[:-1]]
+
+
+# --- the planner during a rollout (docs/2026-12-01-rollouts.md §8.4) ------------------------------------
+
+CANDIDATE_PHASES = (M.STARTING, M.CANARY, M.PAUSED)  # a candidate slot holds GPUs beside the serving one
+
+
+def candidate_exists(status: Mapping[str, Any]) -> bool:
+    r = status.get("rollout") or {}
+    return r.get("phase") in CANDIDATE_PHASES and bool(r.get("candidateSlot"))
+
+
+def serving_slot(status: Mapping[str, Any]) -> str | None:
+    """The slot the planner sizes: None for a deployment that never rolled out (every pod is the serving one)."""
+    r = status.get("rollout")
+    return None if not r else (r.get("servingSlot") or "")
+
+
+def planner_pod(labels: Mapping[str, str], slot: str | None) -> bool:
+    """Whether the planner reads a pod (by its labels): the serving slot's engines, the front (the session
+    proxy's leading signals) and the serving slot's router; every pod before a first rollout."""
+    if slot is None:
+        return True
+    if labels.get(L.ROLE_LABEL) == L.ROUTER:
+        return labels.get(L.FRONT_LABEL) == "true" or labels.get(L.SLOT_LABEL) == (slot or "0")
+    return labels.get(L.SLOT_LABEL, "") == slot
+
+
+def planner_targets(targets, pods_labels: Mapping[str, Mapping[str, str]], slot: str | None):
+    """During a rollout the front runs only the session proxy and a slot router only vllm-router: each is
+    scraped for what it serves (a router target on the front, or a proxy target on a slot router, would only
+    fail)."""
+    if slot is None:
+        return list(targets)
+    out = []
+    for t in targets:
+        pod, proxy = (t.pod[:-len("/proxy")], True) if t.pod.endswith("/proxy") else (t.pod, False)
+        labels = pods_labels.get(pod) or {}
+        if labels.get(L.ROLE_LABEL) == L.ROUTER and (labels.get(L.FRONT_LABEL) == "true") != proxy:
+            continue
+        out.append(t)
+    return out
+
+
+def planner_budget(spec: Any, status: Mapping[str, Any]) -> int | None:
+    """The GPU budget the serving slot may use: gpuBudget, and while a candidate exists gpuBudget + the surge
+    allowance - what the candidate holds (one replica per role, plus what InPlace handed over)."""
+    from ..render.resolve import resolve
+    budget = spec.autoscaling.gpu_budget
+    if not budget or not candidate_exists(status):
+        return budget or None
+    per_replica = sum(rr.gpus_per_replica for rr in resolve(spec).enabled_roles)
+    held = per_replica * (1 + int((status.get("rollout") or {}).get("inPlace") or 0))
+    return max(0, budget + (spec.rollout.max_surge_gpus or per_replica) - held)
+
+
+def hold_scale_downs(decision: Any, why: str) -> Any:
+    """A planner Decision with every scale-down held (a candidate exists: the serving slot's load is about to
+    move, and the canary is judged against it)."""
+    from dataclasses import replace as _replace
+    roles = {}
+    for d in decision.roles():
+        if d.desired < d.current:
+            roles[d.role] = _replace(d, desired=d.current, action="hold", reason=f"scale-down held: {why}")
+    if not roles:
+        return decision
+    return _replace(decision, **roles)
