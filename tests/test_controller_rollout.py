@@ -184,3 +184,65 @@ def test_records_to_delete_keeps_the_live_and_the_newest_other():
         return {"metadata": {"name": f"x-{rev}", "labels": {L.REVISION_LABEL: rev}}, "revision": n}
     assert rollouts.records_to_delete([cr("a", 1), cr("b", 2), cr("c", 3), cr("d", 4)], {"d"}) == ["x-a", "x-b"]
     assert rollouts.records_to_delete([cr("a", 1)], {"a"}) == []
+
+
+def _until(kube, name, clock, phase: str, n: int = 20, seconds: float = 6):
+    for _ in range(n):
+        out, _ = step(kube, name, clock, seconds)
+        if (out.status.get("rollout") or {}).get("phase") == phase:
+            return out
+    raise AssertionError(f"never reached {phase}: {kube.cr(name)['status'].get('rollout')}")
+
+
+def test_a_kubectl_pause_annotation_holds_the_step_and_resume_goes_on(world):
+    clock, _, _ = world
+    kube, name = converged(short(example()))
+    spec = kube.cr(name)["spec"]
+    spec["decode"]["maxNumSeqs"] = 48
+    kube.update_spec(name, spec)
+    out = _until(kube, name, clock, M.CANARY)
+    cand = out.status["rollout"]["candidateRevision"]
+    kube.crs[("ns", name)]["metadata"]["annotations"] = {"v41flash.io/rollout-action": f"pause/{cand}"}
+    out = _until(kube, name, clock, M.PAUSED, n=3)
+    step_at = out.status["rollout"]["step"]
+    for _ in range(4):  # held well past stepSeconds
+        out, _ = step(kube, name, clock, 6)
+        assert out.status["rollout"]["phase"] == M.PAUSED and out.status["rollout"]["step"] == step_at
+    kube.crs[("ns", name)]["metadata"]["annotations"] = {"v41flash.io/rollout-action": f"resume/{cand}"}
+    _until(kube, name, clock, M.COMPLETE)
+
+
+def test_an_operator_restart_mid_rollout_resumes_from_status_in_the_same_slot(world):
+    clock, _, _ = world
+    kube, name = converged(short(example()))
+    spec = kube.cr(name)["spec"]
+    spec["decode"]["maxNumSeqs"] = 48
+    kube.update_spec(name, spec)
+    out = _until(kube, name, clock, M.CANARY)
+    before = {k: v for k, v in out.status["rollout"].items() if k in ("candidateRevision", "candidateSlot", "since")}
+    names = set(kube.objects)
+    rec._prepared.clear()  # a new process: nothing in memory
+    rec._applied_rv.clear()
+    rec._recorded.clear()
+    out, _ = step(kube, name, clock, 1)
+    assert {k: out.status["rollout"][k] for k in before} == before
+    assert set(kube.objects) == names  # no duplicate revision, no third slot, no orphan
+    _until(kube, name, clock, M.COMPLETE)
+    assert engine_names(kube) == {f"{name}-prefill-a", f"{name}-decode-a"}
+
+
+def test_the_spec_back_at_the_serving_revision_aborts_the_candidate_and_never_touches_serving(world):
+    clock, _, _ = world
+    kube, name = converged(short(example()))
+    serving = {n: kube.get("Deployment", n)["spec"] for n in engine_names(kube)}
+    original = kube.cr(name)["spec"]
+    spec = kube.cr(name)["spec"]
+    spec["decode"]["maxNumSeqs"] = 48
+    kube.update_spec(name, spec)
+    _until(kube, name, clock, M.CANARY)
+    kube.update_spec(name, original)
+    for _ in range(4):
+        out, _ = step(kube, name, clock, 6)
+    assert engine_names(kube) == set(serving) and {n: kube.get("Deployment", n)["spec"] for n in serving} == serving
+    assert out.status["servingRevision"] == kube.cr(name)["status"]["servingRevision"]
+    assert cond(out.status, "Ready")["status"] == "True", out.status.get("rollout")

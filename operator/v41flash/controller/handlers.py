@@ -611,6 +611,8 @@ async def track(event: dict[str, Any], body: kopf.Body, **_: Any) -> None:
         _request(uid, Work(trigger=reason, full=True, prune=reason == "resume"))
     elif old["metadata"].get("generation") != meta.get("generation"):
         _request(uid, Work(trigger="update", full=True))  # lists only if the desired set moved
+    elif _rollout_action(old) != _rollout_action(meta):  # kubectl annotate ... rollout-action=<verb>/<rev>
+        _request(uid, Work(trigger="update", full=True))
 
 
 async def _child_event(event: dict[str, Any], body: kopf.Body, **_: Any) -> None:
@@ -644,6 +646,11 @@ def _newer(recorded: str | None, deleted: str | None) -> bool:
 _OURS = {L.MANAGED_BY_LABEL: L.MANAGED_BY}
 kopf.on.event("apps", "v1", "deployments", labels=_OURS)(_child_event)
 kopf.on.event(*LWS_API_VERSION.split("/"), "leaderworkersets", labels=_OURS)(_child_event)
+
+
+def _rollout_action(obj: dict[str, Any]) -> str | None:
+    meta = obj.get("metadata", obj) if "metadata" in obj else obj
+    return (meta.get("annotations") or {}).get(api.ROLLOUT_ACTION_ANNOTATION)
 
 
 def _raw(body: Any) -> dict[str, Any]:

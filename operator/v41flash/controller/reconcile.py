@@ -266,6 +266,9 @@ def _rollout(kube: Kube, body: dict[str, Any], obj: api.V41FlashDeployment, prev
     records = kube.list_controller_revisions(namespace, name, uid)
     _recorded.setdefault(uid, set()).update(
         (r["metadata"].get("labels") or {}).get(L.REVISION_LABEL, "") for r in records)
+    # the newest annotations (a rollout action is an annotation: it moves no generation, so the prepared
+    # model may carry older ones)
+    obj = obj.model_copy(update={"metadata": {**obj.metadata, "annotations": dict(meta.get("annotations") or {})}})
     state = M.State.from_status(previous.get("rollout"))
     now = time.time()
     view = STEP_FIGURES.observe(uid, state, pods, now, obj.spec.slo.ttft.percentile / 100)
