@@ -512,3 +512,41 @@ def test_cli_takes_the_routes_file():
                                       "--routes-file", "/etc/v41flash/routes/routes.json",
                                       "--session-ttl-seconds", "120"])
     assert args.routes_file == "/etc/v41flash/routes/routes.json" and args.session_ttl_seconds == 120
+
+
+def test_a_session_whose_revision_router_refuses_the_connection_moves_to_the_serving_revision(tmp_path, monkeypatch):
+    """A drained slot's router deleted before the proxy re-read the table: nothing was sent, so the request is
+    served by the serving revision (once), and the session stays there; a serving router that refuses is a 502."""
+    monkeypatch.setattr(sp, "ROUTES_RELOAD_S", 0.0)
+    a_port, gone_port, px_port = free_ports(3)
+    routes = tmp_path / "routes.json"
+    a = {"revision": "aaaaaaaaaa", "upstream": f"http://127.0.0.1:{a_port}"}
+    b = {"revision": "bbbbbbbbbb", "upstream": f"http://127.0.0.1:{gone_port}"}  # nothing listens there
+
+    async def t():
+        seen: list = []
+        runners = [await _upstream(a_port, "a", seen)]
+        proxy = sp.SessionProxy(sp.ProxyConfig(upstream=f"http://127.0.0.1:{a_port}", routes_file=str(routes)))
+        pr = web.AppRunner(proxy.app())
+        await pr.setup()
+        await web.TCPSite(pr, "127.0.0.1", px_port).start()
+        runners.append(pr)
+        base = f"http://127.0.0.1:{px_port}"
+        try:
+            async with aiohttp.ClientSession() as client:
+                _write_table(routes, [{**b, "share": 100}, {**a, "share": 0, "acceptNew": False}])
+                proxy.reload_routes()
+                proxy.router.records["s1"] = ("bbbbbbbbbb", sp.time.monotonic())  # a live session on b
+                _write_table(routes, [{**a, "share": 100}, {**b, "share": 0, "acceptNew": False}])  # b draining
+                body = {"messages": [{"role": "user", "content": "x"}]}
+                r = await client.post(f"{base}/v1/chat/completions", json=body, headers={"x-session-id": "s1"})
+                assert r.status == 200 and r.headers[sp.REVISION_HEADER] == "aaaaaaaaaa"
+                assert proxy.router.records["s1"][0] == "aaaaaaaaaa"
+                assert proxy.registry.get_sample_value("v41flash_session_proxy_reassigned_total") == 1.0
+                _write_table(routes, [{**b, "share": 100}])  # the serving revision itself unreachable
+                r = await client.post(f"{base}/v1/chat/completions", json=body, headers={"x-session-id": "s2"})
+                assert r.status == 502
+        finally:
+            for r in reversed(runners):
+                await r.cleanup()
+    asyncio.run(t())

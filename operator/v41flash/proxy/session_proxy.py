@@ -255,6 +255,21 @@ class SessionProxy:
             self.reassigned.inc(self.router.reassigned - before)
         return route
 
+    def fallback_route(self, route: Route | None, session: str | None) -> Route | None:
+        """The serving revision's route for a request whose own revision's router refused the connection
+        (None: no table, or it was the serving route already)."""
+        if route is None or self.router is None:
+            return None
+        serving = max((r for r in self.router.table.routes if r.accept_new), key=lambda r: r.share, default=None)
+        if serving is None or serving.revision == route.revision:
+            return None
+        if session:
+            self.router.records[session] = (serving.revision, time.monotonic())
+        self.router.reassigned += 1
+        self.reassigned.inc()
+        log.info("revision %s unreachable: request moved to the serving revision %s", route.revision, serving.revision)
+        return serving
+
     def remember(self, session: str, now: float) -> bool:
         """Record a session key; True when it is new (never seen, or idle over SESSION_IDLE_S)."""
         last = self.seen.pop(session, None)
@@ -344,8 +359,20 @@ class SessionProxy:
         base = route.upstream if route is not None else self.upstream
         url = base + str(request.rel_url)  # path and query as the client sent them
         try:
-            upstream = await self.session.request(request.method, url, headers=headers, data=body or None,
-                                                  allow_redirects=False)
+            try:
+                upstream = await self.session.request(request.method, url, headers=headers, data=body or None,
+                                                      allow_redirects=False)
+            except aiohttp.ClientConnectorError:
+                # Nothing was sent: a revision's router that went away before this proxy re-read the table
+                # (a drained or rolled-back slot deleted; kubelet refreshes the mounted table within about
+                # a minute). The session moves to the serving revision, as it would once the table says so.
+                fallback = self.fallback_route(route, session)
+                if fallback is None:
+                    raise
+                route, base = fallback, fallback.upstream
+                url = base + str(request.rel_url)
+                upstream = await self.session.request(request.method, url, headers=headers, data=body or None,
+                                                      allow_redirects=False)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             self.upstream_errors.inc()
             self.requests.labels("5xx").inc()
