@@ -348,3 +348,37 @@ def test_show3_a_candidate_too_slow_is_rolled_back_at_the_gate_naming_figure_and
     killed, failed = _harness_kills(load, cluster, ns)
     assert failed == [], failed
     print(f"\n[show3] {stalled['message']}; {len(load.records)} requests, by revision {load.by_revision()}")
+
+
+def test_show7_the_operator_sigkilled_mid_rollout_resumes_from_status_without_duplicates(cluster, operator_process, ns):
+    import signal
+    name = "resume"
+    doc = _doc(name, steps=[30, 60, 100])
+    _apply(cluster, doc, ns)
+    old = _wait_ready(cluster, ns, name)["status"]["servingRevision"]
+    with Load(cluster, ns, name, _model(doc)) as load:
+        load.wait_requests(6)
+        doc["spec"]["model"]["revision"] = "e2e-resume"
+        _apply(cluster, doc, ns)
+        cr, _ = _phases(cluster, ns, name, lambda cr: ((cr.get("status") or {}).get("rollout") or {}).get("step", 0) >= 2,
+                        180, "canary step 2")
+        at_kill = dict(cr["status"]["rollout"])
+        operator_process.restart(sig=signal.SIGKILL)
+        cr, phases = _phases(cluster, ns, name, lambda cr: ((cr.get("status") or {}).get("rollout") or {}).get(
+            "phase") == "Complete" and cr["status"]["servingRevision"] != old, 240, "the rollout to complete")
+        new = cr["status"]["servingRevision"]
+        wait_for(lambda: {p.metadata.labels[REVISION] for p in _engine_pods(cluster, ns, name)} == {new}, 60,
+                 "only the new revision's engine pods left")
+    assert at_kill["candidateSlot"] == "a" and at_kill["candidateRevision"] == new, at_kill
+    assert phases[0] in ("Canary", "Paused") and "Starting" not in phases, phases  # resumed, not restarted
+    # no duplicate revision, no third slot, no orphan: exactly slot a's objects and two records
+    names = {i["metadata"]["name"] for i in cluster.kubectl_json(
+        "get", "deployments,services", "-n", ns, "-l", f"app.kubernetes.io/instance={name}")["items"]
+        if not i["metadata"].get("deletionTimestamp")}
+    assert not any(n.endswith("-b") for n in names) and f"{name}-decode-a" in names and f"{name}-decode" not in names, names
+    crs = cluster.kubectl_json("get", "controllerrevisions", "-n", ns, "-l", f"app.kubernetes.io/instance={name}")
+    assert sorted(c["metadata"]["labels"][REVISION] for c in crs["items"]) == sorted({old, new})
+    killed, failed = _harness_kills(load, cluster, ns)
+    assert failed == [], failed
+    print(f"\n[show7] SIGKILL at step {at_kill['step']}/{at_kill['steps']}; resumed through {phases}; "
+          f"{len(load.records)} requests, {len(killed)} failed on a pod the harness stopped at deletion")
