@@ -382,3 +382,41 @@ def test_show7_the_operator_sigkilled_mid_rollout_resumes_from_status_without_du
     assert failed == [], failed
     print(f"\n[show7] SIGKILL at step {at_kill['step']}/{at_kill['steps']}; resumed through {phases}; "
           f"{len(load.records)} requests, {len(killed)} failed on a pod the harness stopped at deletion")
+
+
+def test_show4_no_surge_room_waits_saying_why_and_in_place_completes_never_at_zero(cluster, operator_process, ns):
+    name = "tight"
+    doc = _doc(name, maxSurgeGPUs=4)
+    for role in ("prefill", "decode"):
+        doc["spec"][role].update(minReplicas=2, maxReplicas=2)
+    doc["spec"]["autoscaling"] = {**doc["spec"].get("autoscaling", {}), "gpuBudget": 16}  # all of it in use
+    _apply(cluster, doc, ns)
+    old = _wait_ready(cluster, ns, name)["status"]["servingRevision"]
+    before = {p.metadata.uid for p in _engine_pods(cluster, ns, name)}
+    with Load(cluster, ns, name, _model(doc)) as load:
+        load.wait_requests(6)
+        doc["spec"]["model"]["revision"] = "e2e-tight"
+        _apply(cluster, doc, ns)
+        cr, _ = _phases(cluster, ns, name, lambda cr: ((cr.get("status") or {}).get("rollout") or {}).get(
+            "phase") == "WaitingForSurgeRoom", 60, "the rollout waiting for surge room")
+        rec = _cond(cr, "Reconciling")
+        assert rec.get("status") == "True" and rec["reason"] == "WaitingForSurgeRoom", rec
+        assert "needs 8 GPUs" in rec["message"] and "gpuBudget 16" in rec["message"], rec
+        time.sleep(6)  # a pass later: still waiting, nothing of the serving revision touched
+        assert {p.metadata.uid for p in _engine_pods(cluster, ns, name)} == before
+        # opt in to in-place replacement: capacity handed over in P/D pairs
+        doc["spec"]["rollout"]["whenNoSurgeRoom"] = "InPlace"
+        _apply(cluster, doc, ns)
+        cr, phases = _phases(cluster, ns, name, lambda cr: ((cr.get("status") or {}).get("rollout") or {}).get(
+            "phase") == "Complete" and cr["status"]["servingRevision"] != old, 300, "the in-place rollout to complete")
+        new = cr["status"]["servingRevision"]
+        wait_for(lambda: {p.metadata.labels[REVISION] for p in _engine_pods(cluster, ns, name)} == {new}, 60,
+                 "only the new revision's engine pods left")
+    # never a role at zero Ready replicas (of either revision: one of them serves it)
+    for sample in load.ready_samples:
+        for role in ("prefill", "decode"):
+            assert sum(n for (rev, r), n in sample.items() if r == role) >= 1, sample
+    killed, failed = _harness_kills(load, cluster, ns)
+    assert failed == [], failed
+    print(f"\n[show4] waited with: {rec['message']}; in place through {phases}; {len(load.records)} requests, "
+          f"{len(killed)} failed on a pod the harness stopped at deletion")
