@@ -338,7 +338,7 @@ def test_wait_for_surge_room_says_how_many_gpus_and_stalls_after_the_deadline():
     d = step(R.State(serving_slot="a"), obs(0), tight)
     assert d.state.phase == R.WAITING
     assert d.reconciling == f"candidate {NEW} needs 8 GPUs (4 decode + 4 prefill); gpuBudget 8 + maxSurgeGPUs 4 leaves 4"
-    assert d.events[0].reason == "WaitingForSurgeRoom"
+    assert d.events[0].reason == "WaitingForSurgeRoom" and d.reconciling_reason == "WaitingForSurgeRoom"
     d2 = step(d.state, obs(121), tight)
     assert d2.stalled and d2.stalled[0] == "WaitingForSurgeRoom" and d2.state.phase == R.WAITING
     d3 = step(d.state, obs(130), replace(tight, max_surge_gpus=8))  # room appears

@@ -379,7 +379,8 @@ def _waiting(state: State, obs: Observed, policy: Policy, events: tuple[Event, .
         msg += f"; {_in_place_blocker(obs, state)}"
     st = replace(state, message=msg)
     stalled = ("WaitingForSurgeRoom", msg) if obs.now - state.since > policy.progress_deadline_seconds else None
-    return _steady(st, obs, reconciling=msg if not stalled else "", stalled=stalled, events=events)
+    d = _steady(st, obs, reconciling=msg if not stalled else "", stalled=stalled, events=events)
+    return replace(d, reconciling_reason="WaitingForSurgeRoom" if d.reconciling else "")
 
 
 def _progress(state: State, obs: Observed) -> Decision:
