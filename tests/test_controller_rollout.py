@@ -246,3 +246,21 @@ def test_the_spec_back_at_the_serving_revision_aborts_the_candidate_and_never_to
     assert engine_names(kube) == set(serving) and {n: kube.get("Deployment", n)["spec"] for n in serving} == serving
     assert out.status["servingRevision"] == kube.cr(name)["status"]["servingRevision"]
     assert cond(out.status, "Ready")["status"] == "True", out.status.get("rollout")
+
+
+def test_a_record_the_operator_may_not_create_is_said_once_and_serving_goes_on(world, caplog):
+    from fake_kube import api_error
+    kube = FakeKube()
+    name = kube.add_cr(example())["metadata"]["name"]
+    real = kube.create
+
+    def forbidden(obj, namespace):
+        kube.calls.append(("create", obj["metadata"]["name"]))
+        raise api_error(403, "Forbidden", "controllerrevisions is forbidden")
+    kube.create = forbidden
+    out = reconcile(kube, kube.cr(name), Events())
+    assert out.stall is None and out.applied  # the children applied all the same
+    reconcile(kube, kube.cr(name), Events())
+    assert len([c for c in kube.calls if c[0] == "create"]) == 1  # tried once, said once
+    assert "cannot record revision" in caplog.text
+    kube.create = real

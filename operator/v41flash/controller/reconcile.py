@@ -290,6 +290,14 @@ def _record(kube: Kube, body: dict[str, Any], obj: api.V41FlashDeployment, revis
         kube.create(cr, meta["namespace"])
     except KindNotInstalled:
         return
+    except ApiException as exc:
+        if exc.status not in (403, 422):
+            raise
+        # not allowed (RBAC from before rollouts) or refused: serving goes on; a rollout later stalls naming
+        # the missing record. Said once per revision, not every pass.
+        log.warning("%s/%s: cannot record revision %s in ControllerRevision %s (%s %s): a later rollout of this "
+                    "deployment will stall until it can", meta["namespace"], meta["name"], revision,
+                    cr["metadata"]["name"], exc.status, exc.reason)
     _recorded.setdefault(meta["uid"], set()).add(revision)
 
 
