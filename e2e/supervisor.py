@@ -298,15 +298,16 @@ def resolve_service_url(url: str, services: dict, pods: list) -> str | None:
     return None
 
 
+UNREACHABLE = "http://127.0.0.1:9"  # nothing listens: a connection is refused, as by a Service with no Ready endpoint
+
+
 def local_routes(table_text: str, services: dict, pods: list) -> str | None:
-    """The routing table with each upstream resolved to a pod address (None while one cannot be resolved:
-    the proxy keeps the table it has)."""
+    """The routing table with each upstream resolved to a Ready pod's address. An upstream whose Service has
+    no Ready pod yet (a candidate's router still starting) refuses connections, as a ClusterIP Service
+    without endpoints does; the table is written all the same, so the serving revision's route works."""
     doc = json.loads(table_text)
     for r in doc.get("revisions") or []:
-        url = resolve_service_url(r.get("upstream", ""), services, pods)
-        if url is None:
-            return None
-        r["upstream"] = url
+        r["upstream"] = resolve_service_url(r.get("upstream", ""), services, pods) or UNREACHABLE
     return json.dumps(doc, sort_keys=True)
 
 
@@ -494,7 +495,7 @@ class Supervisor:
         if "--upstream" in argv:
             j = argv.index("--upstream") + 1
             argv[j] = resolve_service_url(argv[j], self.services(meta["namespace"]), list(self.pods.values())) \
-                or "http://127.0.0.1:9"  # not resolvable yet: the routing table decides
+                or UNREACHABLE  # not resolvable yet: the routing table decides
         qenv = {"PATH": os.environ.get("PATH", ""), "PYTHONUNBUFFERED": "1"}
         ch = Child(meta["uid"], meta["namespace"], meta["name"], "router", "proxy", ip, pport, argv, qenv,
                    str(self.logs / f"proxy-{tag}.log"), readiness_url(pod, pc), extra=extra)

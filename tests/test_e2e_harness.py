@@ -283,7 +283,9 @@ def test_rollout_front_and_slot_routers_in_the_supervisor():
     assert resolve_service_url("http://127.0.0.1:30001", services, []) == "http://127.0.0.1:30001"
     assert resolve_service_url("http://nope.ns.svc:8000", services, [r0]) is None
     table = get[("ConfigMap", "t-config")]["data"]["routes.json"]
-    assert local_routes(table, services, [r0, ra]) is None  # one upstream unresolved: keep the old table
+    # an upstream without a Ready pod refuses connections (a Service without endpoints); the rest still route
+    ups = [r["upstream"] for r in _json.loads(local_routes(table, services, [r0, ra]))["revisions"]]
+    assert ups == ["http://127.0.0.1:9", "http://127.1.0.5:30001"]
     ra["status"]["conditions"][0]["status"] = "True"
     ups = [r["upstream"] for r in _json.loads(local_routes(table, services, [r0, ra]))["revisions"]]
     assert ups == ["http://127.1.0.6:30001", "http://127.1.0.5:30001"]
