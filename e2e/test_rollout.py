@@ -182,8 +182,10 @@ class Load:
         return out
 
 
-def _phases(cluster, ns: str, name: str, until, timeout: float, what: str) -> tuple[dict, list[str]]:
-    """Poll the CR until `until(cr)`, recording each status.rollout phase seen (in order)."""
+def _phases(cluster, ns: str, name: str, until, timeout: float, what: str, give_up: tuple[str, ...] = ()
+            ) -> tuple[dict, list[str]]:
+    """Poll the CR until `until(cr)`, recording each status.rollout phase seen (in order); a phase in
+    `give_up` fails at once (a rollback while waiting for completion)."""
     seen: list[str] = []
     deadline = time.monotonic() + timeout
     while True:
@@ -193,8 +195,8 @@ def _phases(cluster, ns: str, name: str, until, timeout: float, what: str) -> tu
             seen.append(phase)
         if until(cr):
             return cr, seen
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}; phases seen {seen}; status "
+        if phase in give_up or time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}; phases seen {seen}; status "
                                  f"{yaml.safe_dump((cr.get('status') or {}).get('rollout'))}")
         time.sleep(0.5)
 
@@ -227,7 +229,8 @@ def test_show1_a_model_revision_change_canaries_promotes_and_drains_with_no_fail
         doc["spec"]["model"]["revision"] = "e2e-1017"
         _apply(cluster, doc, ns)
         cr, phases = _phases(cluster, ns, name, lambda cr: ((cr.get("status") or {}).get("rollout") or {}).get(
-            "phase") == "Complete" and cr["status"]["servingRevision"] != old, 240, "the rollout to complete")
+            "phase") == "Complete" and cr["status"]["servingRevision"] != old, 240, "the rollout to complete",
+            ("RolledBack",))
         new = cr["status"]["servingRevision"]
         # the old revision's pods gone (its GPUs released), the new one serving alone
         wait_for(lambda: {p.metadata.labels[REVISION] for p in _engine_pods(cluster, ns, name)} == {new}, 60,
@@ -365,7 +368,8 @@ def test_show7_the_operator_sigkilled_mid_rollout_resumes_from_status_without_du
         at_kill = dict(cr["status"]["rollout"])
         operator_process.restart(sig=signal.SIGKILL)
         cr, phases = _phases(cluster, ns, name, lambda cr: ((cr.get("status") or {}).get("rollout") or {}).get(
-            "phase") == "Complete" and cr["status"]["servingRevision"] != old, 240, "the rollout to complete")
+            "phase") == "Complete" and cr["status"]["servingRevision"] != old, 240, "the rollout to complete",
+            ("RolledBack",))
         new = cr["status"]["servingRevision"]
         wait_for(lambda: {p.metadata.labels[REVISION] for p in _engine_pods(cluster, ns, name)} == {new}, 60,
                  "only the new revision's engine pods left")
@@ -408,7 +412,8 @@ def test_show4_no_surge_room_waits_saying_why_and_in_place_completes_never_at_ze
         doc["spec"]["rollout"]["whenNoSurgeRoom"] = "InPlace"
         _apply(cluster, doc, ns)
         cr, phases = _phases(cluster, ns, name, lambda cr: ((cr.get("status") or {}).get("rollout") or {}).get(
-            "phase") == "Complete" and cr["status"]["servingRevision"] != old, 300, "the in-place rollout to complete")
+            "phase") == "Complete" and cr["status"]["servingRevision"] != old, 300, "the in-place rollout to complete",
+            ("RolledBack",))
         new = cr["status"]["servingRevision"]
         wait_for(lambda: {p.metadata.labels[REVISION] for p in _engine_pods(cluster, ns, name)} == {new}, 60,
                  "only the new revision's engine pods left")
