@@ -38,8 +38,8 @@ ROLLOUT = {"steps": [50, 100], "stepSeconds": 8, "minRequestsPerStep": 5, "progr
            "drainDeadlineSeconds": 20}
 
 
-def _doc(name: str, **rollout) -> dict:
-    doc = yaml.safe_load((REPO / "manifests/examples/tp4-h200-low-latency.yaml").read_text())
+def _doc(name: str, example: str = "tp4-h200-low-latency", **rollout) -> dict:
+    doc = yaml.safe_load((REPO / f"manifests/examples/{example}.yaml").read_text())
     doc["metadata"]["name"] = name
     doc["spec"]["rollout"] = {**ROLLOUT, **rollout}
     return doc
@@ -424,4 +424,34 @@ def test_show4_no_surge_room_waits_saying_why_and_in_place_completes_never_at_ze
     killed, failed = _harness_kills(load, cluster, ns)
     assert failed == [], failed
     print(f"\n[show4] waited with: {rec['message']}; in place through {phases}; {len(load.records)} requests, "
+          f"{len(killed)} failed on a pod the harness stopped at deletion")
+
+
+def test_show6_the_gb300_example_with_a_leaderworkerset_decode_rolls_out_the_same_way(cluster, operator_process, ns):
+    name = "rack"
+    doc = _doc(name, "gb300-pd-dep4-dep16")
+    _apply(cluster, doc, ns)
+    old = _wait_ready(cluster, ns, name)["status"]["servingRevision"]
+    with Load(cluster, ns, name, _model(doc)) as load:
+        load.wait_requests(6)
+        doc["spec"]["model"]["revision"] = "e2e-rack"
+        _apply(cluster, doc, ns)
+        cr, phases = _phases(cluster, ns, name, lambda cr: ((cr.get("status") or {}).get("rollout") or {}).get(
+            "phase") == "Complete" and cr["status"]["servingRevision"] != old, 300, "the rollout to complete",
+            ("RolledBack",))
+        new = cr["status"]["servingRevision"]
+        wait_for(lambda: {p.metadata.labels[REVISION] for p in _engine_pods(cluster, ns, name)} == {new}, 90,
+                 "only the new revision's engine pods left")
+    lws = {i["metadata"]["name"] for i in cluster.kubectl_json("get", "leaderworkersets", "-n", ns)["items"]}
+    assert lws == {f"{name}-decode-a"}, lws  # the candidate's decode LWS serves, the old one is gone
+    assert "Canary" in phases and "Draining" in phases, phases
+    killed, failed = _harness_kills(load, cluster, ns)
+    assert failed == [], failed
+    served = {}
+    for p in _engine_pods(cluster, ns, name):
+        role = p.metadata.labels["v41flash.io/role"]
+        served[role] = served.get(role, 0) + _served(cluster, ns, p.metadata.name)
+    sent = load.by_revision().get(new, 0)
+    assert sent > 0 and served == {"prefill": sent, "decode": sent}, (served, sent)
+    print(f"\n[show6] GB300 through {phases}; {len(load.records)} requests, by revision {load.by_revision()}; "
           f"{len(killed)} failed on a pod the harness stopped at deletion")
