@@ -4,6 +4,7 @@ ControllerRevisions, writes servingRevision / status.rollout / status.revisions 
 from the decision, posts its Events; the step's figures come from controller/rollouts.StepFigures."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -161,8 +162,18 @@ def test_a_candidate_too_slow_is_rolled_back_at_the_gate_with_figure_and_target_
     assert stalled["status"] == "True" and "TTFT" in stalled["message"] and "9.00s" in stalled["message"] \
         and "2.00s" in stalled["message"], stalled
     assert cond(st, "Ready")["status"] == "False"
-    assert engine_names(kube) == {f"{name}-prefill", f"{name}-decode"}  # the candidate slot is gone
     assert ("Warning", "RolledBack") in [e[:2] for e in events]
+    # out of the routing table at once, kept while its requests in flight may not be done, then deleted
+    assert st["rollout"]["retiringSlot"] == "a" and rollouts.active(st)
+    routes = json.loads(kube.get("ConfigMap", f"{name}-config")["data"]["routes.json"])["revisions"]
+    assert [r["revision"] for r in routes] == [old]
+    assert engine_names(kube) == {f"{name}-prefill", f"{name}-decode", f"{name}-prefill-a", f"{name}-decode-a"}
+    figures["view"] = rollouts.StepView(retiring_live_requests=0)
+    step(kube, name, clock, 5)
+    assert engine_names(kube) == {f"{name}-prefill", f"{name}-decode"}  # the candidate slot is gone
+    st = kube.cr(name)["status"]
+    assert "retiringSlot" not in st["rollout"] and not rollouts.active(st)
+    assert cond(st, "Stalled")["status"] == "True"
 
 
 def test_a_rollout_without_the_serving_record_stalls_naming_it(world):
@@ -264,3 +275,23 @@ def test_a_record_the_operator_may_not_create_is_said_once_and_serving_goes_on(w
     assert len([c for c in kube.calls if c[0] == "create"]) == 1  # tried once, said once
     assert "cannot record revision" in caplog.text
     kube.create = real
+
+
+def test_a_retiring_candidate_is_idle_only_from_a_scrape_after_it_left_the_table():
+    from v41flash.metrics.parse import parse_metrics
+    from v41flash.metrics.window import PodSnapshot
+    figs = rollouts.StepFigures()
+    pod = {"metadata": {"name": "x-prefill-a-1", "labels": {L.ROLE_LABEL: "prefill", L.SERVING_LABEL: "true",
+                                                             L.SLOT_LABEL: "a", L.REVISION_LABEL: "c" * 10}},
+           "status": {"conditions": [{"type": "Ready", "status": "True"}], "podIP": "127.0.0.1"}}
+    state = M.State(phase=M.ROLLED_BACK, candidate_revision="c" * 10, retiring_slot="a", ended_at=T0)
+    gauge = 'vllm:num_requests_running{engine="0",model_name="m"} %d\n'
+    pages = iter([(T0 + 1, gauge % 0), (T0 + 4, gauge % 1), (T0 + 9, gauge % 0)])
+
+    def scraper(targets):
+        assert [t.pod for t in targets] == ["x-prefill-a-1"]
+        t, text = next(pages)
+        return [PodSnapshot("x-prefill-a-1", "prefill", t, parse_metrics(text))]
+    seen = [figs.observe("u", state, [pod], T0 + 1, 0.9, scraper).retiring_live_requests for _ in range(3)]
+    assert seen == [None, 1, 0]  # idle at 1 s counts for nothing: the table may not have been re-read yet
+    assert figs.observe("u", state, [], T0 + 10, 0.9, lambda t: []).retiring_live_requests == 0  # no pod left

@@ -2,6 +2,8 @@
 world: pods made from the applied workloads, status carried between passes as the controller does."""
 from __future__ import annotations
 
+import json
+
 import copy
 from pathlib import Path
 
@@ -60,11 +62,12 @@ class Loop:
         self.obj, self.status, self.crs, self.objects, self.t = obj, {}, [], [], 0.0
         self.events = []
 
-    def run(self, dt=1.0, figures=None, live=None, fail_revision=None, obj=None):
+    def run(self, dt=1.0, figures=None, live=None, fail_revision=None, obj=None, retiring_live=None):
         self.t += dt
         self.obj = obj or self.obj
         workloads, pods = settle(self.objects, fail_revision=fail_revision)
-        p = rollout_pass(self.obj, self.status, World(T0 + self.t, workloads, pods, self.crs, figures, live))
+        p = rollout_pass(self.obj, self.status, World(T0 + self.t, workloads, pods, self.crs, figures, live,
+                                                                retiring_live_requests=retiring_live))
         self.objects = p.objects
         self.crs += p.create
         self.status = {"servingRevision": p.serving_revision, **({"rollout": p.rollout_status} if p.rollout_status
@@ -142,7 +145,32 @@ def test_a_candidate_that_never_becomes_ready_is_rolled_back_and_the_serving_slo
     assert p.rollout_status["phase"] == M.ROLLED_BACK and p.rollout_status["reason"] == "CandidateNotReady"
     assert p.decision.stalled[0] == "CandidateNotReady"
     got = {o["metadata"]["name"]: o for o in p.objects}
-    assert f"{name}-prefill-a" not in got and all(got[n] == o for n, o in before.items())
+    assert all(got[n] == o for n, o in before.items())
+    # out of the routing table at once; its slot kept while its requests in flight are not known to be done
+    assert p.rollout_status["retiringSlot"] == "a" and f"{name}-prefill-a" in got
+    table = json.loads(got[f"{name}-config"]["data"]["routes.json"])["revisions"]
+    assert [r["revision"] for r in table] == [revision_of(render(old))]
+    p = loop.run(dt=5, fail_revision=rev_new, retiring_live=2)  # still busy: kept
+    assert f"{name}-prefill-a" in {o["metadata"]["name"] for o in p.objects}
+    p = loop.run(dt=5, fail_revision=rev_new, retiring_live=0)  # done: deleted
+    got = {o["metadata"]["name"]: o for o in p.objects}
+    assert f"{name}-prefill-a" not in got and "retiringSlot" not in p.rollout_status
+    assert all(got[n] == o for n, o in before.items())
+
+
+def test_a_rolled_back_candidate_still_busy_is_deleted_at_the_drain_deadline():
+    old = example()
+    name = old.metadata["name"]
+    new = with_revision(old, "broken")
+    rev_new = revision_of(render(new))
+    loop = Loop(old)
+    loop.run()
+    loop.run(obj=new)
+    for _ in range(3):
+        p = loop.run(dt=60, fail_revision=rev_new, retiring_live=3)
+    assert p.rollout_status["phase"] == M.ROLLED_BACK and f"{name}-prefill-a" in {o["metadata"]["name"] for o in p.objects}
+    p = loop.run(dt=M.Policy().drain_deadline_seconds, fail_revision=rev_new, retiring_live=3)
+    assert f"{name}-prefill-a" not in {o["metadata"]["name"] for o in p.objects}
 
 
 def test_annotation_actions_and_bad_annotations():

@@ -858,6 +858,9 @@ class RolloutStatus(Model):
     since: str = Field("", description="When the candidate started.")
     step_started_at: str = ""
     drain_started_at: str = ""
+    retiring_slot: str = Field("", description="After a rollback or abort: the candidate's slot, out of the routing "
+                                               "table, kept until its requests in flight finished.")
+    ended_at: str = Field("", description="When the candidate was rolled back or aborted.")
     in_place: int = Field(0, description="InPlace: serving replicas per role handed to the candidate so far.")
     gate: dict[str, str] = Field(default_factory=dict, description="The candidate's figures against the gate.")
     reason: str = ""

@@ -274,7 +274,7 @@ def _rollout(kube: Kube, body: dict[str, Any], obj: api.V41FlashDeployment, prev
     view = STEP_FIGURES.observe(uid, state, pods, now, obj.spec.slo.ttft.percentile / 100)
     world = World(now=now, workloads=[o for r, o in live.items() if r.kind in WORKLOAD_KINDS], pods=pods,
                   controller_revisions=records, figures=view.figures, old_live_requests=view.old_live_requests,
-                  serving_requests=view.serving_requests)
+                  serving_requests=view.serving_requests, retiring_live_requests=view.retiring_live_requests)
     replicas = desired_replicas(obj.spec, previous, planner.desired if planner else None)
     out = rollout_pass(obj, previous, world, replicas, _owner(body),
                        operator_namespace=os.environ.get("POD_NAMESPACE") or None)

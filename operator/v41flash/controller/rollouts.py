@@ -48,7 +48,8 @@ def needed(status: Mapping[str, Any], spec_revision: str | None) -> bool:
 
 
 def active(status: Mapping[str, Any]) -> bool:
-    return ((status.get("rollout") or {}).get("phase") or "") in ACTIVE_PHASES
+    r = status.get("rollout") or {}
+    return (r.get("phase") or "") in ACTIVE_PHASES or bool(r.get("retiringSlot"))
 
 
 def pod_dicts(pods: Sequence[Any]) -> list[dict[str, Any]]:
@@ -83,11 +84,17 @@ def slot_router_pods(pods: Sequence[Mapping[str, Any]], slot: str) -> list[Mappi
             and _labels(p).get(L.SLOT_LABEL) == (slot or "0")]
 
 
+# A rolled-back candidate's engines count as idle only from a scrape this long after it left the routing
+# table (the front re-reads its table each second in the harness; a request routed just before still counts).
+RETIRE_SETTLE_SECONDS = 3.0
+
+
 @dataclass(frozen=True)
 class StepView:
     figures: M.Figures | None = None
     serving_requests: int | None = None
     old_live_requests: int | None = None
+    retiring_live_requests: int | None = None
 
 
 class StepFigures:
@@ -117,6 +124,8 @@ class StepFigures:
         if state.draining_revision:
             engines += slot_engine_pods(pods, state.draining_slot, state.draining_revision)
             routers += slot_router_pods(pods, state.draining_slot)
+        if state.retiring_slot and state.candidate_revision:
+            engines += slot_engine_pods(pods, state.retiring_slot, state.candidate_revision)
         out = []
         for p in engines:
             ip = (p.get("status") or {}).get("podIP")
@@ -132,7 +141,7 @@ class StepFigures:
                 ttft_percentile: float, scraper=None) -> StepView:
         """Scrape what the step is judged on, then the candidate's figures since stepStartedAt, the serving
         revision's requests over the same window and the draining revision's live requests."""
-        if state.phase not in (M.CANARY, M.PAUSED, M.DRAINING, M.STARTING):
+        if state.phase not in (M.CANARY, M.PAUSED, M.DRAINING, M.STARTING) and not state.retiring_slot:
             return StepView()
         history = self._history(uid)
         targets = self.targets(state, pods)
@@ -153,22 +162,25 @@ class StepFigures:
             figures = M.candidate_figures(windows, router)
             serving = self._router_window(history, slot_router_pods(pods, state.serving_slot), now, window)
             serving_requests = None if serving is None else int(round(serving.requests))
-        old_live = None
+        old_live = retiring_live = None
         if state.draining_revision:
-            draining = slot_engine_pods(pods, state.draining_slot, state.draining_revision)
-            if not draining:
-                old_live = 0
-            else:
-                total = 0.0
-                seen = False
-                for p in draining:
-                    ss = [s for s in history.snapshots(p["metadata"]["name"]) if s.ok]
-                    if ss:
-                        seen = True
-                        total += sum(em.gauges.get(m.RUNNING, 0.0) + em.gauges.get(m.WAITING, 0.0)
-                                     for em in ss[-1].engines.values())
-                old_live = int(round(total)) if seen else None
-        return StepView(figures, serving_requests, old_live)
+            old_live = self._live(history, slot_engine_pods(pods, state.draining_slot, state.draining_revision))
+        if state.retiring_slot:
+            retiring_live = self._live(history, slot_engine_pods(pods, state.retiring_slot, state.candidate_revision),
+                                       since=state.ended_at + RETIRE_SETTLE_SECONDS)
+        return StepView(figures, serving_requests, old_live, retiring_live)
+
+    @staticmethod
+    def _live(history: SnapshotHistory, engines: Sequence[Mapping[str, Any]], since: float = 0.0) -> int | None:
+        """Running + waiting requests over engine pods at their last scrape (at or after ``since``); 0 when there
+        is no pod left; None while one has no such scrape."""
+        total = 0.0
+        for p in engines:
+            ss = [s for s in history.snapshots(p["metadata"]["name"]) if s.ok and s.time >= since]
+            if not ss:
+                return None
+            total += sum(em.gauges.get(m.RUNNING, 0.0) + em.gauges.get(m.WAITING, 0.0) for em in ss[-1].engines.values())
+        return int(round(total))
 
     @staticmethod
     def _router_window(history: SnapshotHistory, pods: Sequence[Mapping[str, Any]], now: float, window: float):

@@ -44,6 +44,7 @@ class SlotSpec:
     replicas: dict[str, int | None] | None = None
     share: int = 100
     accept_new: bool = True
+    routed: bool = True  # False: out of the routing table (a rolled-back candidate finishing its requests)
 
 
 def slot_router_name(cr_name: str, slot: str) -> str:
@@ -181,7 +182,7 @@ def routes(cr_name: str, namespace: str, slots: Sequence[SlotSpec], revisions: d
     """The routing table: the candidate (the slot with the smaller share that takes new sessions) first, so a
     growing share only adds sessions to it; draining slots last with share 0."""
     taking = sorted((s for s in slots if s.accept_new), key=lambda s: s.share)
-    rest = [s for s in slots if not s.accept_new]
+    rest = [s for s in slots if not s.accept_new and s.routed]
     return [Route(revisions[s.slot], slot_router_url(cr_name, namespace, s.slot), s.share if s.accept_new else 0,
                   s.accept_new) for s in [*taking, *rest]]
 

@@ -160,6 +160,10 @@ class State:
     reason: str = ""
     message: str = ""
     gate: tuple[tuple[str, str], ...] = ()
+    # After a rollback or abort: the candidate's slot, out of the routing table, whose requests in flight the
+    # controller lets finish before it is deleted (rollout/world.py); ended_at: when it ended.
+    retiring_slot: str = ""
+    ended_at: float = 0.0
     last_action: tuple[tuple[str, str], ...] = ()
 
     @staticmethod
@@ -172,6 +176,7 @@ class State:
                      step=int(d.get("step") or 0), steps=int(d.get("steps") or 0), share=int(d.get("share") or 0),
                      since=ts("since"), step_started_at=ts("stepStartedAt"), drain_started_at=ts("drainStartedAt"),
                      in_place=int(d.get("inPlace") or 0), reason=d.get("reason", ""), message=d.get("message", ""),
+                     retiring_slot=d.get("retiringSlot", ""), ended_at=ts("endedAt"),
                      gate=tuple(sorted((d.get("gate") or {}).items())),
                      last_action=tuple(sorted((d.get("lastAction") or {}).items())))
 
@@ -183,6 +188,7 @@ class State:
             "since": _format_time(self.since), "stepStartedAt": _format_time(self.step_started_at),
             "drainStartedAt": _format_time(self.drain_started_at), "inPlace": self.in_place,
             "reason": self.reason, "message": self.message, "gate": dict(self.gate),
+            "retiringSlot": self.retiring_slot, "endedAt": _format_time(self.ended_at),
             "lastAction": dict(self.last_action)}
         return {k: v for k, v in out.items() if v not in ("", 0, {}, None)} | {"phase": self.phase}
 
@@ -332,7 +338,8 @@ def _steady(state: State, obs: Observed, *, reconciling: str = "", stalled: tupl
 def _ended(state: State, phase: str, reason: str, message: str, obs: Observed, event: str) -> Decision:
     """Candidate deleted (rollback or abort): the serving slot was never scaled down for a surge canary;
     InPlace gives back what it took (the serving slot returns to its size)."""
-    st = replace(state, phase=phase, reason=reason, message=message, share=0, in_place=0, candidate_slot="")
+    st = replace(state, phase=phase, reason=reason, message=message, share=0, in_place=0, candidate_slot="",
+                 retiring_slot=state.candidate_slot, ended_at=obs.now)
     stalled = (reason, f"rolled back {state.candidate_revision}: {message}") if phase == ROLLED_BACK else None
     ev = Event(event, f"{state.candidate_revision}: {message}", warning=phase == ROLLED_BACK)
     return Decision(st, obs.serving_revision, (_serving_plan(st, obs),), "", "", stalled, (ev,))

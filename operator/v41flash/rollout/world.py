@@ -20,7 +20,7 @@ from ..render import render
 from ..render.engine import replica_commands, startup_seconds
 from ..render.resolve import resolve
 from ..render.revision import revision_of
-from ..render.slots import controller_revision, render_slots, slot_observation, slot_specs, spec_of
+from ..render.slots import SlotSpec, controller_revision, render_slots, slot_observation, slot_specs, spec_of
 from ..render.timing import PodTiming
 from . import machine as M
 
@@ -35,6 +35,9 @@ class World:
     figures: M.Figures | None = None  # the candidate's, over the current step
     old_live_requests: int | None = None  # running requests + live sessions of the draining slot
     serving_requests: int | None = None  # requests the serving revision served over the current step
+    # running + waiting requests on a rolled-back candidate's engines, measured after it left the routing
+    # table (None: not measured yet)
+    retiring_live_requests: int | None = None
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,12 @@ def rollout_pass(obj: api.V41FlashDeployment, status: dict[str, Any], world: Wor
                           action=action)
     d = M.decide(state, observed, policy)
     st = d.state
+    retiring = None
+    if st.retiring_slot:
+        retiring = _retiring(name, st, world, policy, specs, {p.slot for p in d.slots})
+        if retiring is None:
+            st = replace(st, retiring_slot="")
+            d = replace(d, state=st)
     live = {p.revision for p in d.slots}
     if d.slots == (M.SlotPlan(M.LEGACY_SLOT, spec_rev, "serving", 100, True),) and st.phase == "":
         objects = render(_named(obj, obj.spec), replicas, owner, timing, operator_namespace)  # still bringing up
@@ -137,6 +146,8 @@ def rollout_pass(obj: api.V41FlashDeployment, status: dict[str, Any], world: Wor
             # no serving slot: its outage is accepted, and the front waits for the candidate's router.)
             plans = [p if p.replicas is None or p.slot == state.serving_slot else
                      replace(p, replicas={r: 0 for r in p.replicas}) for p in plans]
+        if retiring is not None:
+            plans = [*plans, retiring]
         objects = render_slots(obj, plans, owner, timing, operator_namespace)
     # Records: every live revision, and the previous serving one (a fast way back after promotion).
     create = [cr for rev in sorted(live) for cr in record(rev, specs.get(rev, obj.spec))]
@@ -148,6 +159,29 @@ def rollout_pass(obj: api.V41FlashDeployment, status: dict[str, Any], world: Wor
                   **{role: _ready(o) for role, o in _obs_roles(p, serving_obs, cand_obs, st, serving_rev)}}
                  for p in d.slots]
     return RolloutPass(objects, create, rollout_status, revisions, d.serving_revision, d, extra_events + d.events)
+
+
+RETIRE_MAX_SECONDS = 120.0  # a rolled-back candidate's requests in flight get at most this long (or drainDeadline)
+
+
+def _retiring(name: str, st: M.State, world: World, policy: M.Policy, specs: dict, taken: set[str]):
+    """The SlotSpec keeping a rolled-back (or aborted) candidate's slot out of the routing table until its
+    requests in flight finished (None: it may go now). New requests no longer reach it; a session of it is
+    reassigned by the front (re-prefills once)."""
+    if st.phase not in (M.ROLLED_BACK, M.ABORTED) or st.retiring_slot in taken or st.candidate_revision not in specs:
+        return None
+    if world.now - st.ended_at >= min(policy.drain_deadline_seconds, RETIRE_MAX_SECONDS) or \
+            world.retiring_live_requests == 0:
+        return None
+    replicas = {}
+    for w in world.workloads:
+        labels = (w.get("metadata") or {}).get("labels") or {}
+        if labels.get(L.SLOT_LABEL) == st.retiring_slot and labels.get(L.REVISION_LABEL) == st.candidate_revision \
+                and labels.get(L.ROLE_LABEL) in ("prefill", "decode"):
+            replicas[labels[L.ROLE_LABEL]] = int((w.get("spec") or {}).get("replicas") or 0)
+    if not replicas:
+        return None  # already gone
+    return SlotSpec(st.retiring_slot, specs[st.candidate_revision], replicas, share=0, accept_new=False, routed=False)
 
 
 def legacy_router_live(pods: Sequence[dict[str, Any]]) -> bool:
