@@ -285,7 +285,7 @@ def test_a_retiring_candidate_is_idle_only_from_a_scrape_after_it_left_the_table
                                                              L.SLOT_LABEL: "a", L.REVISION_LABEL: "c" * 10}},
            "status": {"conditions": [{"type": "Ready", "status": "True"}], "podIP": "127.0.0.1"}}
     state = M.State(phase=M.ROLLED_BACK, candidate_revision="c" * 10, retiring_slot="a", ended_at=T0)
-    gauge = 'vllm:num_requests_running{engine="0",model_name="m"} %d\n'
+    gauge = '# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine="0",model_name="m"} %d\n'
     pages = iter([(T0 + 1, gauge % 0), (T0 + 4, gauge % 1), (T0 + 9, gauge % 0)])
 
     def scraper(targets):
