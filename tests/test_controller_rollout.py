@@ -295,3 +295,14 @@ def test_a_retiring_candidate_is_idle_only_from_a_scrape_after_it_left_the_table
     seen = [figs.observe("u", state, [pod], T0 + 1, 0.9, scraper).retiring_live_requests for _ in range(3)]
     assert seen == [None, 1, 0]  # idle at 1 s counts for nothing: the table may not have been re-read yet
     assert figs.observe("u", state, [], T0 + 10, 0.9, lambda t: []).retiring_live_requests == 0  # no pod left
+
+
+def test_a_retiring_candidate_that_never_became_ready_is_idle_at_once():
+    figs = rollouts.StepFigures()
+    pod = {"metadata": {"name": "x-prefill-a-1", "labels": {L.ROLE_LABEL: "prefill", L.SERVING_LABEL: "true",
+                                                             L.SLOT_LABEL: "a", L.REVISION_LABEL: "c" * 10}},
+           "status": {"conditions": [{"type": "Ready", "status": "False"}], "podIP": "127.0.0.1"}}
+    state = M.State(phase=M.ROLLED_BACK, candidate_revision="c" * 10, retiring_slot="a", ended_at=T0)
+    assert figs.observe("u", state, [pod], T0 + 1, 0.9, lambda t: []).retiring_live_requests == 0
+    pod["status"]["conditions"][0]["status"] = "True"  # Ready but not scraped yet: unknown
+    assert figs.observe("u", state, [pod], T0 + 1, 0.9, lambda t: []).retiring_live_requests is None

@@ -173,11 +173,15 @@ class StepFigures:
     @staticmethod
     def _live(history: SnapshotHistory, engines: Sequence[Mapping[str, Any]], since: float = 0.0) -> int | None:
         """Running + waiting requests over engine pods at their last scrape (at or after ``since``); 0 when there
-        is no pod left; None while one has no such scrape."""
+        is no pod left; None while one has no such scrape. A pod never Ready and never scraped never served
+        (its router routes only to Ready engines): it counts 0."""
         total = 0.0
         for p in engines:
-            ss = [s for s in history.snapshots(p["metadata"]["name"]) if s.ok and s.time >= since]
+            name = p["metadata"]["name"]
+            ss = [s for s in history.snapshots(name) if s.ok and s.time >= since]
             if not ss:
+                if not history.snapshots(name) and not _ready(p):
+                    continue
                 return None
             total += sum(em.gauges.get(m.RUNNING, 0.0) + em.gauges.get(m.WAITING, 0.0) for em in ss[-1].engines.values())
         return int(round(total))
