@@ -611,7 +611,7 @@ async def track(event: dict[str, Any], body: kopf.Body, **_: Any) -> None:
         _request(uid, Work(trigger=reason, full=True, prune=reason == "resume"))
     elif old["metadata"].get("generation") != meta.get("generation"):
         _request(uid, Work(trigger="update", full=True))  # lists only if the desired set moved
-    elif _rollout_action(old) != _rollout_action(meta):  # kubectl annotate ... rollout-action=<verb>/<rev>
+    elif _rollout_action(old["metadata"]) != _rollout_action(meta):  # kubectl annotate ... rollout-action=<verb>/<rev>
         _request(uid, Work(trigger="update", full=True))
 
 
@@ -648,8 +648,8 @@ kopf.on.event("apps", "v1", "deployments", labels=_OURS)(_child_event)
 kopf.on.event(*LWS_API_VERSION.split("/"), "leaderworkersets", labels=_OURS)(_child_event)
 
 
-def _rollout_action(obj: dict[str, Any]) -> str | None:
-    meta = obj.get("metadata", obj) if "metadata" in obj else obj
+def _rollout_action(meta: Any) -> str | None:
+    """The rollout-action annotation: it moves no generation, so its change alone asks for a pass."""
     return (meta.get("annotations") or {}).get(api.ROLLOUT_ACTION_ANNOTATION)
 
 
