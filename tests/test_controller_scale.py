@@ -687,3 +687,18 @@ def test_an_active_rollout_gets_its_next_pass_soon_and_one_at_rest_waits_for_the
     rolling = [t for u, t in passes if u == "rolling"]
     assert rolling[0] == "update" and rolling.count("rollout") >= 3  # one follow-up at a time, each soon
     assert [t for u, t in passes if u == "rest"] == ["update"]
+
+
+def test_a_changed_rollout_action_annotation_asks_for_a_pass_and_other_metadata_does_not(monkeypatch):
+    asked = []
+    monkeypatch.setattr(handlers, "_request", lambda uid, work: asked.append(work.trigger))
+    monkeypatch.setattr(handlers, "_bodies", {})
+
+    def body(rv, annotations=None, generation=1):
+        return {"metadata": {"uid": "u9", "name": "x", "namespace": "ns", "resourceVersion": str(rv),
+                             "generation": generation, "annotations": annotations or {}}, "spec": {}}
+    asyncio.run(handlers.track(event={"type": "ADDED"}, body=body(1)))
+    asyncio.run(handlers.track(event={"type": "MODIFIED"}, body=body(2, {"other": "x"})))
+    asyncio.run(handlers.track(event={"type": "MODIFIED"},
+                               body=body(3, {"v41flash.io/rollout-action": "pause/0123456789"})))
+    assert asked == ["create", "update"]
