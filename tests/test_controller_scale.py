@@ -676,7 +676,7 @@ def test_an_active_rollout_gets_its_next_pass_soon_and_one_at_rest_waits_for_the
     monkeypatch.setitem(handlers._bodies, "rest", {"metadata": {}})
 
     async def main():
-        sched = handlers.Scheduler(workers=2)
+        sched = handlers.Scheduler(workers=2, reserved=1)
         sched.start()
         sched.request("rolling", handlers.Work(trigger="update", full=True))
         sched.request("rest", handlers.Work(trigger="update", full=True))
