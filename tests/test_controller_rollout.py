@@ -306,3 +306,18 @@ def test_a_retiring_candidate_that_never_became_ready_is_idle_at_once():
     assert figs.observe("u", state, [pod], T0 + 1, 0.9, lambda t: []).retiring_live_requests == 0
     pod["status"]["conditions"][0]["status"] = "True"  # Ready but not scraped yet: unknown
     assert figs.observe("u", state, [pod], T0 + 1, 0.9, lambda t: []).retiring_live_requests is None
+
+
+def test_no_record_is_attempted_again_nor_warned_about_in_a_namespace_being_deleted(world, caplog):
+    from fake_kube import api_error
+    kube = FakeKube()
+    name = kube.add_cr(example())["metadata"]["name"]
+    exc = api_error(403, "Forbidden", "unable to create new content in namespace ns because it is being terminated")
+    exc.body = ('{"kind": "Status", "reason": "Forbidden", "message": "unable to create new content in namespace ns '
+                'because it is being terminated", "details": {"causes": [{"reason": "NamespaceTerminating"}]}}')
+    kube.create = lambda obj, namespace: (_ for _ in ()).throw(exc)
+    from v41flash.controller.kube import namespace_terminating
+    assert namespace_terminating(exc)
+    rec._record(kube, kube.cr(name), rec.api.V41FlashDeployment.model_validate(
+        {**kube.cr(name), "apiVersion": rec.api.API_VERSION, "kind": rec.api.KIND}), "0123456789")
+    assert "cannot record" not in caplog.text

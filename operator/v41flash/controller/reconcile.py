@@ -291,6 +291,8 @@ def _record(kube: Kube, body: dict[str, Any], obj: api.V41FlashDeployment, revis
     except KindNotInstalled:
         return
     except ApiException as exc:
+        if namespace_terminating(exc):  # the deployment goes with its namespace: nothing to record
+            return
         if exc.status not in (403, 422):
             raise
         # not allowed (RBAC from before rollouts) or refused: serving goes on; a rollout later stalls naming
