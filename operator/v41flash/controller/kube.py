@@ -228,7 +228,8 @@ class Kube:
         res = self._resource(obj["apiVersion"], obj["kind"])
         self._may_write()
         try:
-            return res.create(body=obj, namespace=namespace, _request_timeout=REQUEST_TIMEOUT).to_dict()
+            return res.create(body=obj, namespace=namespace, field_manager=FIELD_MANAGER,
+                              _request_timeout=REQUEST_TIMEOUT).to_dict()
         except ConflictError:
             return None
 
