@@ -36,7 +36,7 @@ from pathlib import Path
 import yaml
 
 from e2e.harness import VENV_BIN, Tools, log, write_json
-from v41flash_bench.inference_sim import SimLatency, sim_command
+from v41flash_bench.inference_sim import FAIL_START, SimKnobs, SimLatency, sim_command, split_knobs
 from v41flash_bench.procs import Proc, spawn, stop_procs
 
 ROLE_LABEL = "v41flash.io/role"
@@ -198,6 +198,14 @@ def hostile_command(pod_ip: str, port: int, mode: str) -> list[str]:
     return [sys.executable, str(HOSTILE_METRICS), "--host", pod_ip, "--port", str(port), "--mode", mode]
 
 
+def start_plan(knobs: SimKnobs, now: float) -> tuple[float, str]:
+    """When to start a pod's simulator (monotonic seconds) and why never (``problem``): a start delay holds the
+    pod Running and unready for that long; a forced start failure keeps it unready for good."""
+    if knobs.fail_start:
+        return float("inf"), f"forced start failure ({FAIL_START})"
+    return now + knobs.start_delay_s, ""
+
+
 def router_command(tokens: list[str], pod_ip: str, log_dir: str) -> list[str]:
     """vllm-router argv from the rendered container: same flags, bound to the pod IP, logs in the state dir."""
     start = None
@@ -244,6 +252,76 @@ def proxy_command(tokens: list[str], pod_ip: str) -> tuple[list[str], int]:
     if port is None:
         raise ValueError("session-proxy container without --listen HOST:PORT")
     return [str(VENV_BIN / "v41flash"), "session-proxy", *flags], port
+
+
+def has_router(pod: dict) -> bool:
+    """A router pod with a vllm-router container (a rollout's front runs the session proxy alone)."""
+    for c in pod["spec"]["containers"]:
+        toks = (c.get("command") or []) + (c.get("args") or [])
+        if any(os.path.basename(str(t)) == "vllm-router" for t in toks) or c["name"] in ("router", "vllm-router"):
+            return True
+    return False
+
+
+_SVC_URL = re.compile(r"^(https?)://([a-z0-9-]+)\.([a-z0-9-]+)\.svc(?:\.cluster\.local)?:(\d+)(/.*)?$")
+
+
+def resolve_service_url(url: str, services: dict, pods: list) -> str | None:
+    """http://NAME.NS.svc:PORT -> http://<pod IP>:<target port> of a Ready pod behind that Service (no cluster
+    DNS or kube-proxy here); another URL as it is; None when the Service or a Ready pod is missing."""
+    m = _SVC_URL.match(url)
+    if not m:
+        return url
+    scheme, name, ns, port, path = m.groups()
+    svc = services.get((ns, name))
+    if not svc or not (svc.get("spec") or {}).get("selector"):
+        return None
+    sport = next((p for p in svc["spec"].get("ports") or [] if int(p.get("port", 0)) == int(port)), None)
+    if sport is None:
+        return None
+    sel = svc["spec"]["selector"]
+    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        labels = pod["metadata"].get("labels") or {}
+        if pod["metadata"].get("namespace") != ns or any(labels.get(k) != v for k, v in sel.items()):
+            continue
+        st = pod.get("status") or {}
+        if not st.get("podIP") or pod["metadata"].get("deletionTimestamp") or not any(
+                c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions") or []):
+            continue
+        target = sport.get("targetPort", sport["port"])
+        if isinstance(target, str) and not target.isdigit():
+            target = next((cp["containerPort"] for c in pod["spec"]["containers"] for cp in c.get("ports") or []
+                           if cp.get("name") == target), None)
+            if target is None:
+                continue
+        return f"{scheme}://{st['podIP']}:{int(target)}{path or ''}"
+    return None
+
+
+UNREACHABLE = "http://127.0.0.1:9"  # nothing listens: a connection is refused, as by a Service with no Ready endpoint
+
+
+def local_routes(table_text: str, services: dict, pods: list) -> str | None:
+    """The routing table with each upstream resolved to a Ready pod's address. An upstream whose Service has
+    no Ready pod yet (a candidate's router still starting) refuses connections, as a ClusterIP Service
+    without endpoints does; the table is written all the same, so the serving revision's route works."""
+    doc = json.loads(table_text)
+    for r in doc.get("revisions") or []:
+        r["upstream"] = resolve_service_url(r.get("upstream", ""), services, pods) or UNREACHABLE
+    return json.dumps(doc, sort_keys=True)
+
+
+def routes_volume(pod: dict, container: dict, path: str) -> tuple[str, str] | None:
+    """(ConfigMap name, key) behind a file path the container reads from a configMap volume."""
+    mounts = {m["name"]: m["mountPath"].rstrip("/") for m in container.get("volumeMounts") or []}
+    for v in pod["spec"].get("volumes") or []:
+        cm = v.get("configMap")
+        if not cm or v["name"] not in mounts:
+            continue
+        for item in cm.get("items") or []:
+            if f"{mounts[v['name']]}/{item['path']}" == path:
+                return cm["name"], item["key"]
+    return None
 
 
 def pick_container(pod: dict, role: str) -> dict:
@@ -343,6 +421,7 @@ class Supervisor:
         self.pod_ready: dict[str, bool] = {}  # pod uid -> the Ready we last wrote
         self.pods: dict[str, dict] = {}
         self.api = None  # CoreV1Api, set in run()
+        self.routes_synced: dict[str, float] = {}  # front pod uid -> when its routing table was last copied
         self.extra = {r: shlex.split(os.environ.get(f"V41F_SIM_ARGS_{r.upper()}", "")) for r in SIM_ROLE_LATENCY}
 
     def desired(self, pod: dict) -> list[Child]:
@@ -357,6 +436,8 @@ class Supervisor:
         env = container_env(pod, c)
         toks = command_tokens(c, env)
         tag = f"{meta['namespace']}-{meta['name']}"
+        if role == "router" and not has_router(pod):  # a rollout's front: the session proxy alone
+            return [self.front_child(pod, ip, tag)]
         if role == "router":
             logdir = self.logs / f"router-{tag}.d"
             logdir.mkdir(parents=True, exist_ok=True)
@@ -378,16 +459,72 @@ class Supervisor:
         v = parse_vllm(toks, http_port(c))
         if v.headless:
             return []  # a headless multi-node worker has no API server
+        extra = [*self.extra[role], *shlex.split(env.get(POD_SIM_ARGS_ENV, ""))]
         if HOSTILE_METRICS_ENV in env:
             return [hostile_child(pod, role, ip, v.port, env[HOSTILE_METRICS_ENV], readiness_url(pod, c),
                                   self.logs / f"hostile-{tag}.log")]
-        argv, senv = pod_sim_command(str(self.tools.sim), role, ip, v,
-                                 [*self.extra[role], *shlex.split(env.get(POD_SIM_ARGS_ENV, ""))])
+        start_at, problem = start_plan(split_knobs(extra)[0], time.monotonic())
+        argv, senv = pod_sim_command(str(self.tools.sim), role, ip, v, extra)
         penv = {"PATH": os.environ.get("PATH", ""), "POD_NAME": meta["name"], "POD_NAMESPACE": meta["namespace"],
                 **senv}
+        if problem:
+            log(f"not starting the simulator of {meta['namespace']}/{meta['name']}: {problem}")
         return [Child(meta["uid"], meta["namespace"], meta["name"], role, "sim", ip, v.port, argv, penv,
-                      str(self.logs / f"sim-{tag}.log"), readiness_url(pod, c),
+                      str(self.logs / f"sim-{tag}.log"), readiness_url(pod, c), next_start=start_at, problem=problem,
                       extra={"dp_ranks": v.dp_ranks})]
+
+    def front_child(self, pod: dict, ip: str, tag: str) -> Child:
+        """The front's session proxy, its --upstream and --routes-file made local: Service URLs resolved to
+        pod addresses, the routing table copied from the ConfigMap into the state dir (sync_routes)."""
+        meta = pod["metadata"]
+        pc = proxy_container(pod)
+        if pc is None:
+            raise ValueError("router pod without vllm-router nor session proxy")
+        argv, pport = proxy_command(command_tokens(pc, container_env(pod, pc)), ip)
+        extra: dict = {}
+        if "--routes-file" in argv:
+            i = argv.index("--routes-file") + 1
+            src = routes_volume(pod, pc, argv[i])
+            if src is None:
+                raise ValueError(f"--routes-file {argv[i]} is not a configMap volume file")
+            local = self.state / "routes" / f"{tag}.json"
+            local.parent.mkdir(parents=True, exist_ok=True)
+            argv[i] = str(local)
+            extra = {"routes": {"namespace": meta["namespace"], "configmap": src[0], "key": src[1],
+                                "local": str(local)}}
+        if "--upstream" in argv:
+            j = argv.index("--upstream") + 1
+            argv[j] = resolve_service_url(argv[j], self.services(meta["namespace"]), list(self.pods.values())) \
+                or UNREACHABLE  # not resolvable yet: the routing table decides
+        qenv = {"PATH": os.environ.get("PATH", ""), "PYTHONUNBUFFERED": "1"}
+        ch = Child(meta["uid"], meta["namespace"], meta["name"], "router", "proxy", ip, pport, argv, qenv,
+                   str(self.logs / f"proxy-{tag}.log"), readiness_url(pod, pc), extra=extra)
+        self.sync_routes(ch)
+        return ch
+
+    def services(self, namespace: str) -> dict:
+        lst = self.api.list_namespaced_service(namespace, _request_timeout=10)
+        return {(namespace, s.metadata.name): self.api.api_client.sanitize_for_serialization(s) for s in lst.items}
+
+    def sync_routes(self, ch: Child) -> None:
+        """Copy the front's routing table from its ConfigMap, upstreams resolved (each tick)."""
+        r = ch.extra.get("routes")
+        if not r or time.monotonic() < self.routes_synced.get(ch.uid, 0.0) + 1.0:
+            return
+        self.routes_synced[ch.uid] = time.monotonic()
+        try:
+            cm = self.api.read_namespaced_config_map(r["configmap"], r["namespace"], _request_timeout=10)
+            text = (cm.data or {}).get(r["key"])
+            table = local_routes(text, self.services(r["namespace"]), list(self.pods.values())) if text else None
+        except Exception as e:  # noqa: BLE001 - apiserver hiccup: the proxy keeps the table it has
+            log(f"routes for {ch.namespace}/{ch.pod}: {str(e)[:200]}")
+            return
+        path = Path(r["local"])
+        if table is not None and (not path.exists() or path.read_text() != table):
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(table)
+            os.replace(tmp, path)
+            log(f"routes for {ch.namespace}/{ch.pod}: {table}")
 
     def service_account_kubeconfig(self, pod: dict) -> Path:
         """A kubeconfig with a token of the pod's ServiceAccount (bound to the pod, like the projected token
@@ -443,6 +580,8 @@ class Supervisor:
             pod = want[ch.uid]
             if ch.kind == "none":
                 continue
+            if ch.extra.get("routes"):
+                self.sync_routes(ch)
             if ch.proc is not None and ch.proc.alive():
                 if time.monotonic() >= ch.next_probe:
                     self.probe(ch, pod)
@@ -517,7 +656,11 @@ class Supervisor:
 
     def tick(self) -> int:
         """Watch timeout: short while a process waits for readiness, so Ready follows within a second."""
-        return 1 if any(c.proc is not None and not c.ready for c in self.children.values()) else 5
+        now = time.monotonic()
+        waiting = [c.next_start - now for c in self.children.values() if c.proc is None and c.kind != "none"
+                   and c.next_start != float("inf")]
+        busy = any(c.proc is not None and not c.ready for c in self.children.values())
+        return 1 if busy or any(w < 5 for w in waiting) else 5
 
     def stop_all(self) -> None:
         stop_procs([c.proc for c in self.children.values() if c.proc], timeout=5)

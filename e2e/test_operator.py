@@ -134,17 +134,30 @@ def test_what_admission_cannot_catch_ends_stalled(cluster, operator_process, ns,
     operator_process.assert_alive()
 
 
+def serving_workload(cluster, ns: str, name: str, role: str) -> dict:
+    """The role's engine Deployment of the serving revision (after a rollout it lives in a slot: <cr>-<role>-a)."""
+    revision = get_cr(cluster, ns, name)["status"]["servingRevision"]
+    items = cluster.kubectl_json("get", "deployments", "-n", ns, "-l",
+                                 f"v41flash.io/deployment={name},v41flash.io/role={role}")["items"]
+    return next(d for d in items if d["metadata"]["labels"].get("v41flash.io/serving-revision") == revision)
+
+
+# Engine changes are rollouts (docs/2026-12-01-rollouts.md): short steps keep this test short.
+SHORT_ROLLOUT = {"steps": [100], "stepSeconds": 3, "minRequestsPerStep": 1, "drainDeadlineSeconds": 5}
+
+
 def test_spec_changes_converge_and_a_bad_change_leaves_the_running_stack_alone(cluster, operator_process, ns):
     doc = load(REPO / "manifests/examples/tp4-h200-low-latency.yaml")
+    doc["spec"]["rollout"] = dict(SHORT_ROLLOUT)
     name = doc["metadata"]["name"]
     apply(cluster, doc, ns)
     wait_ready(cluster, ns, name)
 
-    # max-num-seqs: the decode workload's args change and roll out.
+    # max-num-seqs: the decode workload's args change and roll out (a canary of the new revision, promoted).
     doc["spec"]["decode"]["maxNumSeqs"] = 48
     apply(cluster, doc, ns)
     wait_ready(cluster, ns, name)
-    dep = cluster.kubectl_json("get", "deployment", f"{name}-decode", "-n", ns)
+    dep = serving_workload(cluster, ns, name, "decode")
     args = container_args(dep)[0]
     assert args[args.index("--max-num-seqs") + 1] == "48"
 
@@ -168,14 +181,14 @@ def test_spec_changes_converge_and_a_bad_change_leaves_the_running_stack_alone(c
     cr = wait_ready(cluster, ns, name)
     assert condition(cr, "Stalled") is None
     names = {(o["kind"], o["metadata"]["name"]) for o in children(cluster, ns, name)}
-    assert not any(n.endswith("-prefill") for _, n in names), names
+    assert not any("-prefill" in n for _, n in names), names
     assert cr["status"]["prefill"]["ready"] == "off"
 
     # Profile switch: the decode engines now run data parallel with expert parallelism.
     doc["spec"]["profile"] = "high-throughput"
     apply(cluster, doc, ns)
     wait_ready(cluster, ns, name)
-    args = container_args(cluster.kubectl_json("get", "deployment", f"{name}-decode", "-n", ns))[0]
+    args = container_args(serving_workload(cluster, ns, name, "decode"))[0]
     assert "--data-parallel-size" in args and "--enable-expert-parallel" in args
 
 

@@ -21,3 +21,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         for rep in skipped:
             reason = rep.longrepr[-1] if isinstance(rep.longrepr, tuple) else rep.longrepr
             terminalreporter.write_line(f"{rep.nodeid}: {reason}")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_rollout_records():
+    """The controller remembers per CR uid which ControllerRevisions exist; the fakes reuse uids across tests."""
+    from v41flash.controller import reconcile as rec
+    rec._recorded.clear()
+    yield
+    rec._recorded.clear()

@@ -16,7 +16,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from v41flash.api import v1alpha1 as api
-from v41flash.controller.kube import CHILD_KINDS, ChildRef, KindNotInstalled
+from v41flash.controller.kube import CHILD_KINDS, CONTROLLER_REVISION, ChildRef, KindNotInstalled
 from v41flash.render import labels as L
 from v41flash.render.engine import LWS_API_VERSION
 from v41flash.render.resolve import DEPLOYMENT, LEADER_WORKER_SET
@@ -33,7 +33,7 @@ def api_error(status: int, reason: str, message: str = "") -> ApiException:
 
 class FakeKube:
     def __init__(self, kinds=CHILD_KINDS):
-        self.kinds = set(kinds)  # what this cluster serves
+        self.kinds = set(kinds) | {CONTROLLER_REVISION}  # what this cluster serves
         self.objects: dict[tuple[str, str, str, str], dict[str, Any]] = {}  # (apiVersion, kind, ns, name)
         self.crs: dict[tuple[str, str], dict[str, Any]] = {}
         self.pods: dict[tuple[str, str], client.V1Pod] = {}  # (ns, name): what the workloads run
@@ -90,7 +90,8 @@ class FakeKube:
             for i in range(n):
                 meta = client.V1ObjectMeta(name=f"{name}-pod-{i}", namespace=ns,
                                            labels=dict(template["metadata"]["labels"]))
-                self.pods[(ns, meta.name)] = client.V1Pod(metadata=meta)
+                self.pods[(ns, meta.name)] = client.V1Pod(metadata=meta, status=client.V1PodStatus(
+                    conditions=[client.V1PodCondition(type="Ready", status="True" if ready else "False")]))
             obj["status"] = {"replicas": n, "updatedReplicas": n, "readyReplicas": n if ready else 0,
                              "observedGeneration": obj["metadata"]["generation"]}
             obj["metadata"]["resourceVersion"] = str(next(self._rv))
@@ -116,6 +117,27 @@ class FakeKube:
                     and selector <= labels.items() and any(o.get("uid") == owner_uid for o in owners)):
                 found.append(copy.deepcopy(obj))
         return found
+
+    def list_controller_revisions(self, namespace: str, instance: str, owner_uid: str) -> list[dict[str, Any]]:
+        self.calls.append(("list_controller_revisions", instance))
+        selector = L.owned_selector(instance).items()
+        return [copy.deepcopy(o) for (av, kind, ns, _), o in self.objects.items()
+                if (av, kind) == CONTROLLER_REVISION and ns == namespace
+                and selector <= (o["metadata"].get("labels") or {}).items()
+                and any(r.get("uid") == owner_uid for r in o["metadata"].get("ownerReferences") or [])]
+
+    def create(self, obj: dict[str, Any], namespace: str) -> dict[str, Any] | None:
+        what = f"{obj['kind']}/{obj['metadata']['name']}"
+        self.calls.append(("create", what))
+        self._failure("create", what)
+        key = (obj["apiVersion"], obj["kind"], namespace, obj["metadata"]["name"])
+        if key in self.objects:
+            return None
+        mine = copy.deepcopy(obj)
+        mine["metadata"].update(namespace=namespace, uid=f"uid-{next(self._uid)}", resourceVersion=str(next(self._rv)))
+        self.objects[key] = mine
+        self.writes.append(("create", what))
+        return copy.deepcopy(mine)
 
     def list_pods(self, namespace: str, selector: str) -> list[client.V1Pod]:
         self.calls.append(("list_pods", selector))

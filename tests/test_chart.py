@@ -37,6 +37,7 @@ NAMESPACED_RULES = {
     ("v41flash.io", "v41flashdeployments/finalizers"): {"update"},
     ("apps", "deployments"): CHILD | {"get", "watch"},  # workloads: also watched (status) and read by name
     ("leaderworkerset.x-k8s.io", "leaderworkersets"): CHILD | {"get", "watch"},
+    ("apps", "controllerrevisions"): {"get", "list", "create", "delete"},  # rollouts: create-only records
     ("", "services"): CHILD,
     ("", "serviceaccounts"): CHILD,
     ("", "configmaps"): CHILD,

@@ -15,6 +15,7 @@ import pytest
 
 from prereq import unavailable
 from v41flash.api import v1alpha1 as api
+from v41flash.render import labels as L
 from v41flash.controller.autoscale import Autoscaler, observed_slo_status
 from v41flash.controller.reconcile import desired_replicas
 from v41flash.metrics.parse import parse_metrics
@@ -382,3 +383,63 @@ def test_a_flooding_decode_pod_holds_its_role_and_the_reason_names_the_byte_cap(
     assert out.desired["decode"] == 2 and last["decode"] == 2 and last["action"] == "hold", last
     assert "no pod of 1 answered its metrics scrape (d-0: " in last["reason"], last["reason"]
     assert f"body over {DEFAULT_MAX_BYTES} bytes" in last["reason"], last["reason"]
+
+
+# --- during a rollout (docs/2026-12-01-rollouts.md §8.4) ---------------------------------------------------
+
+def _labelled(p: SimpleNamespace, name: str, ip: str, **labels) -> SimpleNamespace:
+    p.metadata = SimpleNamespace(**{**vars(p.metadata), "name": name,
+                                    "labels": {**p.metadata.labels, **labels}})
+    p.status = SimpleNamespace(**{**vars(p.status), "pod_ip": ip})
+    return p
+
+
+def test_during_a_rollout_the_planner_reads_the_serving_slot_the_front_as_proxy_and_its_router(servers, monkeypatch):
+    import v41flash.controller.autoscale as autoscale_mod
+    from v41flash.metrics.scrape import proxy_target, router_target
+    kube = FakeKube()  # p-0 / d-0: the serving slot "" (never-rolled layout)
+    router = lambda n, ip, **lb: _labelled(pod("r", "router"), n, ip, **lb)  # noqa: E731
+    for p in (_labelled(pod("c", "prefill"), "p-a", f"{_NET}.11", **{L.SLOT_LABEL: "a"}),
+              _labelled(pod("c", "decode"), "d-a", f"{_NET}.12", **{L.SLOT_LABEL: "a"})):
+        p.metadata.owner_references = [SimpleNamespace(kind="ReplicaSet", name=f"x-{p.metadata.labels[L.ROLE_LABEL]}-a-1",
+                                                       controller=True)]
+        kube.pods.append(p)
+    IPS["router"] = f"{_NET}.3"
+    try:
+        front = router("front-0", f"{_NET}.3", **{L.FRONT_LABEL: "true"})
+        r0 = router("router-0-0", f"{_NET}.4", **{L.SLOT_LABEL: "0"})
+        ra = router("router-a-0", f"{_NET}.5", **{L.SLOT_LABEL: "a"})
+    finally:
+        IPS.pop("router")
+    for r in (front, r0, ra):
+        r.metadata.owner_references = [SimpleNamespace(kind="ReplicaSet", name="x-router-77c", controller=True)]
+        kube.pods.append(r)
+    seen: list = []
+
+    async def spy(targets, *args, **kwargs):
+        seen.extend(targets)
+        return []
+    monkeypatch.setattr(autoscale_mod, "scrape", spy)
+    body = {**BODY, "status": {**BODY["status"], "rollout": {"phase": "Canary", "servingSlot": "",
+                                                             "candidateSlot": "a", "candidateRevision": "c" * 10}}}
+    Autoscaler(kube).step(body, SPEC)
+    assert {t.pod for t in seen} == {"p-0", "d-0", "front-0/proxy", "router-0-0"}
+    assert proxy_target("front-0", f"{_NET}.3") in seen and router_target("router-0-0", f"{_NET}.4") in seen
+
+
+def test_while_a_candidate_exists_scale_downs_are_held_and_the_budget_counts_its_gpus():
+    from v41flash.controller import rollouts
+    from v41flash.planner.datatypes import Decision, PlannerState, RoleDecision
+    d = Decision(time=0.0, decode=RoleDecision("decode", 3, 2, "scale_down", "idle"),
+                 prefill=RoleDecision("prefill", 1, 2, "scale_up", "ttft"), state=PlannerState())
+    held = rollouts.hold_scale_downs(d, "a rollout's candidate abc exists")
+    assert (held.decode.desired, held.decode.action) == (3, "hold") and "candidate abc" in held.decode.reason
+    assert held.prefill == d.prefill and held.action == "scale_up"  # a scale-up of the serving slot still goes
+    spec = SPEC.model_copy(update={"autoscaling": SPEC.autoscaling.model_copy(update={"gpu_budget": 16})})
+    canary = {"rollout": {"phase": "Canary", "candidateSlot": "a"}}
+    assert rollouts.planner_budget(spec, {}) == 16
+    assert rollouts.planner_budget(spec, canary) == 16  # default surge = the candidate's one replica per role
+    surge = spec.model_copy(update={"rollout": spec.rollout.model_copy(update={"max_surge_gpus": 4})})
+    assert rollouts.planner_budget(surge, canary) == 12  # 16 + 4 - 8 held by the candidate
+    assert rollouts.planner_budget(surge, {"rollout": {**canary["rollout"], "inPlace": 1}}) == 4
+    assert rollouts.planner_budget(surge, {"rollout": {"phase": "Complete", "servingSlot": "a"}}) == 16

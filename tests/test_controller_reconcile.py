@@ -150,7 +150,11 @@ def test_a_planner_outcome_is_not_applied_while_stalled():
 
 # ------------------------------------------------------------------ prune
 def test_a_child_no_longer_desired_is_deleted():
-    kube, name = converged()
+    # before a first revision served (no status.servingRevision): no rollout, the plain path (tests of a
+    # rollout: tests/test_controller_rollout.py)
+    kube = FakeKube()
+    name = kube.add_cr(example("tp4-h200-low-latency"))["metadata"]["name"]
+    run(kube, name)
     spec = kube.cr(name)["spec"]
     spec["prefill"] = {"enabled": False}  # aggregated from now on
     kube.update_spec(name, spec)
@@ -316,7 +320,7 @@ def test_the_fake_has_the_real_signatures():
     from v41flash.controller.kube import Kube
 
     for method in ("has_kind", "list_children", "list_pods", "apply", "apply_many", "read", "read_many", "delete",
-                   "patch_status"):
+                   "patch_status", "list_controller_revisions", "create"):
         assert inspect.signature(getattr(FakeKube, method)) == inspect.signature(getattr(Kube, method)), method
 
 
@@ -342,21 +346,25 @@ def test_an_slo_and_router_edit_rewrites_the_configmap_and_router_but_no_engine_
     assert out.status["servingRevision"] == revision
 
 
-def test_an_engine_edit_is_served_only_once_every_engine_pod_runs_it():
+def test_an_engine_edit_starts_a_rollout_beside_the_untouched_serving_engines():
     kube, name = converged()
     old = kube.cr(name)["status"]["servingRevision"]
     assert {p.metadata.labels[L.REVISION_LABEL] for p in kube.pods.values()
             if p.metadata.labels.get(L.ROLE_LABEL) != L.ROUTER} == {old}
+    before = engine_workloads(kube)
     spec = kube.cr(name)["spec"]
     spec["decode"]["maxNumSeqs"] = 48
     kube.update_spec(name, spec)
-    out, _ = run(kube, name, now=LATER)
-    new = kube.get("Deployment", f"{name}-prefill")["metadata"]["labels"][L.REVISION_LABEL]
-    assert new != old and out.status["servingRevision"] == old  # both roles roll: one revision for the pair
-    assert cond(out.status, "Reconciling")["status"] == "True"
-    kube.settle()
-    out, _ = run(kube, name, now=LATER)
-    assert out.status["servingRevision"] == new and cond(out.status, "Ready")["status"] == "True"
+    out, events = run(kube, name, now=LATER)
+    assert out.status["servingRevision"] == old and out.status["rollout"]["candidateSlot"] == "a"
+    new = out.status["rollout"]["candidateRevision"]
+    assert new != old
+    # both roles of the candidate, in their own slot; the serving ones as they were (one revision per pair)
+    assert {n: w for n, w in engine_workloads(kube).items() if n in before} == before
+    assert {kube.get("Deployment", f"{name}-{r}-a")["metadata"]["labels"][L.REVISION_LABEL]
+            for r in ("prefill", "decode")} == {new}
+    assert cond(out.status, "Reconciling")["status"] == "True" and cond(out.status, "Ready")["status"] == "False"
+    assert ("Normal", "RolloutStarted") in [e[:2] for e in events]
 
 
 def test_pods_are_listed_only_while_engine_pods_of_another_revision_may_run():
@@ -379,4 +387,4 @@ def test_pods_are_listed_only_while_engine_pods_of_another_revision_may_run():
     kube.calls.clear()
     out, _ = run(kube, name, now=LATER)
     assert [c for c in kube.calls if c[0] == "list_pods"] and out.status["servingRevision"] != \
-        kube.get("Deployment", f"{name}-prefill")["metadata"]["labels"][L.REVISION_LABEL]
+        out.status["rollout"]["candidateRevision"]

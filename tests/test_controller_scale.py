@@ -93,6 +93,14 @@ class FakeKube:
         self.calls.append(("pods",))
         return []
 
+    def list_controller_revisions(self, namespace, instance, owner_uid):
+        self.calls.append(("revisions",))
+        return []
+
+    def create(self, obj, namespace):  # a ControllerRevision (create-only)
+        self.calls.append(("create", obj["kind"], obj["metadata"]["name"]))
+        return copy.deepcopy(obj)
+
     def delete(self, ref, namespace):
         self.calls.append(("delete", ref.kind, ref.name))
         self.store.pop(ref, None)
@@ -112,9 +120,11 @@ def no_events(*_):
 def fresh_prepare_cache():
     rec._prepared.clear()
     rec._applied_rv.clear()
+    rec._recorded.clear()
     yield
     rec._prepared.clear()
     rec._applied_rv.clear()
+    rec._recorded.clear()
 
 
 def kinds(calls, verb):
@@ -649,3 +659,46 @@ def test_the_wait_for_a_worker_is_measured_by_priority(monkeypatch):
     asyncio.run(asyncio.wait_for(main(), 30))
     assert count("urgent") - before["urgent"][0] == 1 and slow("urgent") == before["urgent"][1]
     assert count("background") - before["background"][0] == 2 and slow("background") - before["background"][1] == 1
+
+
+def test_an_active_rollout_gets_its_next_pass_soon_and_one_at_rest_waits_for_the_tick(monkeypatch):
+    from v41flash.controller import rollouts
+    passes = []
+
+    def fake_pass(uid, work):
+        passes.append((uid, work.trigger))
+        phase = "Canary" if uid == "rolling" else "Complete"
+        return rec.Outcome(status={"conditions": [], "rollout": {"phase": phase}})
+
+    monkeypatch.setattr(handlers, "run_pass", fake_pass)
+    monkeypatch.setattr(rollouts, "ROLLOUT_PASS_SECONDS", 0.05)
+    monkeypatch.setitem(handlers._bodies, "rolling", {"metadata": {}})
+    monkeypatch.setitem(handlers._bodies, "rest", {"metadata": {}})
+
+    async def main():
+        sched = handlers.Scheduler(workers=2, reserved=1)
+        sched.start()
+        sched.request("rolling", handlers.Work(trigger="update", full=True))
+        sched.request("rest", handlers.Work(trigger="update", full=True))
+        await asyncio.sleep(0.4)
+        sched.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 10))
+    rolling = [t for u, t in passes if u == "rolling"]
+    assert rolling[0] == "update" and rolling.count("rollout") >= 3  # one follow-up at a time, each soon
+    assert [t for u, t in passes if u == "rest"] == ["update"]
+
+
+def test_a_changed_rollout_action_annotation_asks_for_a_pass_and_other_metadata_does_not(monkeypatch):
+    asked = []
+    monkeypatch.setattr(handlers, "_request", lambda uid, work: asked.append(work.trigger))
+    monkeypatch.setattr(handlers, "_bodies", {})
+
+    def body(rv, annotations=None, generation=1):
+        return {"metadata": {"uid": "u9", "name": "x", "namespace": "ns", "resourceVersion": str(rv),
+                             "generation": generation, "annotations": annotations or {}}, "spec": {}}
+    asyncio.run(handlers.track(event={"type": "ADDED"}, body=body(1)))
+    asyncio.run(handlers.track(event={"type": "MODIFIED"}, body=body(2, {"other": "x"})))
+    asyncio.run(handlers.track(event={"type": "MODIFIED"},
+                               body=body(3, {"v41flash.io/rollout-action": "pause/0123456789"})))
+    assert asked == ["create", "update"]

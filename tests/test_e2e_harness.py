@@ -249,3 +249,43 @@ def test_loopback_listener_nets(tmp_path):
         "   2: 0101097F:1F40 0100007F:A000 01\n"     # 127.9.1.1 ESTABLISHED: not a listener
         "   3: 0200000A:0050 00000000:0000 0A\n")    # 10.0.0.2 LISTEN: not loopback
     assert loopback_listener_nets([str(table)]) == {0, 1}
+
+
+def test_rollout_front_and_slot_routers_in_the_supervisor():
+    """A rollout's front runs the session proxy alone; its routing table comes from the ConfigMap with each
+    Service URL resolved to a Ready pod (no cluster DNS here)."""
+    import json as _json
+
+    from e2e.supervisor import has_router, local_routes, resolve_service_url, routes_volume
+    from v41flash.api.v1alpha1 import V41FlashDeployment
+    from v41flash.render.slots import SlotSpec, render_slots
+    obj = V41FlashDeployment.model_validate({"apiVersion": "v41flash.io/v1alpha1", "kind": "V41FlashDeployment",
+                                             "metadata": {"name": "t", "namespace": "ns"}, "spec": {}})
+    new = V41FlashDeployment.model_validate({**obj.model_dump(by_alias=True), "spec": {"model": {"revision": "r2"}}})
+    objs = render_slots(new, [SlotSpec("", obj.spec, share=95), SlotSpec("a", new.spec, share=5)])
+    get = {(o["kind"], o["metadata"]["name"]): o for o in objs}
+    front = {**POD, "spec": get[("Deployment", "t-router")]["spec"]["template"]["spec"]}
+    slot_router = {**POD, "spec": get[("Deployment", "t-router-a")]["spec"]["template"]["spec"]}
+    assert not has_router(front) and has_router(slot_router)
+    pc = proxy_container(front)
+    path = pc["args"][pc["args"].index("--routes-file") + 1]
+    assert routes_volume(front, pc, path) == ("t-config", "routes.json")
+    services = {("ns", o["metadata"]["name"]): o for o in objs if o["kind"] == "Service"}
+
+    def pod(name, ip, tmpl, ready=True):
+        return {"metadata": {"name": name, "namespace": "ns", "labels": tmpl["metadata"]["labels"]},
+                "spec": tmpl["spec"], "status": {"podIP": ip, "conditions": [
+                    {"type": "Ready", "status": "True" if ready else "False"}]}}
+    r0 = pod("t-router-0-x", "127.1.0.5", get[("Deployment", "t-router-0")]["spec"]["template"])
+    ra = pod("t-router-a-x", "127.1.0.6", get[("Deployment", "t-router-a")]["spec"]["template"], ready=False)
+    assert resolve_service_url("http://t-router-0.ns.svc:8000", services, [r0, ra]) == "http://127.1.0.5:30001"
+    assert resolve_service_url("http://t-router-a.ns.svc:8000", services, [r0, ra]) is None  # not Ready
+    assert resolve_service_url("http://127.0.0.1:30001", services, []) == "http://127.0.0.1:30001"
+    assert resolve_service_url("http://nope.ns.svc:8000", services, [r0]) is None
+    table = get[("ConfigMap", "t-config")]["data"]["routes.json"]
+    # an upstream without a Ready pod refuses connections (a Service without endpoints); the rest still route
+    ups = [r["upstream"] for r in _json.loads(local_routes(table, services, [r0, ra]))["revisions"]]
+    assert ups == ["http://127.0.0.1:9", "http://127.1.0.5:30001"]
+    ra["status"]["conditions"][0]["status"] = "True"
+    ups = [r["upstream"] for r in _json.loads(local_routes(table, services, [r0, ra]))["revisions"]]
+    assert ups == ["http://127.1.0.6:30001", "http://127.1.0.5:30001"]

@@ -64,6 +64,21 @@ RECORDED = [
         cond("Ready", "False", 1, "Progressing", "router: 0/1 replicas ready")]},
      "Progressing", "router: 0/1 replicas ready"),
     ("no conditions", 1, {"observedGeneration": 1}, "Progressing", "Waiting for the Ready condition"),
+    # rollouts (docs/2026-12-01-rollouts.md §4.7): a canary in progress, waiting for room, rolled back, done
+    ("canary step", 2, {"observedGeneration": 2, "rollout": {"phase": "Canary", "step": 2, "steps": 4}, "conditions": [
+        cond("Ready", "False", 2, "RolloutProgressing", "canary step 2/4: 25% of new sessions on 9c41"),
+        cond("Reconciling", "True", 2, "RolloutProgressing", "canary step 2/4: 25% of new sessions on 9c41")]},
+     "Progressing", "canary step 2/4"),
+    ("waiting for surge room", 2, {"observedGeneration": 2, "rollout": {"phase": "WaitingForSurgeRoom"}, "conditions": [
+        cond("Reconciling", "True", 2, "WaitingForSurgeRoom", "candidate 9c41 needs 8 GPUs (4 decode + 4 prefill)")]},
+     "Progressing", "needs 8 GPUs"),
+    ("rolled back at the gate", 2, {"observedGeneration": 2, "rollout": {"phase": "RolledBack"}, "conditions": [
+        cond("Ready", "False", 2, "GateFailed", "x"),
+        cond("Stalled", "True", 2, "GateFailed", "rolled back 9c41: TTFT p90 2.70s > 2.00s target at step 2/4 (25%)")]},
+     "Degraded", "GateFailed: rolled back 9c41: TTFT p90 2.70s > 2.00s target"),
+    ("rollout complete", 3, {"observedGeneration": 3, "rollout": {"phase": "Complete", "servingSlot": "a"},
+                             "conditions": [cond("Ready", "True", 3, "AllReplicasReady", "all ready")]},
+     "Healthy", "all ready"),
     ("abnormal conditions False are ignored", 1, {"observedGeneration": 1, "conditions": [
         cond("Stalled", "False", 1), cond("Reconciling", "False", 1), cond("Ready", "True", 1, "A", "ok")]},
      "Healthy", "ok"),

@@ -24,3 +24,8 @@ def test_render_does_not_import_the_planner():
 def test_planner_imports_neither_the_api_nor_kubernetes():
     loaded = modules_loaded_by("v41flash.planner")
     assert _under(loaded, "v41flash.api", "v41flash.render", "v41flash.controller", "kopf", "kubernetes") == []
+
+
+def test_rollout_machine_is_pure():
+    loaded = modules_loaded_by("v41flash.rollout.machine")
+    assert _under(loaded, "v41flash.controller", "v41flash.render", "kopf", "kubernetes") == []

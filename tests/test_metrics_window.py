@@ -193,3 +193,17 @@ def test_router_window_reads_the_session_proxys_leading_signals():
     fig = compute_router_window(snaps, 60.0, 60.0)
     assert fig.arrival_rate == pytest.approx(2.0) and fig.new_session_rate == pytest.approx(0.1)
     assert fig.prompt_tokens_arriving_rate == pytest.approx(1e5)
+
+
+def test_window_of_a_subset_of_pods_is_that_subset_only():
+    """A rollout slot's own figures: the candidate's pods, not the serving revision's beside them."""
+    t0, t1 = 1000.0, 1060.0
+    h = SnapshotHistory()
+    h.add([snap("cand", t0, {"0": _engine(0, [0] * 6, [0] * 6)}), snap("serv", t0, {"0": _engine(0, [0] * 6, [0] * 6)})])
+    h.add([snap("cand", t1, {"0": _engine(10, [0, 0, 10, 10, 10, 10], [0, 0, 10, 10, 10, 10])}),
+           snap("serv", t1, {"0": _engine(50, [50] * 6, [50] * 6)})])
+    w = h.window_of(["cand"], "prefill", t1, 60.0)
+    assert w.requests == 10 and w.pods_observed == 1 and w.ttft_s > 0.5
+    assert h.window("prefill", t1, 60.0).requests == 60
+    missing = h.window_of(["cand", "gone"], "prefill", t1, 60.0)
+    assert missing.missing_pods == ("gone",) and not missing.complete

@@ -426,3 +426,127 @@ def test_cli_session_key_mode():
     assert build_parser().parse_args([*base, "--session-key", "client"]).session_key == "client"
     with pytest.raises(SystemExit):
         build_parser().parse_args([*base, "--session-key", "cookie"])
+
+
+# --- the routing table: sessions split between revisions ------------------------------------------
+
+async def _upstream(port: int, name: str, seen: list):
+    async def handle(request: web.Request) -> web.Response:
+        await request.read()
+        seen.append((name, request.headers.get("x-session-id")))
+        return web.json_response({"served_by": name})
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    r = web.AppRunner(app)
+    await r.setup()
+    await web.TCPSite(r, "127.0.0.1", port).start()
+    return r
+
+
+def _write_table(path, routes):
+    import os
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"revisions": routes}))
+    os.replace(tmp, path)  # kubelet swaps ConfigMap files atomically too
+
+
+def test_routing_table_splits_sessions_keeps_them_sticky_and_reloads(tmp_path, monkeypatch):
+    monkeypatch.setattr(sp, "ROUTES_RELOAD_S", 0.0)
+    a_port, b_port, px_port = free_ports(3)
+    routes = tmp_path / "routes.json"
+    a = {"revision": "aaaaaaaaaa", "upstream": f"http://127.0.0.1:{a_port}"}
+    b = {"revision": "bbbbbbbbbb", "upstream": f"http://127.0.0.1:{b_port}"}
+    _write_table(routes, [{**b, "share": 0, "acceptNew": False}, {**a, "share": 100}])
+
+    async def t():
+        seen: list = []
+        runners = [await _upstream(a_port, "a", seen), await _upstream(b_port, "b", seen)]
+        proxy = sp.SessionProxy(sp.ProxyConfig(upstream=f"http://127.0.0.1:{a_port}", routes_file=str(routes)))
+        pr = web.AppRunner(proxy.app())
+        await pr.setup()
+        await web.TCPSite(pr, "127.0.0.1", px_port).start()
+        runners.append(pr)
+        base = f"http://127.0.0.1:{px_port}"
+
+        async def chat(client, i):
+            body = {"messages": [{"role": "user", "content": f"session {i}"}]}
+            r = await client.post(f"{base}/v1/chat/completions", json=body)
+            assert r.status == 200
+            got = (await r.json())["served_by"]
+            assert r.headers[sp.REVISION_HEADER] == {"a": "aaaaaaaaaa", "b": "bbbbbbbbbb"}[got]
+            return got
+        try:
+            async with aiohttp.ClientSession() as client:
+                first = {i: await chat(client, i) for i in range(60)}
+                assert set(first.values()) == {"a"}
+                _write_table(routes, [{**b, "share": 50}, {**a, "share": 50}])
+                again = {i: await chat(client, i) for i in range(60)}
+                assert again == first  # known sessions stay on their revision
+                new = [await chat(client, 100 + i) for i in range(80)]
+                assert 20 < new.count("b") < 60
+                routes.write_text("{not json")  # a broken file keeps the table in use
+                assert [await chat(client, 100 + i) for i in range(80)] == new
+                assert proxy.registry.get_sample_value("v41flash_session_proxy_routes_errors_total") == 1.0
+                # the candidate rolled back: its sessions are reassigned to the serving revision
+                _write_table(routes, [{**a, "share": 100}])
+                assert {await chat(client, 100 + i) for i in range(80)} == {"a"}
+                assert proxy.registry.get_sample_value("v41flash_session_proxy_reassigned_total") == new.count("b")
+                text = await (await client.get(f"{base}/proxy/metrics")).text()
+                assert 'v41flash_session_proxy_sessions{revision="aaaaaaaaaa"} 140.0' in text
+                r = await client.get(f"{base}/v1/models")
+                assert (await r.json())["served_by"] == "a"
+        finally:
+            for r in reversed(runners):
+                await r.cleanup()
+    asyncio.run(t())
+
+
+def test_unreadable_routing_table_at_start_falls_back_to_the_upstream(tmp_path):
+    proxy = sp.SessionProxy(sp.ProxyConfig(upstream="http://u:1/", routes_file=str(tmp_path / "missing.json")))
+    route = proxy.route_for("k", keyed=True)
+    assert route.upstream == "http://u:1" and route.revision == ""
+
+
+def test_cli_takes_the_routes_file():
+    args = build_parser().parse_args(["session-proxy", "--listen", "0.0.0.0:30000", "--upstream", "http://u",
+                                      "--routes-file", "/etc/v41flash/routes/routes.json",
+                                      "--session-ttl-seconds", "120"])
+    assert args.routes_file == "/etc/v41flash/routes/routes.json" and args.session_ttl_seconds == 120
+
+
+def test_a_session_whose_revision_router_refuses_the_connection_moves_to_the_serving_revision(tmp_path, monkeypatch):
+    """A drained slot's router deleted before the proxy re-read the table: nothing was sent, so the request is
+    served by the serving revision (once), and the session stays there; a serving router that refuses is a 502."""
+    monkeypatch.setattr(sp, "ROUTES_RELOAD_S", 0.0)
+    a_port, gone_port, px_port = free_ports(3)
+    routes = tmp_path / "routes.json"
+    a = {"revision": "aaaaaaaaaa", "upstream": f"http://127.0.0.1:{a_port}"}
+    b = {"revision": "bbbbbbbbbb", "upstream": f"http://127.0.0.1:{gone_port}"}  # nothing listens there
+
+    async def t():
+        seen: list = []
+        runners = [await _upstream(a_port, "a", seen)]
+        proxy = sp.SessionProxy(sp.ProxyConfig(upstream=f"http://127.0.0.1:{a_port}", routes_file=str(routes)))
+        pr = web.AppRunner(proxy.app())
+        await pr.setup()
+        await web.TCPSite(pr, "127.0.0.1", px_port).start()
+        runners.append(pr)
+        base = f"http://127.0.0.1:{px_port}"
+        try:
+            async with aiohttp.ClientSession() as client:
+                _write_table(routes, [{**b, "share": 100}, {**a, "share": 0, "acceptNew": False}])
+                proxy.reload_routes()
+                proxy.router.records["s1"] = ("bbbbbbbbbb", sp.time.monotonic())  # a live session on b
+                _write_table(routes, [{**a, "share": 100}, {**b, "share": 0, "acceptNew": False}])  # b draining
+                body = {"messages": [{"role": "user", "content": "x"}]}
+                r = await client.post(f"{base}/v1/chat/completions", json=body, headers={"x-session-id": "s1"})
+                assert r.status == 200 and r.headers[sp.REVISION_HEADER] == "aaaaaaaaaa"
+                assert proxy.router.records["s1"][0] == "aaaaaaaaaa"
+                assert proxy.registry.get_sample_value("v41flash_session_proxy_reassigned_total") == 1.0
+                _write_table(routes, [{**b, "share": 100}])  # the serving revision itself unreachable
+                r = await client.post(f"{base}/v1/chat/completions", json=body, headers={"x-session-id": "s2"})
+                assert r.status == 502
+        finally:
+            for r in reversed(runners):
+                await r.cleanup()
+    asyncio.run(t())

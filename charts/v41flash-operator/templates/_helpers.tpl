@@ -77,6 +77,11 @@ Server-side apply is a PATCH that creates a missing object, so it needs both pat
 - apiGroups: ["leaderworkerset.x-k8s.io"]
   resources: ["leaderworkersets"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# Rollouts: each revision's spec is recorded in a ControllerRevision (create-only: its data is immutable),
+# listed by label each rollout pass, and deleted once neither live nor the previous serving revision.
+- apiGroups: ["apps"]
+  resources: ["controllerrevisions"]
+  verbs: ["get", "list", "create", "delete"]
 - apiGroups: [""]
   resources: ["services", "serviceaccounts"]
   verbs: ["get", "list", "create", "patch", "delete"]

@@ -8,6 +8,7 @@ CEL rules below are enforced by the apiserver at admission AND evaluated offline
 """
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Annotated, Any, Literal
@@ -652,6 +653,91 @@ class AutoscalingSpec(Model):
                                  description="Where the planner's metrics come from: scraped or from Prometheus.")
 
 
+# --- rollouts (docs/2026-12-01-rollouts.md) -----------------------------------------------------
+
+ROLLOUT_STEPS = (5, 25, 50, 100)
+ROLLOUT_MAX_STEPS = 10
+ROLLOUT_VERBS = ("pause", "resume", "abort", "promote")
+# kubectl's path to the rollout actions: `kubectl annotate v41f NAME v41flash.io/rollout-action=pause/<rev>
+# --overwrite`. The verb is bound to one candidate revision, so a stale annotation never acts on a later one.
+ROLLOUT_ACTION_ANNOTATION = f"{GROUP}/rollout-action"
+_REVISION_OR_EMPTY = r"^([0-9a-f]{10})?$"  # '' or a serving revision (render/revision.py REVISION_LENGTH)
+
+
+def parse_rollout_action(value: str) -> tuple[str, str]:
+    """(verb, candidate revision) of the rollout-action annotation ``<verb>/<revision>``; ValueError naming
+    the annotation otherwise."""
+    verb, sep, rev = str(value).strip().partition("/")
+    if not sep or verb not in ROLLOUT_VERBS or not re.fullmatch(_REVISION_OR_EMPTY, rev) or not rev:
+        raise ValueError(f"annotation {ROLLOUT_ACTION_ANNOTATION}={str(value)[:80]!r}: want <verb>/<candidate "
+                         f"revision>, verb one of {', '.join(ROLLOUT_VERBS)}, revision 10 hex digits")
+    return verb, rev
+
+
+def _increasing_rule(field: str, n: int) -> str:
+    """CEL without loops over indices: element i < element i+1 for every i of a list of at most n items."""
+    return " && ".join(f"(size(self.{field}) <= {i + 1} || self.{field}[{i}] < self.{field}[{i + 1}])"
+                       for i in range(n - 1))
+
+
+class RolloutGate(Model):
+    ttft_tolerance: float = Field(
+        0.0, ge=0, le=10, description="The candidate passes a step when its own TTFT at slo.ttft.percentile is at most "
+                                      "slo.ttft.targetSeconds x (1 + ttftTolerance).")
+    e2e_tolerance: float = Field(
+        0.0, ge=0, le=10, alias="e2eTolerance", description="The same for the candidate's own e2e p95 against slo.e2eP95Seconds.")
+    max_error_ratio: float = Field(
+        0.01, ge=0, le=1, description="Most failed (5xx) requests per request on the candidate's router in a step.")
+
+
+class RolloutSpec(Model):
+    model_config = ConfigDict(json_schema_extra=validations(
+        cel(f"self.steps[size(self.steps) - 1] == 100 && {_increasing_rule('steps', ROLLOUT_MAX_STEPS)}",
+            "steps must be strictly increasing percentages ending at 100 (the last step sends every new session "
+            "to the candidate, then it is promoted)", field_path=".steps"),
+        cel("self.promote == '' || self.promote != self.abort",
+            "promote and abort name the same revision: keep one", field_path=".abort"),
+    ))
+    strategy: Literal["Canary", "Recreate"] = Field(
+        "Canary", description="Canary: start the candidate revision beside the serving one, move a growing share of "
+                              "new sessions to it step by step, judge each step against spec.slo, promote, drain the "
+                              "old revision; roll back on failure. Recreate (development clusters): delete the "
+                              "serving engines, then start the new ones (an outage of one cold start, no surge).")
+    steps: list[Annotated[int, Field(ge=1, le=100)]] = Field(
+        list(ROLLOUT_STEPS), min_length=1, max_length=ROLLOUT_MAX_STEPS,
+        description="Percent of new sessions sent to the candidate, step by step; strictly increasing, ending at 100.")
+    step_seconds: int = Field(
+        300, ge=1, le=86400, description="How long each step is held and judged (the judgement window).")
+    min_requests_per_step: int = Field(
+        50, ge=0, le=F.INT32_MAX, description="Requests the candidate must have served in a step before it is judged; "
+                                              "fewer extends the step, up to progressDeadlineSeconds.")
+    max_surge_gpus: int = Field(
+        0, ge=0, le=1000000, alias="maxSurgeGPUs",
+        description="GPUs the candidate may hold beside the serving revision (on top of autoscaling.gpuBudget); "
+                    "0 = one replica of each enabled role.")
+    progress_deadline_seconds: int = Field(
+        0, ge=0, le=604800, description="A candidate not Ready, or a step not judged, this long after it started is "
+                                        "rolled back; 0 = the engines' startup budget + 600 s.")
+    when_no_surge_room: Literal["Wait", "InPlace"] = Field(
+        "Wait", description="No GPUs for the candidate (surge budget or cluster): Wait (say how many GPUs it needs; "
+                            "Stalled after the progress deadline), or InPlace: replace the serving revision's "
+                            "capacity one prefill + decode pair at a time, never taking a role below one ready "
+                            "replica.")
+    drain_deadline_seconds: int = Field(
+        1800, ge=0, le=86400, description="After promotion the old revision takes no new sessions; its live sessions "
+                                          "get this long, then its engines are deleted.")
+    gate: RolloutGate = Field(default_factory=RolloutGate, description="What a step must meet to pass.")
+    paused: bool = Field(False, description="Hold the rollout at its current step (from Git; kubectl: the annotation "
+                                            f"{ROLLOUT_ACTION_ANNOTATION}: pause/<candidate>).")
+    promote: str = Field(
+        "", max_length=10, pattern=_REVISION_OR_EMPTY,
+        description="A candidate revision (10 hex digits): promote it now, skipping the remaining steps and gates. "
+                    "A value that names no current candidate is reported in status as ignored.")
+    abort: str = Field(
+        "", max_length=10, pattern=_REVISION_OR_EMPTY,
+        description="A candidate revision: roll it back and do not retry it (reverting the spec aborts too).")
+
+
 class V41FlashDeploymentSpec(Model):
     model_config = ConfigDict(json_schema_extra=validations(
         cel("self.decode.enabled", "the decode role serves every request: to run aggregated, turn "
@@ -684,6 +770,8 @@ class V41FlashDeploymentSpec(Model):
     routing: RoutingSpec = Field(default_factory=RoutingSpec, description="The P/D router (vllm-router).")
     slo: SLOSpec = Field(default_factory=SLOSpec, description="Latency targets the planner keeps.")
     autoscaling: AutoscalingSpec = Field(default_factory=AutoscalingSpec, description="The SLO planner.")
+    rollout: RolloutSpec = Field(default_factory=RolloutSpec, description="How an engine change (a new serving "
+                                                                         "revision) is rolled out.")
 
 
 # --- status ---------------------------------------------------------------------------------------
@@ -743,6 +831,53 @@ class PlannerDecision(Model):
     advisory: bool | None = Field(None, description="True: advisory mode, the decision was reported, not applied.")
 
 
+class RolloutAction(Model):
+    model_config = ConfigDict(extra="ignore")
+    verb: str = ""
+    revision: str = ""
+    source: str = Field("", description="spec or annotation.")
+    at: str = ""
+    result: str = Field("", description="applied, or ignored with the reason.")
+    key: str = Field("", description="The annotation value consumed (each value acts once).")
+
+
+class RolloutStatus(Model):
+    """The rollout in progress (or the last one's end): all of its state, so an operator restart resumes it."""
+    model_config = ConfigDict(extra="ignore")
+    candidate_revision: str = ""
+    candidate_slot: str = ""
+    serving_slot: str = Field("", description="Slot of the serving revision: '' (never rolled out: workloads "
+                                              "<name>-<role>), a or b (<name>-<role>-<slot>).")
+    draining_revision: str = Field("", description="After promotion: the old revision, finishing its sessions.")
+    draining_slot: str = ""
+    phase: str = Field("", description="Starting | WaitingForSurgeRoom | Canary | Paused | Draining | RolledBack | "
+                                       "Aborted | Complete.")
+    step: int = Field(0, description="1-based step of the canary (0 before the first).")
+    steps: int = 0
+    share: int = Field(0, description="Percent of new sessions sent to the candidate.")
+    since: str = Field("", description="When the candidate started.")
+    step_started_at: str = ""
+    drain_started_at: str = ""
+    retiring_slot: str = Field("", description="After a rollback or abort: the candidate's slot, out of the routing "
+                                               "table, kept until its requests in flight finished.")
+    ended_at: str = Field("", description="When the candidate was rolled back or aborted.")
+    in_place: int = Field(0, description="InPlace: serving replicas per role handed to the candidate so far.")
+    gate: dict[str, str] = Field(default_factory=dict, description="The candidate's figures against the gate.")
+    reason: str = ""
+    message: str = ""
+    last_action: RolloutAction = Field(default_factory=RolloutAction)
+
+
+class RevisionStatus(Model):
+    model_config = ConfigDict(extra="ignore")
+    revision: str = ""
+    slot: str = ""
+    prefill: str = ""
+    decode: str = ""
+    share: int = 0
+    accept_new: bool = True
+
+
 class V41FlashDeploymentStatus(Model):
     model_config = ConfigDict(extra="ignore")
     observed_generation: int | None = None
@@ -753,6 +888,9 @@ class V41FlashDeploymentStatus(Model):
                         "every engine pod. Router, replica, SLO and autoscaling edits never change it. During "
                         "a roll it names the revision that served before, until every engine pod runs the new "
                         "one (the Reconciling condition counts them).")
+    rollout: RolloutStatus | None = Field(None, description="The rollout of a new serving revision: present while "
+                                                              "a candidate exists and after a rollback.")
+    revisions: list[RevisionStatus] = Field(default_factory=list, description="One per live revision (slot).")
     prefill: RoleStatus = Field(default_factory=RoleStatus)
     decode: RoleStatus = Field(default_factory=RoleStatus)
     router: RouterStatus = Field(default_factory=RouterStatus)

@@ -48,4 +48,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         "<key>' on the serving paths ('' = no client authentication)")
     p.add_argument("--max-in-flight", type=int, default=1024,
                    help="requests handled at once; more get 503 at once (default 1024)")
+    p.add_argument("--routes-file", default="", metavar="PATH",
+                   help="routing table (JSON) splitting new sessions between serving revisions during a rollout, "
+                        "each revision its own router; re-read when it changes ('' = everything to --upstream, "
+                        "which is also the fallback while the file cannot be read)")
+    p.add_argument("--session-ttl-seconds", type=float, default=600.0,
+                   help="with --routes-file: a session stays on its revision until idle this long (default 600)")
     p.set_defaults(func=_run)

@@ -36,6 +36,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from ..api import v1alpha1 as api
 from . import reconcile as rec
+from . import rollouts
 from .autoscale import Autoscaler, PlannerOutcome, same_decision
 from ..render import labels as L
 from ..render.engine import LWS_API_VERSION
@@ -340,6 +341,7 @@ class Scheduler:
         self.failures: dict[str, int] = {}
         self.not_before: dict[str, float] = {}
         self.tasks: list[asyncio.Task] = []
+        self.follow_ups: set[str] = set()  # uids with a rollout pass scheduled (ROLLOUT_PASS_SECONDS)
 
     def start(self) -> None:
         self.tasks = [asyncio.create_task(self._worker(self.queue)) for _ in range(self.workers - self.reserved)]
@@ -410,6 +412,11 @@ class Scheduler:
         work.done(uid)
         exc = None if fut.cancelled() else fut.exception()
         if exc is None:
+            outcome = fut.result()
+            if outcome is not None and rollouts.active(outcome.status) and uid not in self.follow_ups:
+                # a rollout acts on its own clock (steps, deadlines, drains): its next pass comes soon
+                self.follow_ups.add(uid)
+                asyncio.get_running_loop().call_later(rollouts.ROLLOUT_PASS_SECONDS, self._follow_up, uid)
             if self.failures.pop(uid, None):
                 log.info("%s: pass succeeded again", self._name(uid))
             self.not_before.pop(uid, None)
@@ -419,6 +426,11 @@ class Scheduler:
             self._backoff(uid, work, exc)
         if uid in self.pending:
             self._enqueue(uid)
+
+    def _follow_up(self, uid: str) -> None:
+        self.follow_ups.discard(uid)
+        if uid in _bodies:
+            self.request(uid, Work(trigger="rollout", full=True))
 
     def _backoff(self, uid: str, work: Work, exc: BaseException) -> None:
         n = self.failures.get(uid, 0)
@@ -599,6 +611,8 @@ async def track(event: dict[str, Any], body: kopf.Body, **_: Any) -> None:
         _request(uid, Work(trigger=reason, full=True, prune=reason == "resume"))
     elif old["metadata"].get("generation") != meta.get("generation"):
         _request(uid, Work(trigger="update", full=True))  # lists only if the desired set moved
+    elif _rollout_action(old["metadata"]) != _rollout_action(meta):  # kubectl annotate ... rollout-action=<verb>/<rev>
+        _request(uid, Work(trigger="update", full=True))
 
 
 async def _child_event(event: dict[str, Any], body: kopf.Body, **_: Any) -> None:
@@ -632,6 +646,11 @@ def _newer(recorded: str | None, deleted: str | None) -> bool:
 _OURS = {L.MANAGED_BY_LABEL: L.MANAGED_BY}
 kopf.on.event("apps", "v1", "deployments", labels=_OURS)(_child_event)
 kopf.on.event(*LWS_API_VERSION.split("/"), "leaderworkersets", labels=_OURS)(_child_event)
+
+
+def _rollout_action(meta: Any) -> str | None:
+    """The rollout-action annotation: it moves no generation, so its change alone asks for a pass."""
+    return (meta.get("annotations") or {}).get(api.ROLLOUT_ACTION_ANNOTATION)
 
 
 def _raw(body: Any) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
-from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
+from kubernetes.dynamic.exceptions import ConflictError, NotFoundError, ResourceNotFoundError
 from prometheus_client import Counter
 
 from ..api import v1alpha1 as api
@@ -45,6 +45,10 @@ CHILD_KINDS: tuple[tuple[str, str], ...] = (
     ("v1", "ConfigMap"),
     ("networking.k8s.io/v1", "NetworkPolicy"),
 )
+
+
+# The record of each revision's spec (rollouts): create-only, listed and deleted on its own (not a child kind).
+CONTROLLER_REVISION = ("apps/v1", "ControllerRevision")
 
 
 class NotLeader(Exception):
@@ -203,6 +207,31 @@ class Kube:
                     out.append(item)
             return out
         return [item for items in self._pool.map(of_kind, CHILD_KINDS) for item in items]
+
+    def list_controller_revisions(self, namespace: str, instance: str, owner_uid: str) -> list[dict[str, Any]]:
+        """The ControllerRevisions recording one deployment's revisions (labelled by us AND owned by its uid).
+        Not among CHILD_KINDS: they are never rendered, so pruning must not see them."""
+        api_version, kind = CONTROLLER_REVISION
+        items = self._resource(api_version, kind).get(
+            namespace=namespace, label_selector=L.label_selector(L.owned_selector(instance)),
+            _request_timeout=REQUEST_TIMEOUT).to_dict().get("items", [])
+        out = []
+        for item in items:
+            if any(o.get("uid") == owner_uid for o in item["metadata"].get("ownerReferences") or []):
+                item.setdefault("apiVersion", api_version)
+                item.setdefault("kind", kind)
+                out.append(item)
+        return out
+
+    def create(self, obj: dict[str, Any], namespace: str) -> dict[str, Any] | None:
+        """Create an object that is never changed afterwards (a ControllerRevision); None: it exists already."""
+        res = self._resource(obj["apiVersion"], obj["kind"])
+        self._may_write()
+        try:
+            return res.create(body=obj, namespace=namespace, field_manager=FIELD_MANAGER,
+                              _request_timeout=REQUEST_TIMEOUT).to_dict()
+        except ConflictError:
+            return None
 
     def read(self, ref: ChildRef, namespace: str, cached: bool = False) -> dict[str, Any] | None:
         """One object by name, None when absent or its kind is not served. cached: from the apiserver's watch

@@ -23,9 +23,13 @@ from ..render import render, revision_of
 from ..render.checks import operator_checks
 from ..render.resolve import DEPLOYMENT, LEADER_WORKER_SET, resolve
 from ..render.router import service_address
+from ..render.slots import controller_revision, slot_workload_name
 from ..roles import ROLES
+from ..rollout import machine as M
+from ..rollout.world import RolloutPass, World, rollout_pass
+from . import rollouts
 from .autoscale import PLANNER_CONDITIONS, PlannerOutcome, iso_time
-from .kube import ChildRef, Kube, KindNotInstalled, is_conflict, namespace_terminating
+from .kube import CONTROLLER_REVISION, ChildRef, Kube, KindNotInstalled, is_conflict, namespace_terminating
 from .status import Stall, WorkloadState, _condition, compute_status, may_run_older_pods, workload_state
 
 log = logging.getLogger(__name__)
@@ -96,11 +100,17 @@ _prepared: dict[str, tuple[tuple, tuple]] = {}
 # resourceVersion of each child as our last apply left it: a pass that did not list can still tell a
 # no-op apply (same version) from a change (an Event and a log line only for the latter).
 _applied_rv: dict[str, dict[ChildRef, str]] = {}
+# Revisions whose ControllerRevision this process created or found (per uid): one create per revision.
+_recorded: dict[str, set[str]] = {}
+# The rollout's own scrapes (candidate and slot routers), whether or not the planner runs.
+STEP_FIGURES = rollouts.StepFigures()
 
 
 def forget(uid: str) -> None:
     _prepared.pop(uid, None)
     _applied_rv.pop(uid, None)
+    _recorded.pop(uid, None)
+    STEP_FIGURES.forget(uid)
 
 
 def _prepare(body: dict[str, Any], previous: dict[str, Any], planned: dict[str, int] | None
@@ -160,10 +170,22 @@ def reconcile(kube: Kube, body: dict[str, Any], emit: Emit, *, now: str | None =
     applied: list[str] = []
     pruned: list[str] = []
     problems, obj, desired_objs, render_stall = _prepare(body, previous, planner.desired if planner else None)
+    spec_revision = revision_of(desired_objs) if obj is not None and render_stall is None else None
+    rolled: RolloutPass | None = None
+    records: list[dict[str, Any]] = []
+    live: dict[ChildRef, dict[str, Any]] = {}
+    if obj is not None and not problems and render_stall is None and rollouts.needed(previous, spec_revision):
+        # A rollout (or one to start): every pass lists, decides from what runs, applies and prunes.
+        how = Pass(apply=True, prune=True, workloads=how.workloads)
+        live = {ChildRef.of(o): o for o in kube.list_children(namespace, name, uid)}
+        try:
+            rolled, records = _rollout(kube, body, obj, previous, live, planner)
+            desired_objs = rolled.objects
+        except ValueError as exc:
+            render_stall = Stall("RolloutBlocked", str(exc)[:1000])
     want = frozenset(ChildRef.of(o) for o in desired_objs)
     prune = how.apply and (how.prune if isinstance(how.prune, bool) else want != how.prune)
-    live: dict[ChildRef, dict[str, Any]] = {}
-    if prune:
+    if prune and not live:
         live = {ChildRef.of(o): o for o in kube.list_children(namespace, name, uid)}
 
     if problems:
@@ -188,6 +210,11 @@ def reconcile(kube: Kube, body: dict[str, Any], emit: Emit, *, now: str | None =
                     _applied_rv.get(uid, {}).pop(ref, None)
                     pruned.append(f"{ref.kind}/{ref.name}")
                     del live[ref]
+            if stall is None and rolled is not None:
+                _keep_records(kube, namespace, uid, rolled, records, applied, pruned)
+    if stall is None and obj is not None and rolled is None and spec_revision and \
+            spec_revision not in _recorded.get(uid, set()):
+        _record(kube, body, obj, spec_revision)
     if not how.apply or (problems and not prune):  # observe: workloads as they run
         cached = how.workloads(namespace, uid) if how.workloads else {}
         live.update(cached)
@@ -195,8 +222,12 @@ def reconcile(kube: Kube, body: dict[str, Any], emit: Emit, *, now: str | None =
         live.update(_read_workloads(kube, namespace, frozenset(r for r in want if r not in cached)))
 
     revision = revision_of(desired_objs) if stall is None else None
-    status = _status(obj, body, live, previous, stall, generation, now, planner, revision,
-                     lambda: _pod_revisions(kube, namespace, name))
+    if rolled is not None and stall is None:
+        status = _status(obj, body, live, previous, stall, generation, now, planner, None, None,
+                         slot=rolled.decision.serving_slot if rolled.decision else "", rolled=rolled)
+    else:
+        status = _status(obj, body, live, previous, stall, generation, now, planner, revision,
+                         lambda: _pod_revisions(kube, namespace, name))
     outcome = Outcome(status=status, applied=applied, pruned=pruned, stall=stall, capacity=capacity, desired=want)
     if applied:
         emit("Normal", "Applied", "created or updated " + ", ".join(applied))
@@ -206,6 +237,8 @@ def reconcile(kube: Kube, body: dict[str, Any], emit: Emit, *, now: str | None =
         emit("Warning", stall.reason, stall.message)
     for event in (planner.events if planner and stall is None else ()):
         emit(*event)
+    for ev in (rolled.events if rolled is not None and stall is None else ()):
+        emit("Warning" if ev.warning else "Normal", ev.reason, ev.message)
     if status != previous:
         try:
             outcome.body = kube.patch_status(namespace, name, status, meta["resourceVersion"])
@@ -216,6 +249,74 @@ def reconcile(kube: Kube, body: dict[str, Any], emit: Emit, *, now: str | None =
             outcome.conflict = True
             log.info("status of %s/%s changed under us; passing again from a fresh read", namespace, name)
     return outcome
+
+
+def _owner(body: dict[str, Any]) -> dict[str, Any]:
+    meta = body["metadata"]
+    return {"apiVersion": api.API_VERSION, "kind": api.KIND, "name": meta["name"], "uid": meta["uid"]}
+
+
+def _rollout(kube: Kube, body: dict[str, Any], obj: api.V41FlashDeployment, previous: dict[str, Any],
+             live: dict[ChildRef, dict[str, Any]], planner: PlannerOutcome | None
+             ) -> tuple[RolloutPass, list[dict[str, Any]]]:
+    """One rollout pass from what runs: pods, workloads, ControllerRevisions, the step's figures."""
+    meta = body["metadata"]
+    name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
+    pods = rollouts.pod_dicts(kube.list_pods(namespace, L.label_selector({L.DEPLOYMENT_LABEL: name})))
+    records = kube.list_controller_revisions(namespace, name, uid)
+    _recorded.setdefault(uid, set()).update(
+        (r["metadata"].get("labels") or {}).get(L.REVISION_LABEL, "") for r in records)
+    # the newest annotations (a rollout action is an annotation: it moves no generation, so the prepared
+    # model may carry older ones)
+    obj = obj.model_copy(update={"metadata": {**obj.metadata, "annotations": dict(meta.get("annotations") or {})}})
+    state = M.State.from_status(previous.get("rollout"))
+    now = time.time()
+    view = STEP_FIGURES.observe(uid, state, pods, now, obj.spec.slo.ttft.percentile / 100)
+    world = World(now=now, workloads=[o for r, o in live.items() if r.kind in WORKLOAD_KINDS], pods=pods,
+                  controller_revisions=records, figures=view.figures, old_live_requests=view.old_live_requests,
+                  serving_requests=view.serving_requests, retiring_live_requests=view.retiring_live_requests)
+    replicas = desired_replicas(obj.spec, previous, planner.desired if planner else None)
+    out = rollout_pass(obj, previous, world, replicas, _owner(body),
+                       operator_namespace=os.environ.get("POD_NAMESPACE") or None)
+    return out, records
+
+
+def _record(kube: Kube, body: dict[str, Any], obj: api.V41FlashDeployment, revision: str) -> None:
+    """The ControllerRevision of the spec being rendered, once per revision: after the spec moves on, the
+    serving revision is rendered from it (a rollout's serving slot)."""
+    meta = body["metadata"]
+    cr = controller_revision(meta["name"], meta["namespace"], revision, obj.spec, int(time.time()), _owner(body))
+    try:
+        kube.create(cr, meta["namespace"])
+    except KindNotInstalled:
+        return
+    except ApiException as exc:
+        if namespace_terminating(exc):  # the deployment goes with its namespace: nothing to record
+            return
+        if exc.status not in (403, 422):
+            raise
+        # not allowed (RBAC from before rollouts) or refused: serving goes on; a rollout later stalls naming
+        # the missing record. Said once per revision, not every pass.
+        log.warning("%s/%s: cannot record revision %s in ControllerRevision %s (%s %s): a later rollout of this "
+                    "deployment will stall until it can", meta["namespace"], meta["name"], revision,
+                    cr["metadata"]["name"], exc.status, exc.reason)
+    _recorded.setdefault(meta["uid"], set()).add(revision)
+
+
+def _keep_records(kube: Kube, namespace: str, uid: str, rolled: RolloutPass, records: list[dict[str, Any]],
+                  applied: list[str], pruned: list[str]) -> None:
+    """Create the records the pass needs; delete all but the live revisions' and the previous serving one."""
+    for cr in rolled.create:
+        if kube.create(cr, namespace) is not None:
+            applied.append(_label(cr))
+        _recorded.setdefault(uid, set()).add(cr["metadata"]["labels"][L.REVISION_LABEL])
+    live_revs = {p.revision for p in (rolled.decision.slots if rolled.decision else ())} | {rolled.serving_revision}
+    have = {r["metadata"]["name"]: r for r in [*records, *rolled.create]}
+    for cr_name in rollouts.records_to_delete(list(have.values()), live_revs):
+        kube.delete(ChildRef(*CONTROLLER_REVISION, cr_name), namespace)
+        rev = (have[cr_name]["metadata"].get("labels") or {}).get(L.REVISION_LABEL, "")
+        _recorded.get(uid, set()).discard(rev)
+        pruned.append(f"ControllerRevision/{cr_name}")
 
 
 def _read_workloads(kube: Kube, namespace: str, want: frozenset[ChildRef]) -> dict[ChildRef, dict[str, Any]]:
@@ -350,13 +451,14 @@ def _pod_revisions(kube: Kube, namespace: str, name: str) -> dict[str, tuple[int
 def _status(obj: api.V41FlashDeployment | None, body: dict[str, Any], live: dict[ChildRef, dict[str, Any]],
             previous: dict[str, Any], stall: Stall | None, generation: int, now: str,
             planner: PlannerOutcome | None, revision: str | None = None,
-            pod_revisions: Callable[[], dict[str, tuple[int, int]]] | None = None) -> dict[str, Any]:
+            pod_revisions: Callable[[], dict[str, tuple[int, int]]] | None = None, slot: str = "",
+            rolled: RolloutPass | None = None) -> dict[str, Any]:
     """pod_revisions is called (one pod list) only while engine pods of another revision may be live: the
     serving revision is another one, or a role's workload may still run pods of an older template. So a
     deployment at rest, or one whose pods cannot be scheduled, lists no pods on its periodic passes."""
     name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
     by_name = {ref.name: o for ref, o in live.items() if ref.kind in (DEPLOYMENT, LEADER_WORKER_SET)}
-    workloads = {role: workload_state(by_name.get(L.child_name(name, role))) for role in ROLES}
+    workloads = {role: workload_state(by_name.get(slot_workload_name(name, role, slot))) for role in ROLES}
     router = workload_state(by_name.get(L.child_name(name, L.ROUTER)))
     if obj is not None:
         spec = obj.spec
@@ -382,9 +484,42 @@ def _status(obj: api.V41FlashDeployment | None, body: dict[str, Any], live: dict
         revision=revision, pod_revisions=pods)
     if planner is not None and stall is None:
         status.update(planner.status)
+    if rolled is not None:
+        _rollout_status(status, rolled, previous, generation, now)
     status["conditions"] = _planner_conditions(status["conditions"], previous, planner if stall is None else None,
                                                generation, now)
     return status
+
+
+def _rollout_status(status: dict[str, Any], rolled: RolloutPass, previous: dict[str, Any], generation: int,
+                    now: str) -> None:
+    """servingRevision, status.rollout / status.revisions and the kstatus conditions of a rollout pass:
+    Reconciling (step k/n, share, the candidate's figures vs the gate) while it progresses, Stalled with the
+    reason after a rollback (Ready False in both: the spec's generation is not realised)."""
+    if rolled.serving_revision:
+        status["servingRevision"] = rolled.serving_revision
+    for key, value in (("rollout", rolled.rollout_status), ("revisions", rolled.revisions_status)):
+        if rolled.rollout_status is not None and value:
+            status[key] = value
+        else:
+            status.pop(key, None)
+    d = rolled.decision
+    if d is None or (not d.stalled and not d.reconciling):
+        return
+    prev = previous.get("conditions") or []
+    conds = {c["type"]: c for c in status["conditions"]}
+    if d.stalled:
+        reason, message = d.stalled
+        out = [_condition(prev, "Ready", "False", reason, message, generation, now),
+               _condition(prev, "Stalled", "True", reason, message, generation, now)]
+    else:
+        message = d.reconciling
+        if "Reconciling" in conds:  # the serving slot's own progress too (a surge, a replica starting)
+            message = f"{message}; {conds['Reconciling']['message']}"
+        reason = d.reconciling_reason or "RolloutProgressing"
+        out = [_condition(prev, "Ready", "False", reason, message, generation, now),
+               _condition(prev, "Reconciling", "True", reason, message, generation, now)]
+    status["conditions"] = out
 
 
 def _gpus_per_replica(previous_role_status: dict[str, Any]) -> int:

@@ -72,6 +72,15 @@ class SnapshotHistory:
         by_pod = {p: ss for p, ss in by_pod.items() if ss and ss[-1].role == role}
         return compute_window(by_pod, end, window_s, expected_pods, ttft_percentile, tolerance_s)
 
+    def window_of(self, pods: Iterable[str], role: str, end: float, window_s: float, ttft_percentile: float = 0.9,
+                  tolerance_s: float | None = None) -> WindowFigures:
+        """Figures of ``role`` over the given pods only (one rollout slot's: the candidate's own figures)."""
+        keep = set(pods)
+        by_pod = {p: [s for s in ss if s.time <= end + 1e-9] for p, ss in self._by_pod.items() if p in keep}
+        by_pod = {p: ss for p, ss in by_pod.items() if ss and ss[-1].role == role}
+        return compute_window(by_pod, end, window_s, sorted(keep), ttft_percentile,
+                              tolerance_s)
+
 
 @dataclass
 class _Acc:

@@ -41,13 +41,16 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 # 64 MiB bounds memory (a 1M-token prompt as JSON is a few MiB); the same defaults as the CLI
 from v41flash.proxy import DEFAULT_MAX_BODY_BYTES, DEFAULT_PROMPT_KEY_CHARS, SESSION_KEY_MODES
+from v41flash.proxy.revisions import Route, RoutingTable, SessionRouter, parse_table
 
 SESSION_HEADER = "x-session-id"
+REVISION_HEADER = "x-v41flash-revision"  # on every response routed by a routing table: the revision that served
+ROUTES_RELOAD_S = 1.0  # how often the routing table file is checked for a change
 # Leading signals: the proxy sees a request before any engine queues it. Prompt tokens are estimated from
 # the request body's bytes (no parse, no tokenizer): BPE tokenizers average ~4 bytes of UTF-8 text per
 # token on English and code, and the JSON around an agent's prompt is a few percent of it.
@@ -137,6 +140,8 @@ class ProxyConfig:
     header_timeout_s: float = 15.0  # each request's headers must be complete this long after the connection
     # opened or the previous response ended (slowloris, on new and kept-alive connections alike)
     session_key: str = "derive"  # derive: set x-session-id when a client sent none; client: forward as sent
+    routes_file: str = ""  # a routing table (proxy/revisions.py) splitting sessions between revisions; '' = none
+    session_ttl_s: float = 600.0  # a session's revision record is forgotten after this long idle
 
     def __post_init__(self) -> None:
         if self.session_key not in SESSION_KEY_MODES:
@@ -193,6 +198,77 @@ class SessionProxy:
                                ["why"], registry=self.registry)
         self.session: aiohttp.ClientSession | None = None
         self.in_flight = 0
+        self.revision_sessions = Gauge("v41flash_session_proxy_sessions",
+                                       "Live sessions recorded on each revision of the routing table",
+                                       ["revision"], registry=self.registry)
+        self.reassigned = Counter("v41flash_session_proxy_reassigned",
+                                  "Sessions assigned again because their revision left the routing table "
+                                  "(rolled back or drained: they re-prefill once)", registry=self.registry)
+        self.table_errors = Counter("v41flash_session_proxy_routes_errors",
+                                    "Routing table files that could not be read (the previous table stays)",
+                                    registry=self.registry)
+        self.router: SessionRouter | None = None
+        self._routes_stamp: tuple[float, int] | None = None
+        self._routes_checked = 0.0
+        if cfg.routes_file:
+            fallback = RoutingTable((Route("", cfg.upstream.rstrip("/"), 100),))
+            self.router = SessionRouter(fallback, ttl_s=cfg.session_ttl_s)
+            self.reload_routes(force=True)
+
+    def reload_routes(self, force: bool = False) -> None:
+        """Read the routing table file again when it changed (kubelet swaps ConfigMap files atomically); a
+        file that cannot be read keeps the table in use and is counted."""
+        assert self.router is not None
+        now = time.monotonic()
+        if not force and now - self._routes_checked < ROUTES_RELOAD_S:
+            return
+        self._routes_checked = now
+        try:
+            st = os.stat(self.cfg.routes_file)
+            stamp = (st.st_mtime, st.st_size)
+            if stamp == self._routes_stamp:
+                return
+            with open(self.cfg.routes_file, encoding="utf-8") as f:
+                table = parse_table(json.load(f))
+        except (OSError, ValueError) as exc:
+            if self._routes_stamp != (-1.0, -1):
+                log.warning("routing table %s not used: %s", self.cfg.routes_file, exc)
+                self.table_errors.inc()
+            self._routes_stamp = (-1.0, -1)
+            return
+        self._routes_stamp = stamp
+        self.router.update(table)
+        log.info("routing table: %s", ", ".join(f"{r.revision} {r.share}%{'' if r.accept_new else ' (draining)'}"
+                                                  for r in table.routes))
+
+    def route_for(self, session: str | None, keyed: bool) -> Route | None:
+        """The revision's route of a request (None without a routing table: the one upstream). Health and
+        model listing go to the revision with the largest share (the serving one)."""
+        if self.router is None:
+            return None
+        self.reload_routes()
+        if not keyed:
+            return max((r for r in self.router.table.routes if r.accept_new), key=lambda r: r.share)
+        before = self.router.reassigned
+        route = self.router.route(session, time.monotonic())
+        if self.router.reassigned > before:
+            self.reassigned.inc(self.router.reassigned - before)
+        return route
+
+    def fallback_route(self, route: Route | None, session: str | None) -> Route | None:
+        """The serving revision's route for a request whose own revision's router refused the connection
+        (None: no table, or it was the serving route already)."""
+        if route is None or self.router is None:
+            return None
+        serving = max((r for r in self.router.table.routes if r.accept_new), key=lambda r: r.share, default=None)
+        if serving is None or serving.revision == route.revision:
+            return None
+        if session:
+            self.router.records[session] = (serving.revision, time.monotonic())
+        self.router.reassigned += 1
+        self.reassigned.inc()
+        log.info("revision %s unreachable: request moved to the serving revision %s", route.revision, serving.revision)
+        return serving
 
     def remember(self, session: str, now: float) -> bool:
         """Record a session key; True when it is new (never seen, or idle over SESSION_IDLE_S)."""
@@ -225,6 +301,10 @@ class SessionProxy:
         return web.Response(text="ok\n")
 
     async def metrics(self, _request: web.Request) -> web.Response:
+        if self.router is not None:
+            self.revision_sessions.clear()
+            for rev, n in self.router.sessions(time.monotonic()).items():
+                self.revision_sessions.labels(rev).set(n)
         return web.Response(body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     def _refuse(self, why: str, status: int, message: str) -> web.Response:
@@ -260,7 +340,9 @@ class SessionProxy:
             headers.pop("Authorization", None)
             headers.pop("authorization", None)
         headers["X-Forwarded-For"] = ", ".join(filter(None, [request.headers.get("X-Forwarded-For"), request.remote]))
-        if request.method == "POST" and request.path in KEYED_PATHS:
+        session = None
+        keyed = request.method == "POST" and request.path in KEYED_PATHS
+        if keyed:
             key, source = session_key_for(self.cfg, request.path, request.headers, body)
             self.keys.labels(source).inc()
             if source == "unparsable":
@@ -273,17 +355,33 @@ class SessionProxy:
             if session and self.remember(session, time.monotonic()):
                 self.new_sessions.inc()
         assert self.session is not None
-        url = self.upstream + str(request.rel_url)  # path and query as the client sent them
+        route = self.route_for(session, keyed)
+        base = route.upstream if route is not None else self.upstream
+        url = base + str(request.rel_url)  # path and query as the client sent them
         try:
-            upstream = await self.session.request(request.method, url, headers=headers, data=body or None,
-                                                  allow_redirects=False)
+            try:
+                upstream = await self.session.request(request.method, url, headers=headers, data=body or None,
+                                                      allow_redirects=False)
+            except aiohttp.ClientConnectorError:
+                # Nothing was sent: a revision's router that went away before this proxy re-read the table
+                # (a drained or rolled-back slot deleted; kubelet refreshes the mounted table within about
+                # a minute). The session moves to the serving revision, as it would once the table says so.
+                fallback = self.fallback_route(route, session)
+                if fallback is None:
+                    raise
+                route, base = fallback, fallback.upstream
+                url = base + str(request.rel_url)
+                upstream = await self.session.request(request.method, url, headers=headers, data=body or None,
+                                                      allow_redirects=False)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             self.upstream_errors.inc()
             self.requests.labels("5xx").inc()
-            return _error(502, f"upstream router {self.upstream} unreachable: {exc.__class__.__name__}: {exc}")
+            return _error(502, f"upstream router {base} unreachable: {exc.__class__.__name__}: {exc}")
         async with upstream:
-            resp = web.StreamResponse(status=upstream.status, reason=upstream.reason,
-                                      headers=forward_headers(upstream.headers))
+            out_headers = forward_headers(upstream.headers)
+            if route is not None and route.revision:
+                out_headers[REVISION_HEADER] = route.revision
+            resp = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=out_headers)
             if upstream.headers.get("Content-Length") and "Content-Encoding" not in upstream.headers:
                 resp.content_length = int(upstream.headers["Content-Length"])
             await resp.prepare(request)
@@ -340,7 +438,8 @@ def run_cli(args: argparse.Namespace) -> int:
             return 2
     cfg = ProxyConfig(upstream=args.upstream, session_header=args.session_header.lower(),
                       max_body_bytes=args.max_body_bytes, prompt_key_chars=args.prompt_key_chars,
-                      api_key=api_key, max_in_flight=args.max_in_flight, session_key=args.session_key)
+                      api_key=api_key, max_in_flight=args.max_in_flight, session_key=args.session_key,
+                      routes_file=args.routes_file, session_ttl_s=args.session_ttl_seconds)
     asyncio.run(serve(cfg, host, port))
     return 0
 

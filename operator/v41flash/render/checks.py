@@ -3,6 +3,7 @@
 - every engine command the renderer would run passes vLLM 0.33.0's parser snapshot and the argument
   builder's own rules (v41flash.vllm.args.validate_engine_config), each problem mapped to its spec field;
 - the GPU budget covers every enabled role at its minReplicas;
+- a canary can start (rollout_problems) and vLLM's KV handshake check stays on;
 - each engine pod's host memory holds what it pins: the Engram tables when they are in host memory, the
   host KV tier of every DP rank in the pod, /dev/shm, and a headroom (host_memory_problems).
 - the rendered children pass what the apiserver checks of names, labels and int32s (render/preflight.py).
@@ -81,6 +82,29 @@ def gpu_budget_problems(obj: api.V41FlashDeployment) -> list[Problem]:
                     f"raise gpuBudget to at least {need} or lower minReplicas")]
 
 
+def rollout_problems(obj: api.V41FlashDeployment) -> list[Problem]:
+    """A canary that could never start (maxSurgeGPUs below one replica of each role, no gpuBudget to add room,
+    and no InPlace), and vLLM's KV handshake check turned off (the second guard against cross-revision P/D
+    pairs, docs/2026-12-01-rollouts.md §4.2)."""
+    spec = obj.spec
+    problems: list[Problem] = []
+    r = spec.rollout
+    if r.strategy == "Canary" and r.when_no_surge_room == "Wait" and r.max_surge_gpus and not spec.autoscaling.gpu_budget:
+        res = resolve(spec)
+        need = sum(rr.gpus_per_replica for rr in res.enabled_roles)
+        if r.max_surge_gpus < need:
+            parts = " + ".join(f"{rr.gpus_per_replica} {rr.role}" for rr in res.enabled_roles)
+            problems.append(Problem("spec.rollout.maxSurgeGPUs", (
+                f"maxSurgeGPUs {r.max_surge_gpus} is below the {need} GPUs of the smallest canary (one replica "
+                f"per role: {parts}): every rollout would wait; raise it to {need} (or 0, which means that), or set "
+                "whenNoSurgeRoom: InPlace")))
+    if spec.kv_transfer.extra_config.get("enforce_handshake_compat") is False:
+        problems.append(Problem("spec.kvTransfer.extraConfig.enforce_handshake_compat", (
+            "false turns off vLLM's check that a prefill and a decode can exchange KV blocks (vLLM version, model, "
+            "KV layout); it is the second guard against pairing engines of different revisions: remove it")))
+    return problems
+
+
 def _gib(quantity: str) -> float:
     return float(parse_quantity(quantity)) / vfeatures.GIB
 
@@ -126,4 +150,5 @@ def host_memory_problems(obj: api.V41FlashDeployment) -> list[Problem]:
 
 def operator_checks() -> list[Callable[[api.V41FlashDeployment], list[Problem]]]:
     from .preflight import node_selector_problems, rendered_problems
-    return [engine_problems, gpu_budget_problems, host_memory_problems, node_selector_problems, rendered_problems]
+    return [engine_problems, gpu_budget_problems, host_memory_problems, rollout_problems, node_selector_problems,
+            rendered_problems]

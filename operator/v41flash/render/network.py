@@ -19,7 +19,7 @@ from typing import Any
 
 from . import labels as L
 from .engine import ENGINE_PORT
-from .router import METRICS_PORT, ROUTER_PORT
+from .router import METRICS_PORT, ROUTER_INTERNAL_PORT, ROUTER_PORT
 
 # Labels the operator chart puts on the operator's own pods (charts/v41flash-operator/templates/deployment.yaml).
 OPERATOR_POD_LABELS = {"app.kubernetes.io/component": "operator", L.SCRAPER_LABEL: "true"}
@@ -39,8 +39,12 @@ def _prometheus_peer(scraped_by: Any) -> dict[str, Any]:
 
 
 def network_policies(cr_name: str, namespace: str, roles: list[str], owner: dict[str, Any] | None,
-                     operator_namespace: str | None = None, prometheus_scraped_by: Any = None) -> list[dict[str, Any]]:
-    """``prometheus_scraped_by``: the api.PeerSelector of the user's Prometheus (metrics source Prometheus), else None."""
+                     operator_namespace: str | None = None, prometheus_scraped_by: Any = None,
+                     slot_routers: bool = False) -> list[dict[str, Any]]:
+    """``prometheus_scraped_by``: the api.PeerSelector of the user's Prometheus (metrics source Prometheus), else None.
+    ``slot_routers``: each rollout slot has its own vllm-router on ROUTER_INTERNAL_PORT (render/slots.py); only
+    the deployment's router pods (the front's session proxy) may reach it there: its admin API has no
+    authentication."""
     def engines() -> dict[str, Any]:  # fresh each use: no shared subtrees (YAML anchors) in the output
         return {"matchLabels": {L.DEPLOYMENT_LABEL: cr_name},
                 "matchExpressions": [{"key": L.ROLE_LABEL, "operator": "In", "values": sorted(roles)}]}
@@ -67,5 +71,6 @@ def network_policies(cr_name: str, namespace: str, roles: list[str], owner: dict
     router_policy = policy("router-ingress", router(), [
         {"ports": [tcp(ROUTER_PORT)]},  # clients, from anywhere (also the session proxy's /proxy/metrics)
         {"from": scrapers(), "ports": [tcp(METRICS_PORT)]},
+        *([{"from": [{"podSelector": router()}], "ports": [tcp(ROUTER_INTERNAL_PORT)]}] if slot_routers else []),
     ])
     return [engine_policy, router_policy]

@@ -1,0 +1,457 @@
+"""Revision-safe rollouts by the operator on the real control plane, under continuous multi-turn client load
+through the deployment's router Service (docs/2026-12-01-rollouts.md; issue 10's Shows):
+
+1. a model.revision change with surge room: canary step by step, promoted; 0 failed requests; every
+   session on one revision until its revision is gone; the new revision's prefill and decode simulators
+   each count exactly the requests the front sent to it (a cross-revision pair would count a request on
+   one of them only); the old revision's pods gone; status walked through the phases;
+5. a router-only and an SLO-only change: no rollout, no engine pod replaced;
+2. a candidate that never becomes Ready: rolled back within the progress deadline, the serving revision
+   never below one Ready replica per role, 0 failed requests;
+3. a candidate that is Ready but too slow: rolled back at the gate, the figure and the target in the reason.
+
+The client resolves the router Service to its newest Ready pod, as kube-proxy would to a Ready endpoint.
+The harness stops a pod's processes the moment it is deleted (kubelet would let a terminating pod finish
+its requests within the grace period); a request that fails on a pod deleted while it was in flight is
+reported as such and counted apart.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from e2e.kit import wait_for
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[1]
+REVISION = "v41flash.io/serving-revision"
+READY_TIMEOUT = 240
+# Short, so each Show takes about a minute or two: two steps of 8 s, 5 requests each, a 30 s drain.
+ROLLOUT = {"steps": [50, 100], "stepSeconds": 8, "minRequestsPerStep": 5, "progressDeadlineSeconds": 45,
+           "drainDeadlineSeconds": 20}
+
+
+def _doc(name: str, example: str = "tp4-h200-low-latency", **rollout) -> dict:
+    doc = yaml.safe_load((REPO / f"manifests/examples/{example}.yaml").read_text())
+    doc["metadata"]["name"] = name
+    doc["spec"]["rollout"] = {**ROLLOUT, **rollout}
+    return doc
+
+
+def _apply(cluster, doc: dict, ns: str) -> None:
+    cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(doc))
+
+
+def _cr(cluster, ns: str, name: str) -> dict:
+    return cluster.kubectl_json("get", "v41f", name, "-n", ns)
+
+
+def _cond(cr: dict, type_: str) -> dict:
+    return next((c for c in (cr.get("status") or {}).get("conditions", []) if c["type"] == type_), {})
+
+
+def _ready(p) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in (p.status.conditions or []))
+
+
+def _wait_ready(cluster, ns: str, name: str) -> dict:
+    def ready():
+        cr = _cr(cluster, ns, name)
+        st = cr.get("status") or {}
+        ok = _cond(cr, "Ready").get("status") == "True" and st.get("observedGeneration") == cr["metadata"]["generation"]
+        return cr if ok else None
+    return wait_for(ready, READY_TIMEOUT, f"{ns}/{name} Ready at its generation")
+
+
+def _engine_pods(cluster, ns: str, name: str) -> list:
+    pods = cluster.core.list_namespaced_pod(ns, label_selector=f"v41flash.io/deployment={name},v41flash.io/serving=true")
+    return [p for p in pods.items if not p.metadata.deletion_timestamp]
+
+
+def _served(cluster, ns: str, pod: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+    s = cluster.sim_for(pod, ns)
+    text = httpx.get(f"http://{s['ip']}:{s['port']}/metrics", timeout=5).text
+    return sum(x.value for fam in text_string_to_metric_families(text) for x in fam.samples
+               if x.name in ("vllm:request_success", "vllm:request_success_total"))
+
+
+class Load:
+    """Multi-turn sessions (3 turns each, a new session after the last) from `workers` threads through the
+    router Service, each response's revision read from x-v41flash-revision ("" before the front exists);
+    a sampler records, every second, the Ready engine replicas per revision and role."""
+
+    def __init__(self, cluster, ns: str, name: str, model: str, workers: int = 4):
+        self.cluster, self.ns, self.name, self.model, self.workers = cluster, ns, name, model, workers
+        self.records: list[dict] = []  # one per request
+        self.ready_samples: list[dict] = []  # {(revision, role): ready pods}
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.endpoint: tuple[str, str] | None = None  # (pod, base URL)
+        self.threads: list[threading.Thread] = []
+
+    def _resolve(self) -> None:
+        svc = self.cluster.core.read_namespaced_service(f"{self.name}-router", self.ns)
+        sel = ",".join(f"{k}={v}" for k, v in sorted(svc.spec.selector.items()))
+        pods = [p for p in self.cluster.core.list_namespaced_pod(self.ns, label_selector=sel).items
+                if _ready(p) and not p.metadata.deletion_timestamp and p.status.pod_ip]
+        if pods:
+            p = max(pods, key=lambda p: (p.metadata.creation_timestamp, p.metadata.name))
+            if self.endpoint is None or self.endpoint[0] != p.metadata.name:
+                s = self.cluster.sim_for(p.metadata.name, self.ns)
+                self.endpoint = (p.metadata.name, f"http://{s['ip']}:{s['port']}")
+        engines = _engine_pods(self.cluster, self.ns, self.name)
+        sample: dict = {}
+        for e in engines:
+            key = (e.metadata.labels.get(REVISION), e.metadata.labels.get("v41flash.io/role"))
+            sample[key] = sample.get(key, 0) + int(_ready(e))
+        with self.lock:
+            self.ready_samples.append(sample)
+
+    def _sampler(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self._resolve()
+            except Exception:  # noqa: BLE001 - the apiserver busy for a moment: the next tick reads again
+                pass
+            self.stop.wait(0.5)
+
+    def _worker(self, w: int) -> None:
+        with httpx.Client(timeout=30) as client:
+            while not self.stop.is_set():
+                session = f"w{w}-{uuid.uuid4().hex[:8]}"
+                messages = [{"role": "user", "content": f"session {session}: plan the change"}]
+                for turn in range(3):
+                    if self.stop.is_set():
+                        return
+                    pod, base = self.endpoint
+                    t0 = time.time()
+                    rec = {"session": session, "turn": turn, "pod": pod, "t0": t0}
+                    try:
+                        r = client.post(f"{base}/v1/chat/completions", headers={"x-session-id": session},
+                                        json={"model": self.model, "max_tokens": 4, "messages": messages})
+                        rec.update(status=r.status_code, revision=r.headers.get("x-v41flash-revision", ""),
+                                   body=r.text[:200] if r.status_code != 200 else "")
+                        messages = [*messages, {"role": "assistant", "content": "ok"},
+                                    {"role": "user", "content": f"turn {turn + 1}"}]
+                    except httpx.HTTPError as exc:
+                        rec.update(status=0, revision="", body=f"{type(exc).__name__}: {exc}")
+                    rec["t1"] = time.time()
+                    with self.lock:
+                        self.records.append(rec)
+
+    def __enter__(self) -> "Load":
+        wait_for(lambda: (self._resolve(), self.endpoint)[1], 60, "the router Service's Ready pod")
+        self.threads = [threading.Thread(target=self._sampler, daemon=True)]
+        self.threads += [threading.Thread(target=self._worker, args=(w,), daemon=True) for w in range(self.workers)]
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(60)
+
+    def wait_requests(self, n: int, timeout: float = 60) -> None:
+        start = len(self.records)
+        wait_for(lambda: len(self.records) >= start + n, timeout, f"{n} more requests served")
+
+    def failures(self) -> list[dict]:
+        return [r for r in self.records if r["status"] != 200]
+
+    def by_revision(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for r in self.records:
+            if r["status"] == 200:
+                out[r["revision"]] = out.get(r["revision"], 0) + 1
+        return out
+
+    def session_revisions(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for r in sorted(self.records, key=lambda r: r["t0"]):
+            if r["status"] == 200 and r["revision"]:
+                out.setdefault(r["session"], []).append(r["revision"])
+        return out
+
+
+def _phases(cluster, ns: str, name: str, until, timeout: float, what: str, give_up: tuple[str, ...] = ()
+            ) -> tuple[dict, list[str]]:
+    """Poll the CR until `until(cr)`, recording each status.rollout phase seen (in order); a phase in
+    `give_up` fails at once (a rollback while waiting for completion)."""
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        cr = _cr(cluster, ns, name)
+        phase = ((cr.get("status") or {}).get("rollout") or {}).get("phase", "")
+        if not seen or seen[-1] != phase:
+            seen.append(phase)
+        if until(cr):
+            return cr, seen
+        if phase in give_up or time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}; phases seen {seen}; status "
+                                 f"{yaml.safe_dump((cr.get('status') or {}).get('rollout'))}")
+        time.sleep(0.5)
+
+
+def _harness_kills(load: Load, cluster, ns: str) -> tuple[list[dict], list[dict]]:
+    """(failures on a pod deleted while the request was in flight, every other failure)."""
+    gone = []
+    other = []
+    for r in load.failures():
+        try:
+            p = cluster.core.read_namespaced_pod(r["pod"], ns)
+            deleted = p.metadata.deletion_timestamp is not None
+        except Exception:  # noqa: BLE001 - 404: the pod is gone
+            deleted = True
+        (gone if deleted and r["status"] == 0 else other).append(r)
+    return gone, other
+
+
+def _model(doc: dict) -> str:
+    return doc["spec"]["model"].get("servedModelName") or doc["spec"]["model"]["checkpoint"]
+
+
+def test_show1_a_model_revision_change_canaries_promotes_and_drains_with_no_failed_request(cluster, operator_process, ns):
+    name = "canary"
+    doc = _doc(name)
+    _apply(cluster, doc, ns)
+    old = _wait_ready(cluster, ns, name)["status"]["servingRevision"]
+    with Load(cluster, ns, name, _model(doc)) as load:
+        load.wait_requests(8)
+        doc["spec"]["model"]["revision"] = "e2e-1017"
+        _apply(cluster, doc, ns)
+        cr, phases = _phases(cluster, ns, name, lambda cr: ((cr.get("status") or {}).get("rollout") or {}).get(
+            "phase") == "Complete" and cr["status"]["servingRevision"] != old, 240, "the rollout to complete",
+            ("RolledBack",))
+        new = cr["status"]["servingRevision"]
+        # the old revision's pods gone (its GPUs released), the new one serving alone
+        wait_for(lambda: {p.metadata.labels[REVISION] for p in _engine_pods(cluster, ns, name)} == {new}, 60,
+                 "only the new revision's engine pods left")
+        load.wait_requests(8)
+    assert "Canary" in phases and "Draining" in phases and phases[-1] == "Complete", phases
+    cr = _wait_ready(cluster, ns, name)
+    assert cr["status"]["rollout"]["servingSlot"] == "a" and cr["status"]["servingRevision"] == new
+    killed, failed = _harness_kills(load, cluster, ns)
+    assert failed == [], failed
+    print(f"\n[show1] {len(load.records)} requests, by revision {load.by_revision()}, phases {phases}; "
+          f"{len(killed)} failed on a pod the harness stopped at deletion: {killed}")
+    # every session stays on one revision while it serves: the only move is old -> new, once the old is gone
+    for session, revs in load.session_revisions().items():
+        changes = [(a, b) for a, b in zip(revs, revs[1:]) if a != b]
+        assert all((a, b) == (old, new) for a, b in changes) and len(changes) <= 1, (session, revs)
+    # no cross-revision pair: the new revision's prefill and decode each counted exactly its requests
+    served = {}
+    for p in _engine_pods(cluster, ns, name):
+        role = p.metadata.labels["v41flash.io/role"]
+        served[role] = served.get(role, 0) + _served(cluster, ns, p.metadata.name)
+    sent = load.by_revision().get(new, 0)
+    assert sent > 0 and served == {"prefill": sent, "decode": sent}, (served, sent)
+    # the records: the serving revision and the previous one
+    crs = cluster.kubectl_json("get", "controllerrevisions", "-n", ns, "-l", f"app.kubernetes.io/instance={name}")
+    assert {c["metadata"]["labels"][REVISION] for c in crs["items"]} == {old, new}
+    events = cluster.kubectl_json("get", "events", "-n", ns, "--field-selector", f"involvedObject.name={name}")
+    reasons = {e["reason"] for e in events["items"]}
+    assert {"RolloutStarted", "StepPassed", "Promoted"} <= reasons, reasons
+
+
+def test_show5_router_and_slo_changes_restart_no_engine(cluster, operator_process, ns):
+    name = "steady"
+    doc = _doc(name)
+    _apply(cluster, doc, ns)
+    revision = _wait_ready(cluster, ns, name)["status"]["servingRevision"]
+    before = {p.metadata.name: p.metadata.uid for p in _engine_pods(cluster, ns, name)}
+    with Load(cluster, ns, name, _model(doc)) as load:
+        load.wait_requests(6)
+        doc["spec"]["routing"] = {"policy": "round_robin", "decodePolicy": "power_of_two"}
+        _apply(cluster, doc, ns)
+        _wait_ready(cluster, ns, name)
+        doc["spec"]["slo"]["e2eP95Seconds"] = 120
+        _apply(cluster, doc, ns)
+        cr = _wait_ready(cluster, ns, name)
+        load.wait_requests(6)
+        time.sleep(6)  # a rollout pass later: nothing replaced behind the Ready status
+    assert {p.metadata.name: p.metadata.uid for p in _engine_pods(cluster, ns, name)} == before
+    cr = _cr(cluster, ns, name)
+    assert cr["status"]["servingRevision"] == revision and "rollout" not in cr["status"]
+    killed, failed = _harness_kills(load, cluster, ns)
+    assert failed == [], failed
+    print(f"\n[show5] {len(load.records)} requests; {len(killed)} failed on a router pod the harness stopped at "
+          "deletion (the router's own roll)")
+
+
+def _rolled_back(cr: dict) -> bool:
+    return ((cr.get("status") or {}).get("rollout") or {}).get("phase") == "RolledBack"
+
+
+def _serving_kept_a_replica(load: Load, revision: str) -> None:
+    for sample in load.ready_samples:
+        for role in ("prefill", "decode"):
+            assert sample.get((revision, role), 0) >= 1, (role, sample)
+
+
+def test_show2_a_candidate_never_ready_is_rolled_back_within_the_deadline(cluster, operator_process, ns):
+    name = "never"
+    doc = _doc(name, progressDeadlineSeconds=20)
+    _apply(cluster, doc, ns)
+    old = _wait_ready(cluster, ns, name)["status"]["servingRevision"]
+    with Load(cluster, ns, name, _model(doc)) as load:
+        load.wait_requests(6)
+        doc["spec"]["model"]["revision"] = "e2e-broken"
+        for role in ("prefill", "decode"):
+            doc["spec"][role]["extraEnv"] = [{"name": "V41F_SIM_ARGS", "value": "--v41f-fail-start"}]
+        _apply(cluster, doc, ns)
+        t0 = time.monotonic()
+        cr, phases = _phases(cluster, ns, name, _rolled_back, 120, "the rollback")
+        took = time.monotonic() - t0
+        wait_for(lambda: {p.metadata.labels[REVISION] for p in _engine_pods(cluster, ns, name)} == {old}, 60,
+                 "the candidate's pods gone")
+        load.wait_requests(6)
+    stalled = _cond(cr, "Stalled")
+    assert stalled.get("status") == "True" and stalled["reason"] == "CandidateNotReady", stalled
+    assert _cond(cr, "Ready").get("status") == "False"
+    assert cr["status"]["servingRevision"] == old
+    # the deadline (20 s) from the candidate's start, plus a pass or two
+    assert took < 20 + 45, (took, phases)
+    _serving_kept_a_replica(load, old)
+    killed, failed = _harness_kills(load, cluster, ns)
+    assert failed == [], failed
+    assert set(load.by_revision()) <= {"", old}
+    print(f"\n[show2] rolled back after {took:.0f} s ({stalled['message']}); {len(load.records)} requests; "
+          f"{len(killed)} failed on a pod the harness stopped at deletion")
+
+
+def test_show3_a_candidate_too_slow_is_rolled_back_at_the_gate_naming_figure_and_target(cluster, operator_process, ns):
+    name = "slow"
+    doc = _doc(name)
+    doc["spec"]["slo"]["ttft"] = {"targetSeconds": 1.0, "percentile": 90}
+    _apply(cluster, doc, ns)
+    old = _wait_ready(cluster, ns, name)["status"]["servingRevision"]
+    with Load(cluster, ns, name, _model(doc), workers=6) as load:
+        load.wait_requests(6)
+        doc["spec"]["model"]["revision"] = "e2e-slow"
+        doc["spec"]["prefill"]["extraEnv"] = [{"name": "V41F_SIM_ARGS", "value": "--v41f-latency-factor=150"}]
+        _apply(cluster, doc, ns)
+        cr, phases = _phases(cluster, ns, name, _rolled_back, 180, "the gate's rollback")
+        wait_for(lambda: {p.metadata.labels[REVISION] for p in _engine_pods(cluster, ns, name)} == {old}, 60,
+                 "the candidate's pods gone")
+    stalled = _cond(cr, "Stalled")
+    assert stalled.get("status") == "True" and stalled["reason"] == "GateFailed", stalled
+    assert "TTFT p90" in stalled["message"] and "> 1.00s target" in stalled["message"], stalled
+    assert "Canary" in phases, phases
+    assert cr["status"]["servingRevision"] == old
+    _serving_kept_a_replica(load, old)
+    killed, failed = _harness_kills(load, cluster, ns)
+    assert failed == [], failed
+    print(f"\n[show3] {stalled['message']}; {len(load.records)} requests, by revision {load.by_revision()}")
+
+
+def test_show7_the_operator_sigkilled_mid_rollout_resumes_from_status_without_duplicates(cluster, operator_process, ns):
+    import signal
+    name = "resume"
+    doc = _doc(name, steps=[30, 60, 100])
+    _apply(cluster, doc, ns)
+    old = _wait_ready(cluster, ns, name)["status"]["servingRevision"]
+    with Load(cluster, ns, name, _model(doc)) as load:
+        load.wait_requests(6)
+        doc["spec"]["model"]["revision"] = "e2e-resume"
+        _apply(cluster, doc, ns)
+        cr, _ = _phases(cluster, ns, name, lambda cr: ((cr.get("status") or {}).get("rollout") or {}).get("step", 0) >= 2,
+                        180, "canary step 2")
+        at_kill = dict(cr["status"]["rollout"])
+        operator_process.restart(sig=signal.SIGKILL)
+        cr, phases = _phases(cluster, ns, name, lambda cr: ((cr.get("status") or {}).get("rollout") or {}).get(
+            "phase") == "Complete" and cr["status"]["servingRevision"] != old, 240, "the rollout to complete",
+            ("RolledBack",))
+        new = cr["status"]["servingRevision"]
+        wait_for(lambda: {p.metadata.labels[REVISION] for p in _engine_pods(cluster, ns, name)} == {new}, 60,
+                 "only the new revision's engine pods left")
+    assert at_kill["candidateSlot"] == "a" and at_kill["candidateRevision"] == new, at_kill
+    assert phases[0] in ("Canary", "Paused") and "Starting" not in phases, phases  # resumed, not restarted
+    # no duplicate revision, no third slot, no orphan: exactly slot a's objects and two records
+    names = {i["metadata"]["name"] for i in cluster.kubectl_json(
+        "get", "deployments", "-n", ns, "-l", f"app.kubernetes.io/instance={name}")["items"]
+        if not i["metadata"].get("deletionTimestamp")}
+    assert names == {f"{name}-prefill-a", f"{name}-decode-a", f"{name}-router-a", f"{name}-router"}, names
+    crs = cluster.kubectl_json("get", "controllerrevisions", "-n", ns, "-l", f"app.kubernetes.io/instance={name}")
+    assert sorted(c["metadata"]["labels"][REVISION] for c in crs["items"]) == sorted({old, new})
+    killed, failed = _harness_kills(load, cluster, ns)
+    assert failed == [], failed
+    print(f"\n[show7] SIGKILL at step {at_kill['step']}/{at_kill['steps']}; resumed through {phases}; "
+          f"{len(load.records)} requests, {len(killed)} failed on a pod the harness stopped at deletion")
+
+
+def test_show4_no_surge_room_waits_saying_why_and_in_place_completes_never_at_zero(cluster, operator_process, ns):
+    name = "tight"
+    doc = _doc(name, maxSurgeGPUs=4)
+    for role in ("prefill", "decode"):
+        doc["spec"][role].update(minReplicas=2, maxReplicas=2)
+    doc["spec"]["autoscaling"] = {**doc["spec"].get("autoscaling", {}), "gpuBudget": 16}  # all of it in use
+    _apply(cluster, doc, ns)
+    old = _wait_ready(cluster, ns, name)["status"]["servingRevision"]
+    before = {p.metadata.uid for p in _engine_pods(cluster, ns, name)}
+    with Load(cluster, ns, name, _model(doc)) as load:
+        load.wait_requests(6)
+        doc["spec"]["model"]["revision"] = "e2e-tight"
+        _apply(cluster, doc, ns)
+        cr, _ = _phases(cluster, ns, name, lambda cr: ((cr.get("status") or {}).get("rollout") or {}).get(
+            "phase") == "WaitingForSurgeRoom", 60, "the rollout waiting for surge room")
+        rec = _cond(cr, "Reconciling")
+        assert rec.get("status") == "True" and rec["reason"] == "WaitingForSurgeRoom", rec
+        assert "needs 8 GPUs" in rec["message"] and "gpuBudget 16" in rec["message"], rec
+        time.sleep(6)  # a pass later: still waiting, nothing of the serving revision touched
+        assert {p.metadata.uid for p in _engine_pods(cluster, ns, name)} == before
+        # opt in to in-place replacement: capacity handed over in P/D pairs
+        doc["spec"]["rollout"]["whenNoSurgeRoom"] = "InPlace"
+        _apply(cluster, doc, ns)
+        cr, phases = _phases(cluster, ns, name, lambda cr: ((cr.get("status") or {}).get("rollout") or {}).get(
+            "phase") == "Complete" and cr["status"]["servingRevision"] != old, 300, "the in-place rollout to complete",
+            ("RolledBack",))
+        new = cr["status"]["servingRevision"]
+        wait_for(lambda: {p.metadata.labels[REVISION] for p in _engine_pods(cluster, ns, name)} == {new}, 60,
+                 "only the new revision's engine pods left")
+    # never a role at zero Ready replicas (of either revision: one of them serves it)
+    for sample in load.ready_samples:
+        for role in ("prefill", "decode"):
+            assert sum(n for (rev, r), n in sample.items() if r == role) >= 1, sample
+    killed, failed = _harness_kills(load, cluster, ns)
+    assert failed == [], failed
+    print(f"\n[show4] waited with: {rec['message']}; in place through {phases}; {len(load.records)} requests, "
+          f"{len(killed)} failed on a pod the harness stopped at deletion")
+
+
+def test_show6_the_gb300_example_with_a_leaderworkerset_decode_rolls_out_the_same_way(cluster, operator_process, ns):
+    name = "rack"
+    doc = _doc(name, "gb300-pd-dep4-dep16")
+    _apply(cluster, doc, ns)
+    old = _wait_ready(cluster, ns, name)["status"]["servingRevision"]
+    with Load(cluster, ns, name, _model(doc)) as load:
+        load.wait_requests(6)
+        doc["spec"]["model"]["revision"] = "e2e-rack"
+        _apply(cluster, doc, ns)
+        cr, phases = _phases(cluster, ns, name, lambda cr: ((cr.get("status") or {}).get("rollout") or {}).get(
+            "phase") == "Complete" and cr["status"]["servingRevision"] != old, 300, "the rollout to complete",
+            ("RolledBack",))
+        new = cr["status"]["servingRevision"]
+        wait_for(lambda: {p.metadata.labels[REVISION] for p in _engine_pods(cluster, ns, name)} == {new}, 90,
+                 "only the new revision's engine pods left")
+    lws = {i["metadata"]["name"] for i in cluster.kubectl_json("get", "leaderworkersets", "-n", ns)["items"]}
+    assert lws == {f"{name}-decode-a"}, lws  # the candidate's decode LWS serves, the old one is gone
+    assert "Canary" in phases and "Draining" in phases, phases
+    killed, failed = _harness_kills(load, cluster, ns)
+    assert failed == [], failed
+    served = {}
+    for p in _engine_pods(cluster, ns, name):
+        role = p.metadata.labels["v41flash.io/role"]
+        served[role] = served.get(role, 0) + _served(cluster, ns, p.metadata.name)
+    sent = load.by_revision().get(new, 0)
+    assert sent > 0 and served == {"prefill": sent, "decode": sent}, (served, sent)
+    print(f"\n[show6] GB300 through {phases}; {len(load.records)} requests, by revision {load.by_revision()}; "
+          f"{len(killed)} failed on a pod the harness stopped at deletion")

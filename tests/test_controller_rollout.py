@@ -1,0 +1,323 @@
+"""reconcile() running whole rollouts against the in-memory apiserver (tests/fake_kube.py): the controller
+calls rollout_pass once a revision served and the spec renders another one, creates and prunes the
+ControllerRevisions, writes servingRevision / status.rollout / status.revisions and the kstatus conditions
+from the decision, posts its Events; the step's figures come from controller/rollouts.StepFigures."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fake_kube import FakeKube
+from v41flash.controller import reconcile as rec
+from v41flash.controller import rollouts
+from v41flash.controller.reconcile import reconcile
+from v41flash.render import labels as L
+from v41flash.rollout import machine as M
+
+ROOT = Path(__file__).resolve().parents[1]
+T0 = 1_796_000_000.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = T0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class Events(list):
+    def __call__(self, type_: str, reason: str, message: str) -> None:
+        self.append((type_, reason, message))
+
+
+def example(name: str = "tp4-h200-low-latency") -> dict:
+    return yaml.safe_load((ROOT / "manifests/examples" / f"{name}.yaml").read_text())
+
+
+def cond(status: dict, type_: str) -> dict | None:
+    return next((c for c in status.get("conditions", []) if c["type"] == type_), None)
+
+
+@pytest.fixture
+def world(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(rec.time, "time", clock)
+    figures = {"view": rollouts.StepView(M.Figures(requests=40, ttft_seconds=0.5, e2e_p95_seconds=5.0,
+                                                   error_ratio=0.0), serving_requests=100, old_live_requests=0)}
+    seen = []
+
+    def observe(uid, state, pods, now, pct, scraper=None):
+        seen.append(state.phase)
+        return figures["view"]
+    monkeypatch.setattr(rec.STEP_FIGURES, "observe", observe)
+    return clock, figures, seen
+
+
+def converged(doc: dict) -> tuple[FakeKube, str]:
+    kube = FakeKube()
+    name = kube.add_cr(doc)["metadata"]["name"]
+    reconcile(kube, kube.cr(name), Events())
+    kube.settle()
+    reconcile(kube, kube.cr(name), Events())
+    assert cond(kube.cr(name)["status"], "Ready")["status"] == "True"
+    return kube, name
+
+
+def step(kube: FakeKube, name: str, clock: Clock, seconds: float = 0.0, settle: bool = True):
+    clock.t += seconds
+    events = Events()
+    out = reconcile(kube, kube.cr(name), events)
+    if settle:
+        kube.settle()
+    return out, events
+
+
+def records(kube: FakeKube) -> set[str]:
+    return {o["metadata"]["labels"][L.REVISION_LABEL] for (_, k, _, _), o in kube.objects.items()
+            if k == "ControllerRevision"}
+
+
+def engine_names(kube: FakeKube) -> set[str]:
+    return {n for (_, k, _, n), o in kube.objects.items() if k in ("Deployment", "LeaderWorkerSet")
+            and o["metadata"]["labels"].get(L.ROLE_LABEL) in ("prefill", "decode")}
+
+
+def short(doc: dict, **rollout) -> dict:
+    doc["spec"]["rollout"] = {"steps": [50, 100], "stepSeconds": 10, "minRequestsPerStep": 5, **rollout}
+    return doc
+
+
+def test_the_serving_spec_is_recorded_once_and_an_slo_edit_starts_no_rollout(world):
+    kube, name = converged(example())
+    serving = kube.cr(name)["status"]["servingRevision"]
+    assert records(kube) == {serving}
+    creates = [c for c in kube.calls if c[0] == "create"]
+    reconcile(kube, kube.cr(name), Events())
+    assert [c for c in kube.calls if c[0] == "create"] == creates  # cached: not created again
+    spec = kube.cr(name)["spec"]
+    spec["slo"]["e2eP95Seconds"] = 120
+    kube.update_spec(name, spec)
+    out = reconcile(kube, kube.cr(name), Events())
+    assert "rollout" not in out.status and out.status["servingRevision"] == serving
+    assert not [c for c in kube.calls if c[0] == "list_controller_revisions"]
+
+
+def test_an_engine_change_canaries_step_by_step_promotes_drains_and_keeps_the_previous_record(world):
+    clock, figures, seen = world
+    kube, name = converged(short(example()))
+    old = kube.cr(name)["status"]["servingRevision"]
+    before = {n: kube.get("Deployment", n)["spec"] for n in engine_names(kube)}
+    spec = kube.cr(name)["spec"]
+    spec["decode"]["maxNumSeqs"] = 48
+    kube.update_spec(name, spec)
+    phases, all_events = [], []
+    for _ in range(30):
+        out, events = step(kube, name, clock, 6)
+        all_events += events
+        st = out.status
+        phases.append((st.get("rollout") or {}).get("phase"))
+        if (st.get("rollout") or {}).get("phase") == M.COMPLETE:
+            break
+        if (st.get("rollout") or {}).get("candidateSlot") and phases[-1] != M.DRAINING:
+            # the serving engines are never touched before the promotion
+            assert {n: kube.get("Deployment", n)["spec"] for n in before} == before
+            assert st["servingRevision"] == old
+            assert cond(st, "Ready")["status"] == "False" and cond(st, "Reconciling")["status"] == "True"
+    st = kube.cr(name)["status"]
+    new = st["rollout"]["candidateRevision"] if "candidateRevision" in st["rollout"] else st["servingRevision"]
+    assert st["rollout"]["phase"] == M.COMPLETE and st["servingRevision"] != old, phases
+    assert M.CANARY in phases and M.DRAINING in phases
+    assert engine_names(kube) == {f"{name}-prefill-a", f"{name}-decode-a"}  # the old slot pruned
+    assert records(kube) == {st["servingRevision"], old}  # the live one and the previous one
+    assert cond(st, "Ready")["status"] == "True" and cond(st, "Reconciling") is None
+    reasons = [r for _, r, _ in all_events]
+    assert {"RolloutStarted", "StepPassed", "Promoted"} <= set(reasons), reasons
+    canary = [m for _, r, m in all_events if r == "StepPassed"]
+    assert canary and new
+    assert M.CANARY in seen  # the figures were asked for during the canary
+
+
+def test_a_candidate_too_slow_is_rolled_back_at_the_gate_with_figure_and_target_and_stalled(world):
+    clock, figures, _ = world
+    kube, name = converged(short(example()))
+    old = kube.cr(name)["status"]["servingRevision"]
+    figures["view"] = rollouts.StepView(M.Figures(requests=40, ttft_seconds=9.0, e2e_p95_seconds=5.0,
+                                                  error_ratio=0.0), serving_requests=100)
+    spec = kube.cr(name)["spec"]
+    spec["decode"]["maxNumSeqs"] = 48
+    kube.update_spec(name, spec)
+    events = Events()
+    for _ in range(20):
+        out, ev = step(kube, name, clock, 6)
+        events += ev
+        if (out.status.get("rollout") or {}).get("phase") == M.ROLLED_BACK:
+            break
+    st = kube.cr(name)["status"]
+    assert st["rollout"]["phase"] == M.ROLLED_BACK and st["servingRevision"] == old
+    stalled = cond(st, "Stalled")
+    assert stalled["status"] == "True" and "TTFT" in stalled["message"] and "9.00s" in stalled["message"] \
+        and "2.00s" in stalled["message"], stalled
+    assert cond(st, "Ready")["status"] == "False"
+    assert ("Warning", "RolledBack") in [e[:2] for e in events]
+    # out of the routing table at once, kept while its requests in flight may not be done, then deleted
+    assert st["rollout"]["retiringSlot"] == "a" and rollouts.active(st)
+    routes = json.loads(kube.get("ConfigMap", f"{name}-config")["data"]["routes.json"])["revisions"]
+    assert [r["revision"] for r in routes] == [old]
+    assert engine_names(kube) == {f"{name}-prefill", f"{name}-decode", f"{name}-prefill-a", f"{name}-decode-a"}
+    figures["view"] = rollouts.StepView(retiring_live_requests=0)
+    step(kube, name, clock, 5)
+    assert engine_names(kube) == {f"{name}-prefill", f"{name}-decode"}  # the candidate slot is gone
+    st = kube.cr(name)["status"]
+    assert "retiringSlot" not in st["rollout"] and not rollouts.active(st)
+    assert cond(st, "Stalled")["status"] == "True"
+
+
+def test_a_rollout_without_the_serving_record_stalls_naming_it(world):
+    kube, name = converged(example())
+    for key in [k for k in kube.objects if k[1] == "ControllerRevision"]:
+        del kube.objects[key]
+    rec._recorded.clear()
+    spec = kube.cr(name)["spec"]
+    spec["decode"]["maxNumSeqs"] = 48
+    kube.update_spec(name, spec)
+    before = set(kube.objects)
+    out = reconcile(kube, kube.cr(name), Events())
+    assert out.stall is not None and out.stall.reason == "RolloutBlocked"
+    assert "ControllerRevision" in out.stall.message and set(kube.objects) == before
+
+
+def test_records_to_delete_keeps_the_live_and_the_newest_other():
+    def cr(rev, n):
+        return {"metadata": {"name": f"x-{rev}", "labels": {L.REVISION_LABEL: rev}}, "revision": n}
+    assert rollouts.records_to_delete([cr("a", 1), cr("b", 2), cr("c", 3), cr("d", 4)], {"d"}) == ["x-a", "x-b"]
+    assert rollouts.records_to_delete([cr("a", 1)], {"a"}) == []
+
+
+def _until(kube, name, clock, phase: str, n: int = 20, seconds: float = 6):
+    for _ in range(n):
+        out, _ = step(kube, name, clock, seconds)
+        if (out.status.get("rollout") or {}).get("phase") == phase:
+            return out
+    raise AssertionError(f"never reached {phase}: {kube.cr(name)['status'].get('rollout')}")
+
+
+def test_a_kubectl_pause_annotation_holds_the_step_and_resume_goes_on(world):
+    clock, _, _ = world
+    kube, name = converged(short(example()))
+    spec = kube.cr(name)["spec"]
+    spec["decode"]["maxNumSeqs"] = 48
+    kube.update_spec(name, spec)
+    out = _until(kube, name, clock, M.CANARY)
+    cand = out.status["rollout"]["candidateRevision"]
+    kube.crs[("ns", name)]["metadata"]["annotations"] = {"v41flash.io/rollout-action": f"pause/{cand}"}
+    out = _until(kube, name, clock, M.PAUSED, n=3)
+    step_at = out.status["rollout"]["step"]
+    for _ in range(4):  # held well past stepSeconds
+        out, _ = step(kube, name, clock, 6)
+        assert out.status["rollout"]["phase"] == M.PAUSED and out.status["rollout"]["step"] == step_at
+    kube.crs[("ns", name)]["metadata"]["annotations"] = {"v41flash.io/rollout-action": f"resume/{cand}"}
+    _until(kube, name, clock, M.COMPLETE)
+
+
+def test_an_operator_restart_mid_rollout_resumes_from_status_in_the_same_slot(world):
+    clock, _, _ = world
+    kube, name = converged(short(example()))
+    spec = kube.cr(name)["spec"]
+    spec["decode"]["maxNumSeqs"] = 48
+    kube.update_spec(name, spec)
+    out = _until(kube, name, clock, M.CANARY)
+    before = {k: v for k, v in out.status["rollout"].items() if k in ("candidateRevision", "candidateSlot", "since")}
+    names = set(kube.objects)
+    rec._prepared.clear()  # a new process: nothing in memory
+    rec._applied_rv.clear()
+    rec._recorded.clear()
+    out, _ = step(kube, name, clock, 1)
+    assert {k: out.status["rollout"][k] for k in before} == before
+    assert set(kube.objects) == names  # no duplicate revision, no third slot, no orphan
+    _until(kube, name, clock, M.COMPLETE)
+    assert engine_names(kube) == {f"{name}-prefill-a", f"{name}-decode-a"}
+
+
+def test_the_spec_back_at_the_serving_revision_aborts_the_candidate_and_never_touches_serving(world):
+    clock, _, _ = world
+    kube, name = converged(short(example()))
+    serving = {n: kube.get("Deployment", n)["spec"] for n in engine_names(kube)}
+    original = kube.cr(name)["spec"]
+    spec = kube.cr(name)["spec"]
+    spec["decode"]["maxNumSeqs"] = 48
+    kube.update_spec(name, spec)
+    _until(kube, name, clock, M.CANARY)
+    kube.update_spec(name, original)
+    for _ in range(4):
+        out, _ = step(kube, name, clock, 6)
+    assert engine_names(kube) == set(serving) and {n: kube.get("Deployment", n)["spec"] for n in serving} == serving
+    assert out.status["servingRevision"] == kube.cr(name)["status"]["servingRevision"]
+    assert cond(out.status, "Ready")["status"] == "True", out.status.get("rollout")
+
+
+def test_a_record_the_operator_may_not_create_is_said_once_and_serving_goes_on(world, caplog):
+    from fake_kube import api_error
+    kube = FakeKube()
+    name = kube.add_cr(example())["metadata"]["name"]
+    real = kube.create
+
+    def forbidden(obj, namespace):
+        kube.calls.append(("create", obj["metadata"]["name"]))
+        raise api_error(403, "Forbidden", "controllerrevisions is forbidden")
+    kube.create = forbidden
+    out = reconcile(kube, kube.cr(name), Events())
+    assert out.stall is None and out.applied  # the children applied all the same
+    reconcile(kube, kube.cr(name), Events())
+    assert len([c for c in kube.calls if c[0] == "create"]) == 1  # tried once, said once
+    assert "cannot record revision" in caplog.text
+    kube.create = real
+
+
+def test_a_retiring_candidate_is_idle_only_from_a_scrape_after_it_left_the_table():
+    from v41flash.metrics.parse import parse_metrics
+    from v41flash.metrics.window import PodSnapshot
+    figs = rollouts.StepFigures()
+    pod = {"metadata": {"name": "x-prefill-a-1", "labels": {L.ROLE_LABEL: "prefill", L.SERVING_LABEL: "true",
+                                                             L.SLOT_LABEL: "a", L.REVISION_LABEL: "c" * 10}},
+           "status": {"conditions": [{"type": "Ready", "status": "True"}], "podIP": "127.0.0.1"}}
+    state = M.State(phase=M.ROLLED_BACK, candidate_revision="c" * 10, retiring_slot="a", ended_at=T0)
+    gauge = '# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine="0",model_name="m"} %d\n'
+    pages = iter([(T0 + 1, gauge % 0), (T0 + 4, gauge % 1), (T0 + 9, gauge % 0)])
+
+    def scraper(targets):
+        assert [t.pod for t in targets] == ["x-prefill-a-1"]
+        t, text = next(pages)
+        return [PodSnapshot("x-prefill-a-1", "prefill", t, parse_metrics(text))]
+    seen = [figs.observe("u", state, [pod], T0 + 1, 0.9, scraper).retiring_live_requests for _ in range(3)]
+    assert seen == [None, 1, 0]  # idle at 1 s counts for nothing: the table may not have been re-read yet
+    assert figs.observe("u", state, [], T0 + 10, 0.9, lambda t: []).retiring_live_requests == 0  # no pod left
+
+
+def test_a_retiring_candidate_that_never_became_ready_is_idle_at_once():
+    figs = rollouts.StepFigures()
+    pod = {"metadata": {"name": "x-prefill-a-1", "labels": {L.ROLE_LABEL: "prefill", L.SERVING_LABEL: "true",
+                                                             L.SLOT_LABEL: "a", L.REVISION_LABEL: "c" * 10}},
+           "status": {"conditions": [{"type": "Ready", "status": "False"}], "podIP": "127.0.0.1"}}
+    state = M.State(phase=M.ROLLED_BACK, candidate_revision="c" * 10, retiring_slot="a", ended_at=T0)
+    assert figs.observe("u", state, [pod], T0 + 1, 0.9, lambda t: []).retiring_live_requests == 0
+    pod["status"]["conditions"][0]["status"] = "True"  # Ready but not scraped yet: unknown
+    assert figs.observe("u", state, [pod], T0 + 1, 0.9, lambda t: []).retiring_live_requests is None
+
+
+def test_no_record_is_attempted_again_nor_warned_about_in_a_namespace_being_deleted(world, caplog):
+    from fake_kube import api_error
+    kube = FakeKube()
+    name = kube.add_cr(example())["metadata"]["name"]
+    exc = api_error(403, "Forbidden", "unable to create new content in namespace ns because it is being terminated")
+    exc.body = ('{"kind": "Status", "reason": "Forbidden", "message": "unable to create new content in namespace ns '
+                'because it is being terminated", "details": {"causes": [{"reason": "NamespaceTerminating"}]}}')
+    kube.create = lambda obj, namespace: (_ for _ in ()).throw(exc)
+    from v41flash.controller.kube import namespace_terminating
+    assert namespace_terminating(exc)
+    rec._record(kube, kube.cr(name), rec.api.V41FlashDeployment.model_validate(
+        {**kube.cr(name), "apiVersion": rec.api.API_VERSION, "kind": rec.api.KIND}), "0123456789")
+    assert "cannot record" not in caplog.text
