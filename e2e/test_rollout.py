@@ -219,6 +219,18 @@ def _model(doc: dict) -> str:
     return doc["spec"]["model"].get("servedModelName") or doc["spec"]["model"]["checkpoint"]
 
 
+def _until_complete(cluster, ns: str, name: str, old: str, timeout: float, what: str, pods_timeout: float
+                    ) -> tuple[str, list[str]]:
+    """Wait for the rollout away from `old` to complete (a rollback fails at once) and for only the new
+    revision's engine pods to be left (the old one's GPUs released); (the new revision, phases seen)."""
+    cr, phases = _phases(cluster, ns, name, lambda cr: ((cr.get("status") or {}).get("rollout") or {}).get(
+        "phase") == "Complete" and cr["status"]["servingRevision"] != old, timeout, what, ("RolledBack",))
+    new = cr["status"]["servingRevision"]
+    wait_for(lambda: {p.metadata.labels[REVISION] for p in _engine_pods(cluster, ns, name)} == {new}, pods_timeout,
+             "only the new revision's engine pods left")
+    return new, phases
+
+
 def test_show1_a_model_revision_change_canaries_promotes_and_drains_with_no_failed_request(cluster, operator_process, ns):
     name = "canary"
     doc = _doc(name)
@@ -228,13 +240,8 @@ def test_show1_a_model_revision_change_canaries_promotes_and_drains_with_no_fail
         load.wait_requests(8)
         doc["spec"]["model"]["revision"] = "e2e-1017"
         _apply(cluster, doc, ns)
-        cr, phases = _phases(cluster, ns, name, lambda cr: ((cr.get("status") or {}).get("rollout") or {}).get(
-            "phase") == "Complete" and cr["status"]["servingRevision"] != old, 240, "the rollout to complete",
-            ("RolledBack",))
-        new = cr["status"]["servingRevision"]
         # the old revision's pods gone (its GPUs released), the new one serving alone
-        wait_for(lambda: {p.metadata.labels[REVISION] for p in _engine_pods(cluster, ns, name)} == {new}, 60,
-                 "only the new revision's engine pods left")
+        new, phases = _until_complete(cluster, ns, name, old, 240, "the rollout to complete", 60)
         load.wait_requests(8)
     assert "Canary" in phases and "Draining" in phases and phases[-1] == "Complete", phases
     cr = _wait_ready(cluster, ns, name)
@@ -367,12 +374,7 @@ def test_show7_the_operator_sigkilled_mid_rollout_resumes_from_status_without_du
                         180, "canary step 2")
         at_kill = dict(cr["status"]["rollout"])
         operator_process.restart(sig=signal.SIGKILL)
-        cr, phases = _phases(cluster, ns, name, lambda cr: ((cr.get("status") or {}).get("rollout") or {}).get(
-            "phase") == "Complete" and cr["status"]["servingRevision"] != old, 240, "the rollout to complete",
-            ("RolledBack",))
-        new = cr["status"]["servingRevision"]
-        wait_for(lambda: {p.metadata.labels[REVISION] for p in _engine_pods(cluster, ns, name)} == {new}, 60,
-                 "only the new revision's engine pods left")
+        new, phases = _until_complete(cluster, ns, name, old, 240, "the rollout to complete", 60)
     assert at_kill["candidateSlot"] == "a" and at_kill["candidateRevision"] == new, at_kill
     assert phases[0] in ("Canary", "Paused") and "Starting" not in phases, phases  # resumed, not restarted
     # no duplicate revision, no third slot, no orphan: exactly slot a's objects and two records
@@ -411,12 +413,7 @@ def test_show4_no_surge_room_waits_saying_why_and_in_place_completes_never_at_ze
         # opt in to in-place replacement: capacity handed over in P/D pairs
         doc["spec"]["rollout"]["whenNoSurgeRoom"] = "InPlace"
         _apply(cluster, doc, ns)
-        cr, phases = _phases(cluster, ns, name, lambda cr: ((cr.get("status") or {}).get("rollout") or {}).get(
-            "phase") == "Complete" and cr["status"]["servingRevision"] != old, 300, "the in-place rollout to complete",
-            ("RolledBack",))
-        new = cr["status"]["servingRevision"]
-        wait_for(lambda: {p.metadata.labels[REVISION] for p in _engine_pods(cluster, ns, name)} == {new}, 60,
-                 "only the new revision's engine pods left")
+        new, phases = _until_complete(cluster, ns, name, old, 300, "the in-place rollout to complete", 60)
     # never a role at zero Ready replicas (of either revision: one of them serves it)
     for sample in load.ready_samples:
         for role in ("prefill", "decode"):
@@ -436,12 +433,7 @@ def test_show6_the_gb300_example_with_a_leaderworkerset_decode_rolls_out_the_sam
         load.wait_requests(6)
         doc["spec"]["model"]["revision"] = "e2e-rack"
         _apply(cluster, doc, ns)
-        cr, phases = _phases(cluster, ns, name, lambda cr: ((cr.get("status") or {}).get("rollout") or {}).get(
-            "phase") == "Complete" and cr["status"]["servingRevision"] != old, 300, "the rollout to complete",
-            ("RolledBack",))
-        new = cr["status"]["servingRevision"]
-        wait_for(lambda: {p.metadata.labels[REVISION] for p in _engine_pods(cluster, ns, name)} == {new}, 90,
-                 "only the new revision's engine pods left")
+        new, phases = _until_complete(cluster, ns, name, old, 300, "the rollout to complete", 90)
     lws = {i["metadata"]["name"] for i in cluster.kubectl_json("get", "leaderworkersets", "-n", ns)["items"]}
     assert lws == {f"{name}-decode-a"}, lws  # the candidate's decode LWS serves, the old one is gone
     assert "Canary" in phases and "Draining" in phases, phases
