@@ -441,5 +441,13 @@ def test_while_a_candidate_exists_scale_downs_are_held_and_the_budget_counts_its
     assert rollouts.planner_budget(spec, canary) == 16  # default surge = the candidate's one replica per role
     surge = spec.model_copy(update={"rollout": spec.rollout.model_copy(update={"max_surge_gpus": 4})})
     assert rollouts.planner_budget(surge, canary) == 12  # 16 + 4 - 8 held by the candidate
-    assert rollouts.planner_budget(surge, {"rollout": {**canary["rollout"], "inPlace": 1}}) == 4
+    # a candidate grown to 2 replicas per role holds 16: the serving slot may have 16 + 4 - 16 = 4
+    assert rollouts.planner_budget(surge, {"rollout": {**canary["rollout"],
+                                                       "candidateReplicas": {"prefill": 2, "decode": 2}}}) == 4
+    # InPlace: one pair handed over (the planner's count still includes it), the candidate at one per role:
+    # serving N x 8 - 8 + 8 <= 16 + 4, so N x 8 <= 20
+    assert rollouts.planner_budget(surge, {"rollout": {**canary["rollout"], "inPlace": 1,
+                                                       "candidateReplicas": {"prefill": 1, "decode": 1}}}) == 20
+    # a status from before candidates were sized: one replica per role plus the hand-over (2 per role)
+    assert rollouts.planner_budget(surge, {"rollout": {**canary["rollout"], "inPlace": 1}}) == 12
     assert rollouts.planner_budget(surge, {"rollout": {"phase": "Complete", "servingSlot": "a"}}) == 16

@@ -862,6 +862,11 @@ class RolloutStatus(Model):
                                                "table, kept until its requests in flight finished.")
     ended_at: str = Field("", description="When the candidate was rolled back or aborted.")
     in_place: int = Field(0, description="InPlace: serving replicas per role handed to the candidate so far.")
+    candidate_replicas: dict[str, int] = Field(
+        default_factory=dict, description="The candidate's replicas per role: ceil(serving replicas x the share of "
+                                          "the step it is sized for / 100), at least 1.")
+    waiting_since: str = Field("", description="When the candidate's growth for the next step began to wait for "
+                                               "surge room (its step passed).")
     gate: dict[str, str] = Field(default_factory=dict, description="The candidate's figures against the gate.")
     reason: str = ""
     message: str = ""
