@@ -231,14 +231,24 @@ def _until_complete(cluster, ns: str, name: str, old: str, timeout: float, what:
     return new, phases
 
 
-def test_show1_a_model_revision_change_canaries_promotes_and_drains_with_no_failed_request(cluster, operator_process, ns):
+def _new_checkpoint_revision(spec: dict) -> None:
+    spec["model"]["revision"] = "e2e-1017"
+
+
+def _new_image(spec: dict) -> None:
+    spec["image"] = "registry.example.com/vllm/vllm-openai:v0.33.0-patch1"  # same vLLM, a rebuilt image
+
+
+@pytest.mark.parametrize("change", [_new_checkpoint_revision, _new_image], ids=["model.revision", "image"])
+def test_show1_a_checkpoint_or_image_change_canaries_promotes_and_drains_with_no_failed_request(cluster, operator_process,
+                                                                                                ns, change):
     name = "canary"
     doc = _doc(name)
     _apply(cluster, doc, ns)
     old = _wait_ready(cluster, ns, name)["status"]["servingRevision"]
     with Load(cluster, ns, name, _model(doc)) as load:
         load.wait_requests(8)
-        doc["spec"]["model"]["revision"] = "e2e-1017"
+        change(doc["spec"])
         _apply(cluster, doc, ns)
         # the old revision's pods gone (its GPUs released), the new one serving alone
         new, phases = _until_complete(cluster, ns, name, old, 240, "the rollout to complete", 60)
@@ -248,7 +258,8 @@ def test_show1_a_model_revision_change_canaries_promotes_and_drains_with_no_fail
     assert cr["status"]["rollout"]["servingSlot"] == "a" and cr["status"]["servingRevision"] == new
     killed, failed = _harness_kills(load, cluster, ns)
     assert failed == [], failed
-    print(f"\n[show1] {len(load.records)} requests, by revision {load.by_revision()}, phases {phases}; "
+    assert all(doc["spec"]["image"] in {c.image for c in p.spec.containers} for p in _engine_pods(cluster, ns, name))
+    print(f"\n[show1 {change.__name__}] {len(load.records)} requests, by revision {load.by_revision()}, phases {phases}; "
           f"{len(killed)} failed on a pod the harness stopped at deletion: {killed}")
     # every session stays on one revision while it serves: the only move is old -> new, once the old is gone
     for session, revs in load.session_revisions().items():
