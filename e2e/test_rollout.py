@@ -465,7 +465,7 @@ def test_a_candidate_with_two_prefill_replicas_to_match_grows_before_the_full_sh
     starts at 1 (50 % of 2), grows to 2 while still at 50 %, and takes 100 % of new sessions only once both are
     Ready; promotion then resizes nothing."""
     name = "grow"
-    doc = _doc(name, maxSurgeGPUs=12)  # 2 prefill + 1 decode of 4 GPUs serve (12 of gpuBudget 16)
+    doc = _doc(name)  # 2 prefill + 1 decode of 4 GPUs serve; the default surge: the candidate's full size (12)
     doc["spec"]["prefill"].update(minReplicas=2, maxReplicas=2)
     doc["spec"]["decode"].update(minReplicas=1, maxReplicas=1)
     _apply(cluster, doc, ns)
@@ -475,7 +475,7 @@ def test_a_candidate_with_two_prefill_replicas_to_match_grows_before_the_full_sh
         load.wait_requests(6)
         doc["spec"]["model"]["revision"] = "e2e-grow"
         _apply(cluster, doc, ns)
-        deadline = time.monotonic() + 240
+        deadline, surge = time.monotonic() + 240, None
         while True:
             st = _cr(cluster, ns, name).get("status") or {}
             r = st.get("rollout") or {}
@@ -485,6 +485,8 @@ def test_a_candidate_with_two_prefill_replicas_to_match_grows_before_the_full_sh
                             and p.metadata.labels.get("v41flash.io/role") == "prefill")
             row = (r.get("phase", ""), r.get("share", 0), (r.get("candidateReplicas") or {}).get("prefill", 0),
                    ready_new)
+            if cand:
+                surge = r.get("surgeGPUs")
             if not seen or seen[-1] != row:
                 seen.append(row)
             if r.get("phase") == "Complete" and st.get("servingRevision") != old:
@@ -493,6 +495,7 @@ def test_a_candidate_with_two_prefill_replicas_to_match_grows_before_the_full_sh
             time.sleep(0.5)
         load.wait_requests(6)
     phases = [s[0] for s in seen]
+    assert surge == 12, surge
     assert ("Starting", 50, 2) in [s[:3] for s in seen], seen  # grown while at the previous share
     full = [s for s in seen if s[0] == "Canary" and s[1] == 100]
     assert full and full[0][2] == 2 and full[0][3] == 2, seen  # 100 % only with both prefill replicas Ready

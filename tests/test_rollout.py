@@ -507,7 +507,7 @@ def test_an_idle_deployment_rolls_out_unjudged_but_a_busy_one_needs_candidate_re
 # --- the candidate sized by its share of sessions --------------------------------------------------------
 
 FOUR_TWO = {"prefill": 4, "decode": 2}
-# room for a full second copy of 4 + 2 replicas of 4 GPUs (the default, one replica per role, cannot grow: below)
+# room for a full second copy of 4 + 2 replicas of 4 GPUs (as the default surge gives: below)
 SIZED = replace(POLICY, max_surge_gpus=24)
 
 
@@ -684,7 +684,7 @@ def test_growth_without_surge_room_waits_at_the_passed_step_naming_the_gpus():
 def test_the_start_is_sized_for_the_first_share_and_waits_when_that_does_not_fit():
     pol = replace(POLICY, steps=(100,), max_surge_gpus=8)
     d = gstep(R.State(serving_slot="a"), sized(0), pol)
-    assert d.state.phase == R.WAITING and "needs 24 GPUs (8 decode + 16 prefill); maxSurgeGPUs leaves 8" in d.reconciling
+    assert d.state.phase == R.WAITING and "needs 24 GPUs (8 decode + 16 prefill); maxSurgeGPUs 8 leaves 8" in d.reconciling
     d = gstep(d.state, sized(5), replace(pol, max_surge_gpus=24))
     assert d.state.phase == R.STARTING and kinds(d)["candidate"].replicas == FOUR_TWO
 
@@ -708,13 +708,43 @@ def test_a_restart_mid_growth_resumes_from_status():
                                                                                                 "decode": 2}
 
 
-def test_with_the_default_surge_a_candidate_that_must_grow_waits_saying_so():
-    d = step(R.State(serving_slot="a"), sized(0))  # maxSurgeGPUs 0: one replica per role (8 GPUs)
-    d = step(d.state, sized(5, cand_of(d)))
+def _run(d, t, policy=POLICY, reps=FOUR_TWO, until=(R.DRAINING, R.COMPLETE), stop_at=400):
+    """Passes every 5.5 s with the candidate Ready at its size and good figures, recording (phase, step, size)."""
+    seen = []
+    while d.state.phase not in until and t < stop_at:
+        t += 5.5
+        d = step(d.state, sized(t, cand_of(d), good(), reps=reps), policy)
+        seen.append((d.state.phase, d.state.step, dict(d.state.candidate_replicas)))
+    return d, t, seen
+
+
+def test_with_the_default_surge_the_candidate_grows_to_the_serving_size_and_is_promoted_at_it():
+    d = step(R.State(serving_slot="a"), sized(0))  # maxSurgeGPUs 0: the full size, 4 + 2 replicas of 4 GPUs
+    assert d.state.surge_gpus == 24 and d.state.to_status()["surgeGPUs"] == 24
+    d, _, seen = _run(d, 0)
+    assert d.state.phase == R.DRAINING, seen
+    assert R.WAITING not in [s[0] for s in seen] and "WaitingForSurgeRoom" not in [d.state.reason], seen
+    grown = [s[2] for s in seen if s[0] == R.STARTING]
+    assert grown[-1] == FOUR_TWO, seen  # promoted at the serving size, grown on the way
+
+
+def test_the_default_surge_is_fixed_when_the_rollout_starts_so_a_planner_scale_up_waits_for_room():
+    d = step(R.State(serving_slot="a"), sized(0))  # 24 GPUs of surge, fixed now
+    d, t, _ = _run(d, 0, until=(R.CANARY,))
+    d, t, seen = _run(d, t, reps={"prefill": 6, "decode": 2})  # the planner grew serving prefill to 6
+    assert (d.state.phase, d.state.reason) == (R.CANARY, "WaitingForSurgeRoom"), seen
+    assert "needs 32 GPUs (8 decode + 24 prefill); the surge 24 (maxSurgeGPUs 0: the full size) leaves 24, to grow " \
+           "to prefill 6/6, decode 2/2 replicas for step 4/4 (100%)" in d.state.message, d.state.message
+
+
+def test_a_surge_below_the_full_size_waits_at_the_first_growth_saying_so():
+    pol = replace(POLICY, max_surge_gpus=8)  # one replica per role
+    d = step(R.State(serving_slot="a"), sized(0), pol)
+    d = step(d.state, sized(5, cand_of(d)), pol)
     for t in (16, 27):
-        d = step(d.state, sized(t, cand_of(d), good()))
+        d = step(d.state, sized(t, cand_of(d), good()), pol)
     assert (d.state.phase, d.state.step, d.state.reason) == (R.CANARY, 2, "WaitingForSurgeRoom")
-    assert "needs 12 GPUs (4 decode + 8 prefill); maxSurgeGPUs leaves 8, to grow to prefill 2/4, decode 1/2 " \
+    assert "needs 12 GPUs (4 decode + 8 prefill); maxSurgeGPUs 8 leaves 8, to grow to prefill 2/4, decode 1/2 " \
            "replicas for step 3/4 (50%)" in d.reconciling
 
 

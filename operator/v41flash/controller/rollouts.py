@@ -250,7 +250,8 @@ def planner_targets(targets, pods_labels: Mapping[str, Mapping[str, str]], slot:
 
 def planner_budget(spec: Any, status: Mapping[str, Any]) -> int | None:
     """The GPU budget the planner may size the serving slot to: gpuBudget, and while a candidate exists
-    gpuBudget + the surge allowance - what the candidate holds (status.rollout.candidateReplicas; one replica per
+    gpuBudget + the surge allowance (maxSurgeGPUs, or status.rollout.surgeGPUs: the candidate's full size when
+    the rollout started) - what the candidate holds (status.rollout.candidateReplicas; one replica per
     role plus the in-place hand-over in a status from before) + what InPlace handed over (the planner's count
     includes the replicas the serving slot gave the candidate), so both slots together stay within it."""
     from ..render.resolve import resolve
@@ -263,7 +264,8 @@ def planner_budget(spec: Any, status: Mapping[str, Any]) -> int | None:
     in_place = int(r.get("inPlace") or 0)
     size = r.get("candidateReplicas") or {}
     held = sum(rr.gpus_per_replica * int(size.get(rr.role, 1 + in_place) if size else 1 + in_place) for rr in roles)
-    return max(0, budget + (spec.rollout.max_surge_gpus or per_replica) - held + in_place * per_replica)
+    surge = spec.rollout.max_surge_gpus or int(r.get("surgeGPUs") or 0) or per_replica
+    return max(0, budget + surge - held + in_place * per_replica)
 
 
 def hold_scale_downs(decision: Any, why: str) -> Any:

@@ -44,7 +44,7 @@ class Policy:
     steps: tuple[int, ...] = (5, 25, 50, 100)
     step_seconds: float = 300
     min_requests_per_step: int = 50
-    max_surge_gpus: int = 0  # 0: one replica of each enabled role
+    max_surge_gpus: int = 0  # 0: the candidate at the serving size (fixed when the rollout starts: State.surge_gpus)
     progress_deadline_seconds: float = 7800
     when_no_surge_room: str = "Wait"
     drain_deadline_seconds: float = 1800
@@ -162,6 +162,9 @@ class State:
     # surge room (the step passed; 0 = not waiting).
     candidate_replicas: tuple[tuple[str, int], ...] = ()
     waiting_since: float = 0.0
+    # With maxSurgeGPUs 0: the surge this rollout may hold, fixed at its start (the candidate's GPUs at the serving
+    # slot's replicas then), so a planner scale-up during the rollout does not raise its own budget.
+    surge_gpus: int = 0
     reason: str = ""
     message: str = ""
     gate: tuple[tuple[str, str], ...] = ()
@@ -183,7 +186,7 @@ class State:
                      in_place=int(d.get("inPlace") or 0), reason=d.get("reason", ""), message=d.get("message", ""),
                      candidate_replicas=tuple(sorted((str(k), int(v)) for k, v in
                                                      (d.get("candidateReplicas") or {}).items())),
-                     waiting_since=ts("waitingSince"),
+                     waiting_since=ts("waitingSince"), surge_gpus=int(d.get("surgeGPUs") or 0),
                      retiring_slot=d.get("retiringSlot", ""), ended_at=ts("endedAt"),
                      gate=tuple(sorted((d.get("gate") or {}).items())),
                      last_action=tuple(sorted((d.get("lastAction") or {}).items())))
@@ -196,6 +199,7 @@ class State:
             "since": _format_time(self.since), "stepStartedAt": _format_time(self.step_started_at),
             "drainStartedAt": _format_time(self.drain_started_at), "inPlace": self.in_place,
             "candidateReplicas": dict(self.candidate_replicas), "waitingSince": _format_time(self.waiting_since),
+            "surgeGPUs": self.surge_gpus,
             "reason": self.reason, "message": self.message, "gate": dict(self.gate),
             "retiringSlot": self.retiring_slot, "endedAt": _format_time(self.ended_at),
             "lastAction": dict(self.last_action)}
@@ -266,6 +270,17 @@ def candidate_gpus(obs: Observed) -> int:
     return sum(obs.gpus_per_replica.values())
 
 
+def full_size_gpus(obs: Observed) -> int:
+    """GPUs of the candidate at the serving slot's replicas (at least one per role): the default surge."""
+    return _gpus(obs.gpus_per_replica, target_replicas(obs, 100))
+
+
+def surge_gpus(state: State, obs: Observed, policy: Policy) -> int:
+    """The GPUs the candidate may hold beyond what the serving slot handed over: maxSurgeGPUs, or (0) the
+    candidate's full size when this rollout started (status.rollout.surgeGPUs; now, for a status without it)."""
+    return policy.max_surge_gpus or state.surge_gpus or full_size_gpus(obs)
+
+
 def target_replicas(obs: Observed, share: int) -> dict[str, int]:
     """The candidate's replicas per role for a share of new sessions: ceil(serving replicas x share / 100), at
     least 1 (a role the serving slot does not run: 1)."""
@@ -291,14 +306,14 @@ def size_text(size: Mapping[str, int], obs: Observed) -> str:
 
 
 def surge_room(obs: Observed, policy: Policy, size: Mapping[str, int] | None = None,
-               in_place: int = 0) -> tuple[bool, str]:
+               in_place: int = 0, state: State | None = None) -> tuple[bool, str]:
     """(room for a candidate of ``size`` replicas per role (default: one each) while the serving slot has handed
-    ``in_place`` replicas per role over, the message when there is none). The candidate may hold maxSurgeGPUs
-    (0: one replica per role) beyond what the serving slot handed over, and with a gpuBudget both slots together
-    at most gpuBudget + maxSurgeGPUs."""
+    ``in_place`` replicas per role over, the message when there is none). The candidate may hold the surge
+    (``surge_gpus``: maxSurgeGPUs, 0 = its full size) beyond what the serving slot handed over, and with a
+    gpuBudget both slots together at most gpuBudget + the surge."""
     size = dict(size) if size is not None else {r: 1 for r in obs.gpus_per_replica}
     need = _gpus(obs.gpus_per_replica, size)
-    surge = policy.max_surge_gpus or candidate_gpus(obs)
+    surge = surge_gpus(state or State(), obs, policy)
     sper = obs.serving_gpus_per_replica or obs.gpus_per_replica
     if policy.gpu_budget:
         serving = sum(sper.get(r, 0) * max(0, n - in_place) for r, n in obs.serving_replicas.items())
@@ -308,8 +323,9 @@ def surge_room(obs: Observed, policy: Policy, size: Mapping[str, int] | None = N
     parts = " + ".join(f"{obs.gpus_per_replica.get(r, 0) * n} {r}" for r, n in sorted(size.items()))
     if need <= left:
         return True, ""
-    where = (f"gpuBudget {policy.gpu_budget} + maxSurgeGPUs {surge} leaves {max(0, left)}" if policy.gpu_budget
-             else f"maxSurgeGPUs leaves {left}")
+    named = f"maxSurgeGPUs {surge}" if policy.max_surge_gpus else f"the surge {surge} (maxSurgeGPUs 0: the full size)"
+    where = (f"gpuBudget {policy.gpu_budget} + {named} leaves {max(0, left)}" if policy.gpu_budget
+             else f"{named} leaves {left}")
     held = f" with {in_place} replica(s) per role handed over in place" if in_place else ""
     return False, f"needs {need} GPUs ({parts}){held}; {where}"
 
@@ -325,7 +341,7 @@ def _plan_size(state: State, obs: Observed, policy: Policy, share: int,
     if all(cur.get(r, 0) >= n for r, n in want.items()):
         return state, cur, ""
     size = {r: max(cur.get(r, 0), want[r]) for r in want}
-    ok, why = surge_room(obs, policy, size, state.in_place)
+    ok, why = surge_room(obs, policy, size, state.in_place, state)
     if ok:
         return state, size, ""
     if policy.when_no_surge_room != "InPlace":
@@ -412,7 +428,8 @@ def _start(state: State, obs: Observed, policy: Policy) -> Decision:
     """A new candidate: the spec renders a revision that neither serves nor was already given up on."""
     slot = other_slot(state.serving_slot) if state.serving_slot else "a"
     base = State(serving_slot=state.serving_slot, candidate_revision=obs.spec_revision, candidate_slot=slot,
-                 steps=len(policy.steps), since=obs.now, last_action=state.last_action)
+                 steps=len(policy.steps), since=obs.now, last_action=state.last_action,
+                 surge_gpus=0 if policy.max_surge_gpus else full_size_gpus(obs))
     if not obs.serving_revision:  # nothing has served yet: the serving slot simply runs the spec
         return Decision(state, obs.spec_revision,
                         (SlotPlan(state.serving_slot, obs.spec_revision, "serving", 100, True),))
@@ -432,7 +449,7 @@ def _start(state: State, obs: Observed, policy: Policy) -> Decision:
                                       f"at {size_text(size, obs)} (steps {', '.join(map(str, policy.steps))} % of new "
                                       "sessions)"),)
     if st.in_place:
-        _, why = surge_room(obs, policy, size)
+        _, why = surge_room(obs, policy, size, state=st)
         st = replace(st, message=f"in place: {why}")
     return _with_events(_progress(st, obs), events)  # created now: judged from the next pass on
 
