@@ -27,6 +27,7 @@ import pytest
 import yaml
 
 from e2e.kit import wait_for
+from v41flash.api.v1alpha1 import DEFAULT_IMAGE
 
 pytestmark = pytest.mark.e2e
 
@@ -231,14 +232,24 @@ def _until_complete(cluster, ns: str, name: str, old: str, timeout: float, what:
     return new, phases
 
 
-def test_show1_a_model_revision_change_canaries_promotes_and_drains_with_no_failed_request(cluster, operator_process, ns):
+def _new_checkpoint_revision(spec: dict) -> None:
+    spec["model"]["revision"] = "e2e-1017"
+
+
+def _new_image(spec: dict) -> None:
+    spec["image"] = "registry.example.com/vllm/vllm-openai:v0.33.0-patch1"  # same vLLM, a rebuilt image
+
+
+@pytest.mark.parametrize("change", [_new_checkpoint_revision, _new_image], ids=["model.revision", "image"])
+def test_show1_a_checkpoint_or_image_change_canaries_promotes_and_drains_with_no_failed_request(cluster, operator_process,
+                                                                                                ns, change):
     name = "canary"
     doc = _doc(name)
     _apply(cluster, doc, ns)
     old = _wait_ready(cluster, ns, name)["status"]["servingRevision"]
     with Load(cluster, ns, name, _model(doc)) as load:
         load.wait_requests(8)
-        doc["spec"]["model"]["revision"] = "e2e-1017"
+        change(doc["spec"])
         _apply(cluster, doc, ns)
         # the old revision's pods gone (its GPUs released), the new one serving alone
         new, phases = _until_complete(cluster, ns, name, old, 240, "the rollout to complete", 60)
@@ -248,7 +259,9 @@ def test_show1_a_model_revision_change_canaries_promotes_and_drains_with_no_fail
     assert cr["status"]["rollout"]["servingSlot"] == "a" and cr["status"]["servingRevision"] == new
     killed, failed = _harness_kills(load, cluster, ns)
     assert failed == [], failed
-    print(f"\n[show1] {len(load.records)} requests, by revision {load.by_revision()}, phases {phases}; "
+    image = doc["spec"].get("image", DEFAULT_IMAGE)  # the examples leave the default
+    assert all(image in {c.image for c in p.spec.containers} for p in _engine_pods(cluster, ns, name))
+    print(f"\n[show1 {change.__name__}] {len(load.records)} requests, by revision {load.by_revision()}, phases {phases}; "
           f"{len(killed)} failed on a pod the harness stopped at deletion: {killed}")
     # every session stays on one revision while it serves: the only move is old -> new, once the old is gone
     for session, revs in load.session_revisions().items():
@@ -447,3 +460,49 @@ def test_show6_the_gb300_example_with_a_leaderworkerset_decode_rolls_out_the_sam
     assert sent > 0 and served == {"prefill": sent, "decode": sent}, (served, sent)
     print(f"\n[show6] GB300 through {phases}; {len(load.records)} requests, by revision {load.by_revision()}; "
           f"{len(killed)} failed on a pod the harness stopped at deletion")
+
+
+def test_a_candidate_with_two_prefill_replicas_to_match_grows_before_the_full_share(cluster, operator_process, ns):
+    """The candidate is sized by its share (docs/2026-12-01-rollouts.md §8.6): with 2 serving prefill replicas it
+    starts at 1 (50 % of 2), grows to 2 while still at 50 %, and takes 100 % of new sessions only once both are
+    Ready; promotion then resizes nothing."""
+    name = "grow"
+    doc = _doc(name)  # 2 prefill + 1 decode of 4 GPUs serve; the default surge: the candidate's full size (12)
+    doc["spec"]["prefill"].update(minReplicas=2, maxReplicas=2)
+    doc["spec"]["decode"].update(minReplicas=1, maxReplicas=1)
+    _apply(cluster, doc, ns)
+    old = _wait_ready(cluster, ns, name)["status"]["servingRevision"]
+    seen: list[tuple] = []  # (phase, share, candidate prefill replicas, new-revision Ready prefill pods)
+    with Load(cluster, ns, name, _model(doc)) as load:
+        load.wait_requests(6)
+        doc["spec"]["model"]["revision"] = "e2e-grow"
+        _apply(cluster, doc, ns)
+        deadline, surge = time.monotonic() + 240, None
+        while True:
+            st = _cr(cluster, ns, name).get("status") or {}
+            r = st.get("rollout") or {}
+            cand = r.get("candidateRevision", "")
+            ready_new = sum(1 for p in _engine_pods(cluster, ns, name) if _ready(p) and cand
+                            and p.metadata.labels.get(REVISION) == cand
+                            and p.metadata.labels.get("v41flash.io/role") == "prefill")
+            row = (r.get("phase", ""), r.get("share", 0), (r.get("candidateReplicas") or {}).get("prefill", 0),
+                   ready_new)
+            if cand:
+                surge = r.get("surgeGPUs")
+            if not seen or seen[-1] != row:
+                seen.append(row)
+            if r.get("phase") == "Complete" and st.get("servingRevision") != old:
+                break
+            assert r.get("phase") != "RolledBack" and time.monotonic() < deadline, (seen, r)
+            time.sleep(0.5)
+        load.wait_requests(6)
+    phases = [s[0] for s in seen]
+    assert surge == 12, surge
+    assert ("Starting", 50, 2) in [s[:3] for s in seen], seen  # grown while at the previous share
+    full = [s for s in seen if s[0] == "Canary" and s[1] == 100]
+    assert full and full[0][2] == 2 and full[0][3] == 2, seen  # 100 % only with both prefill replicas Ready
+    assert phases.index("Draining") > phases.index("Canary"), seen
+    killed, failed = _harness_kills(load, cluster, ns)
+    assert failed == [], failed
+    print(f"\n[grow] (phase, share, candidate prefill replicas, its Ready prefill pods) {seen}; {len(load.records)} "
+          f"requests, by revision {load.by_revision()}; {len(killed)} failed on a pod the harness stopped at deletion")

@@ -438,8 +438,20 @@ def test_while_a_candidate_exists_scale_downs_are_held_and_the_budget_counts_its
     spec = SPEC.model_copy(update={"autoscaling": SPEC.autoscaling.model_copy(update={"gpu_budget": 16})})
     canary = {"rollout": {"phase": "Canary", "candidateSlot": "a"}}
     assert rollouts.planner_budget(spec, {}) == 16
-    assert rollouts.planner_budget(spec, canary) == 16  # default surge = the candidate's one replica per role
+    assert rollouts.planner_budget(spec, canary) == 16  # a status without surgeGPUs: one replica per role
+    # the default surge is the candidate's full size when the rollout started (status.rollout.surgeGPUs): 2 + 2
+    # replicas of 4 GPUs then; the candidate holds 1 + 1 now, so serving may have 16 + 16 - 8 = 24
+    grown = {"rollout": {**canary["rollout"], "surgeGPUs": 16, "candidateReplicas": {"prefill": 1, "decode": 1}}}
+    assert rollouts.planner_budget(spec, grown) == 24
     surge = spec.model_copy(update={"rollout": spec.rollout.model_copy(update={"max_surge_gpus": 4})})
     assert rollouts.planner_budget(surge, canary) == 12  # 16 + 4 - 8 held by the candidate
-    assert rollouts.planner_budget(surge, {"rollout": {**canary["rollout"], "inPlace": 1}}) == 4
+    # a candidate grown to 2 replicas per role holds 16: the serving slot may have 16 + 4 - 16 = 4
+    assert rollouts.planner_budget(surge, {"rollout": {**canary["rollout"],
+                                                       "candidateReplicas": {"prefill": 2, "decode": 2}}}) == 4
+    # InPlace: one pair handed over (the planner's count still includes it), the candidate at one per role:
+    # serving N x 8 - 8 + 8 <= 16 + 4, so N x 8 <= 20
+    assert rollouts.planner_budget(surge, {"rollout": {**canary["rollout"], "inPlace": 1,
+                                                       "candidateReplicas": {"prefill": 1, "decode": 1}}}) == 20
+    # a status from before candidates were sized: one replica per role plus the hand-over (2 per role)
+    assert rollouts.planner_budget(surge, {"rollout": {**canary["rollout"], "inPlace": 1}}) == 12
     assert rollouts.planner_budget(surge, {"rollout": {"phase": "Complete", "servingSlot": "a"}}) == 16

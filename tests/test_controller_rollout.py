@@ -321,3 +321,32 @@ def test_no_record_is_attempted_again_nor_warned_about_in_a_namespace_being_dele
     rec._record(kube, kube.cr(name), rec.api.V41FlashDeployment.model_validate(
         {**kube.cr(name), "apiVersion": rec.api.API_VERSION, "kind": rec.api.KIND}), "0123456789")
     assert "cannot record" not in caplog.text
+
+
+def test_the_controller_sizes_the_candidate_from_the_serving_slots_replicas(world):
+    clock, figures, seen = world
+    doc = short(example(), maxSurgeGPUs=12)
+    doc["spec"]["prefill"].update(minReplicas=2, maxReplicas=2)
+    doc["spec"]["decode"].update(minReplicas=1, maxReplicas=1)
+    kube, name = converged(doc)
+    spec = kube.cr(name)["spec"]
+    spec["model"]["revision"] = "r2"
+    kube.update_spec(name, spec)
+    rows, reasons, messages = [], [], []
+    for _ in range(30):
+        out, events = step(kube, name, clock, 6)
+        reasons += [r for _, r, _ in events]
+        r = out.status.get("rollout") or {}
+        try:
+            size = kube.get("Deployment", f"{name}-prefill-a")["spec"]["replicas"]
+        except Exception:  # noqa: BLE001 - not created yet
+            size = None
+        rows.append((r.get("phase"), r.get("share", 0), size))
+        messages.append((cond(out.status, "Reconciling") or {}).get("message", ""))
+        if r.get("phase") == M.COMPLETE:
+            break
+    assert rows[-1] == (M.COMPLETE, 0, 2), rows
+    assert (M.STARTING, 0, 1) in rows and (M.CANARY, 50, 1) in rows and (M.STARTING, 50, 2) in rows, rows
+    first_full = next(i for i, row in enumerate(rows) if row[1] == 100)
+    assert rows[first_full][2] == 2 and all(row[2] == 2 for row in rows[first_full:]), rows
+    assert "CandidateGrowing" in reasons and any("candidate prefill 2/2, decode 1/1 replicas" in m for m in messages)

@@ -350,7 +350,7 @@ def test_cluster_without_room_waits_on_pending_candidate_pods_without_rollback()
     pending = slot(prefill=(1, 0), decode=(1, 0), unsched="0/6 nodes are available: 6 Insufficient nvidia.com/gpu")
     d = step(d.state, obs(30, cand=pending))
     assert d.state.phase == R.STARTING and d.reconciling_reason == "WaitingForSurgeRoom"
-    assert "needs 8 GPUs: prefill: 0/6 nodes" in d.reconciling
+    assert "needs 8 GPUs for prefill 1/1, decode 1/1 replicas: prefill: 0/6 nodes" in d.reconciling
     d = step(d.state, obs(200, cand=pending))
     assert d.state.phase == R.STARTING and d.stalled[0] == "WaitingForSurgeRoom"
 
@@ -368,16 +368,47 @@ def test_in_place_hands_over_pairs_and_never_takes_a_role_to_zero():
     d = step(R.State(serving_slot="a"), obs(0, serving_replicas=two), pol)
     assert d.state.phase == R.STARTING and d.state.in_place == 1
     k = kinds(d)
-    assert k["serving"].minus == 1 and k["candidate"].replicas == {"prefill": 2, "decode": 2}
-    one_ready = slot(prefill=(2, 2), decode=(2, 2))
-    d = step(d.state, obs(5, serving_replicas=two, cand=one_ready, serving_obs=slot((1, 1), (1, 1))), pol)
+    # one pair handed over, the candidate starts at one replica per role in the freed GPUs (8 + 8 <= 16 + 4)
+    assert k["serving"].minus == 1 and k["candidate"].replicas == {"prefill": 1, "decode": 1}
+    one_ready = slot(prefill=(1, 1), decode=(1, 1))
+    handed = slot((1, 1), (1, 1))
+    d = step(d.state, obs(5, serving_replicas=two, cand=one_ready, serving_obs=handed), pol)
     assert d.state.phase == R.CANARY and d.state.step == 1
-    # step 1 passes; the serving slot has 1 replica per role left after the hand-over: no second hand-over
-    d = step(d.state, obs(16, serving_replicas=two, cand=one_ready, fig=good(), serving_obs=slot((1, 1), (1, 1))), pol)
-    assert d.state.phase == R.CANARY and d.state.in_place == 1 and d.state.step == 2
-    for p in d.slots:
-        if p.kind == "serving":
-            assert min(two.values()) - p.minus >= 1
+    t = 5
+    for _ in range(3):  # 25 % and 50 % of 2 replicas is 1: no growth; 100 % needs 2 but the serving slot keeps 1
+        t += 11
+        d = step(d.state, obs(t, serving_replicas=two, cand=one_ready, fig=good(), serving_obs=handed), pol)
+        assert d.state.phase == R.CANARY and d.state.in_place == 1
+        for p in d.slots:
+            if p.kind == "serving":
+                assert min(two.values()) - p.minus >= 1
+    assert d.state.step == 4 and kinds(d)["candidate"].replicas == {"prefill": 1, "decode": 1}
+    d = step(d.state, obs(t + 11, serving_replicas=two, cand=one_ready, fig=good(), serving_obs=handed), pol)
+    assert d.state.phase == R.DRAINING  # in place: promoted at the size the never-at-zero floor allows
+
+
+def test_in_place_grows_the_candidate_one_pair_at_a_time_while_the_serving_slot_can_spare_one():
+    pol = replace(POLICY, steps=(25, 50, 100), gpu_budget=24, max_surge_gpus=4, when_no_surge_room="InPlace")
+    three = {"prefill": 3, "decode": 3}
+    o = lambda t, cand, serving_ready, **kw: obs(t, serving_replicas=three, cand=cand,  # noqa: E731
+                                                 serving_obs=slot(serving_ready, serving_ready), **kw)
+    d = step(R.State(serving_slot="a"), o(0, None, (3, 3)), pol)
+    assert d.state.in_place == 1 and kinds(d)["candidate"].replicas == {"prefill": 1, "decode": 1}
+    d = step(d.state, o(5, slot(), (2, 2)), pol)
+    assert d.state.phase == R.CANARY and d.state.step == 1 and d.state.share == 25
+    # 50 % of 3 is 2 per role: 16 GPUs + the serving slot's 16 > 24 + 4, so one more pair is handed over first
+    d = step(d.state, o(16, slot(), (2, 2), fig=good()), pol)
+    assert (d.state.phase, d.state.step, d.state.share, d.state.in_place) == (R.STARTING, 1, 25, 2)
+    k = kinds(d)
+    assert k["candidate"].replicas == {"prefill": 2, "decode": 2} and k["serving"].minus == 2
+    assert k["candidate"].accept_new and k["candidate"].share == 25 and k["serving"].share == 75
+    assert "CandidateGrowing" in [e.reason for e in d.events]
+    d = step(d.state, o(20, slot((2, 2), (2, 2)), (1, 1)), pol)
+    assert (d.state.phase, d.state.step, d.state.share) == (R.CANARY, 2, 50)
+    # 100 % needs 3 per role; the serving slot has 1 left per role: it keeps it, the candidate goes on at 2
+    d = step(d.state, o(31, slot((2, 2), (2, 2)), (1, 1), fig=good()), pol)
+    assert (d.state.phase, d.state.step, d.state.in_place) == (R.CANARY, 3, 2)
+    assert all(3 - p.minus >= 1 for p in d.slots if p.kind == "serving")
 
 
 def test_in_place_on_a_full_cluster_hands_over_when_pods_are_pending():
@@ -439,7 +470,8 @@ def test_every_status_field_the_machine_writes_is_in_the_crd_schema():
     d = promoted()
     full = R.State(phase=R.DRAINING, candidate_revision=NEW, candidate_slot="b", serving_slot="a",
                    draining_revision=OLD, draining_slot="a", step=2, steps=4, share=25, since=T0, step_started_at=T0,
-                   drain_started_at=T0, in_place=1, reason="r", message="m", gate=(("ttft", "x"),),
+                   drain_started_at=T0, in_place=1, candidate_replicas=(("decode", 1), ("prefill", 2)),
+                   waiting_since=T0, reason="r", message="m", gate=(("ttft", "x"),),
                    last_action=d.state.last_action)
     status = full.to_status()
     assert set(status) <= set(schema["properties"]), set(status) - set(schema["properties"])
@@ -470,3 +502,258 @@ def test_an_idle_deployment_rolls_out_unjudged_but_a_busy_one_needs_candidate_re
     assert step(d.state, busy).state.step == 1  # extended: the candidate must earn its step
     late = replace(obs(5 + 121, cand=READY, fig=R.Figures(requests=2)), serving_requests=300)
     assert step(d.state, late).state.reason == "StepNotJudged"
+
+
+# --- the candidate sized by its share of sessions --------------------------------------------------------
+
+FOUR_TWO = {"prefill": 4, "decode": 2}
+# room for a full second copy of 4 + 2 replicas of 4 GPUs (as the default surge gives: below)
+SIZED = replace(POLICY, max_surge_gpus=24)
+
+
+def gstep(state, o, policy=SIZED):
+    return step(state, o, policy)
+
+
+def sized(t, cand=None, fig=None, reps=FOUR_TWO, **kw):
+    return obs(t, serving_replicas=reps, cand=cand, fig=fig, **kw)
+
+
+def cand_of(d, ready=True):
+    size = kinds(d)["candidate"].replicas
+    return slot(prefill=(size["prefill"], size["prefill"] if ready else 1),
+                decode=(size["decode"], size["decode"] if ready else 1))
+
+
+def test_the_size_rule():
+    o = sized(0)
+    assert R.target_replicas(o, 5) == {"prefill": 1, "decode": 1}
+    assert R.target_replicas(o, 25) == {"prefill": 1, "decode": 1}
+    assert R.target_replicas(o, 50) == {"prefill": 2, "decode": 1}
+    assert R.target_replicas(o, 60) == {"prefill": 3, "decode": 2}
+    assert R.target_replicas(o, 100) == FOUR_TWO
+    one = obs(0)  # one replica per role (the e2e Shows): always one
+    assert all(R.target_replicas(one, s) == {"prefill": 1, "decode": 1} for s in (1, 5, 50, 100))
+
+
+def test_the_candidate_grows_before_each_share_that_needs_more_and_promotes_only_at_the_serving_size():
+    d = gstep(R.State(serving_slot="a"), sized(0))
+    assert kinds(d)["candidate"].replicas == {"prefill": 1, "decode": 1}
+    assert "candidate prefill 1/4, decode 1/2 replicas" in d.reconciling
+    assert "at prefill 1/4, decode 1/2 replicas" in d.events[0].message
+    d = gstep(d.state, sized(5, cand_of(d)))
+    assert (d.state.phase, d.state.step) == (R.CANARY, 1)
+    d = gstep(d.state, sized(16, cand_of(d), good()))  # 25 %: still one per role
+    assert (d.state.phase, d.state.step, d.state.share) == (R.CANARY, 2, 25)
+    d = gstep(d.state, sized(27, cand_of(d), good()))  # 50 % needs 2 prefill: grow first, at 25 %
+    assert (d.state.phase, d.state.step, d.state.share) == (R.STARTING, 2, 25)
+    k = kinds(d)
+    assert k["candidate"].replicas == {"prefill": 2, "decode": 1}
+    assert (k["candidate"].share, k["candidate"].accept_new, k["serving"].share) == (25, True, 75)
+    assert [e.reason for e in d.events] == ["StepPassed", "CandidateGrowing"]
+    assert d.events[1].message == f"{NEW}: growing to prefill 2/4, decode 1/2 replicas for step 3/4 (50%); 25% of " \
+                                  "new sessions meanwhile"
+    assert "growing; 25% of new sessions meanwhile" in d.reconciling
+    assert d.state.to_status()["candidateReplicas"] == {"prefill": 2, "decode": 1}
+    d = gstep(d.state, sized(30, cand_of(d, ready=False)))  # the grown replica is not Ready: no step yet
+    assert (d.state.phase, d.state.step, d.state.share) == (R.STARTING, 2, 25)
+    d = gstep(d.state, sized(40, cand_of(d)))
+    assert (d.state.phase, d.state.step, d.state.share, d.state.step_started_at) == (R.CANARY, 3, 50, T0 + 40)
+    d = gstep(d.state, sized(51, cand_of(d), good()))  # 100 % needs the serving size
+    assert (d.state.phase, d.state.step, d.state.share) == (R.STARTING, 3, 50)
+    assert kinds(d)["candidate"].replicas == FOUR_TWO
+    d = gstep(d.state, sized(55, cand_of(d)))
+    assert (d.state.phase, d.state.step, d.state.share) == (R.CANARY, 4, 100)
+    d = gstep(d.state, sized(66, cand_of(d), good()))
+    assert d.state.phase == R.DRAINING and d.serving_revision == NEW
+
+
+def test_a_serving_slot_scaled_up_during_the_last_step_grows_the_candidate_before_promotion():
+    d = gstep(R.State(serving_slot="a"), obs(0), replace(SIZED, steps=(100,)))
+    d = gstep(d.state, obs(5, cand=READY), replace(SIZED, steps=(100,)))
+    assert (d.state.phase, d.state.step) == (R.CANARY, 1)
+    two = {"prefill": 2, "decode": 2}  # the planner scaled the serving slot up meanwhile
+    d = gstep(d.state, obs(16, cand=READY, fig=good(), serving_replicas=two), replace(SIZED, steps=(100,)))
+    assert (d.state.phase, d.state.step, d.state.share) == (R.STARTING, 1, 100)
+    assert kinds(d)["candidate"].replicas == two
+    d = gstep(d.state, obs(20, cand=slot((2, 2), (2, 2)), serving_replicas=two), replace(SIZED, steps=(100,)))
+    assert d.state.phase == R.DRAINING
+
+
+def test_promote_grows_the_candidate_to_the_serving_size_first():
+    d = gstep(R.State(serving_slot="a"), sized(0))
+    d = gstep(d.state, sized(5, cand_of(d)))
+    act = R.Action("promote", NEW, "promote/" + NEW)
+    d = gstep(d.state, sized(6, cand_of(d), action=act))
+    assert d.state.phase == R.STARTING and kinds(d)["candidate"].replicas == FOUR_TWO
+    assert "for promotion" in [e.message for e in d.events if e.reason == "CandidateGrowing"][0]
+    d = gstep(d.state, sized(7, cand_of(d, ready=False), action=act))
+    assert d.state.phase == R.STARTING
+    d = gstep(d.state, sized(9, cand_of(d), action=act))
+    assert d.state.phase == R.DRAINING and "promote annotation" in d.state.message
+
+
+def test_growth_has_its_own_progress_deadline_and_a_rollback_gives_everything_back():
+    pol = replace(SIZED, progress_deadline_seconds=120)
+    d = gstep(R.State(serving_slot="a"), sized(0), pol)
+    d = gstep(d.state, sized(5, cand_of(d)), pol)
+    t = 5
+    for _ in range(2):
+        t += 100  # slow steps: the rollout is older than the deadline, each step within it
+        d = gstep(d.state, sized(t, cand_of(d), good()), pol)
+    assert d.state.phase == R.STARTING and d.state.step == 2  # growing for step 3
+    grown_at = t
+    d = gstep(d.state, sized(t + 100, cand_of(d, ready=False)), pol)
+    assert d.state.phase == R.STARTING and not d.stalled  # 100 s into the growth, 305 s into the rollout
+    d = gstep(d.state, sized(grown_at + 121, cand_of(d, ready=False)), pol)
+    assert d.state.phase == R.ROLLED_BACK and d.state.reason == "CandidateNotReady"
+    assert "after growing to prefill 2/4, decode 1/2 replicas" in d.state.message
+    assert "prefill: 1/2 Ready" in d.state.message
+    assert [p.kind for p in d.slots] == ["serving"] and d.slots[0].minus == 0
+    assert "candidateReplicas" not in d.state.to_status() and d.state.retiring_slot == "b"
+
+
+def test_a_candidate_that_loses_a_role_while_growing_is_rolled_back():
+    d = gstep(R.State(serving_slot="a"), sized(0))
+    d = gstep(d.state, sized(5, cand_of(d)))
+    for t in (16, 27):
+        d = gstep(d.state, sized(t, cand_of(d), good()))
+    assert d.state.phase == R.STARTING
+    d = gstep(d.state, sized(30, slot(prefill=(2, 1), decode=(1, 0))))
+    assert d.state.reason == "CandidateUnavailable" and "while growing" in d.state.message
+
+
+@pytest.mark.parametrize("how", ["abort", "revert"])
+def test_abort_or_revert_during_growth(how):
+    d = gstep(R.State(serving_slot="a"), sized(0))
+    d = gstep(d.state, sized(5, cand_of(d)))
+    for t in (16, 27):
+        d = gstep(d.state, sized(t, cand_of(d), good()))
+    assert d.state.phase == R.STARTING and d.state.step == 2
+    if how == "abort":
+        d = gstep(d.state, sized(30, cand_of(d, ready=False), action=R.Action("abort", NEW, "abort/" + NEW)))
+    else:
+        d = gstep(d.state, sized(30, cand_of(d, ready=False), spec=OLD))
+    assert d.state.phase == R.ABORTED and [p.kind for p in d.slots] == ["serving"] and not d.state.candidate_replicas
+
+
+def test_pause_during_growth_lets_it_finish_then_holds_at_the_step():
+    d = gstep(R.State(serving_slot="a"), sized(0))
+    d = gstep(d.state, sized(5, cand_of(d)))
+    for t in (16, 27):
+        d = gstep(d.state, sized(t, cand_of(d), good()))
+    assert (d.state.phase, d.state.step) == (R.STARTING, 2)
+    paused = replace(SIZED, paused=True)
+    d = gstep(d.state, sized(30, cand_of(d, ready=False)), paused)
+    assert d.state.phase == R.STARTING and kinds(d)["candidate"].replicas == {"prefill": 2, "decode": 1}
+    d = gstep(d.state, sized(35, cand_of(d)), paused)
+    assert (d.state.phase, d.state.step, d.state.share) == (R.PAUSED, 2, 25)
+    d = gstep(d.state, sized(300, cand_of(d), good()), paused)
+    assert d.state.phase == R.PAUSED and not d.stalled
+    d = gstep(d.state, sized(301, cand_of(d), good()))  # resumed: step 2 judged afresh
+    assert (d.state.phase, d.state.step, d.state.step_started_at) == (R.CANARY, 2, T0 + 301)
+    d = gstep(d.state, sized(312, cand_of(d), good()))  # passes: already big enough for 50 %
+    assert (d.state.phase, d.state.step, d.state.share) == (R.CANARY, 3, 50)
+
+
+def test_growth_without_surge_room_waits_at_the_passed_step_naming_the_gpus():
+    # 2 + 2 replicas of 4 GPUs serve (16 = gpuBudget); maxSurgeGPUs 8 is one pair: enough to start, not to grow
+    pol = replace(POLICY, steps=(50, 100), gpu_budget=16, max_surge_gpus=8)
+    two = {"prefill": 2, "decode": 2}
+    d = gstep(R.State(serving_slot="a"), obs(0, serving_replicas=two), pol)
+    assert d.state.phase == R.STARTING and kinds(d)["candidate"].replicas == {"prefill": 1, "decode": 1}
+    d = gstep(d.state, obs(5, cand=READY, serving_replicas=two), pol)
+    d = gstep(d.state, obs(16, cand=READY, fig=good(), serving_replicas=two), pol)
+    msg = (f"candidate {NEW} needs 16 GPUs (8 decode + 8 prefill); gpuBudget 16 + maxSurgeGPUs 8 leaves 8, to grow "
+           "to prefill 2/2, decode 2/2 replicas for step 2/2 (100%)")
+    assert (d.state.phase, d.state.step, d.state.share, d.state.reason) == (R.CANARY, 1, 50, "WaitingForSurgeRoom")
+    assert d.reconciling == msg and d.reconciling_reason == "WaitingForSurgeRoom" and not d.stalled
+    assert [e.reason for e in d.events] == ["StepPassed", "WaitingForSurgeRoom"] and d.events[1].warning
+    assert kinds(d)["candidate"].replicas == {"prefill": 1, "decode": 1} and kinds(d)["candidate"].share == 50
+    d = gstep(d.state, obs(30, cand=READY, fig=good(), serving_replicas=two), pol)
+    assert d.state.phase == R.CANARY and d.state.step == 1 and not d.events  # not judged again, no new Event
+    d = gstep(d.state, obs(16 + 121, cand=READY, fig=good(), serving_replicas=two), pol)
+    assert d.stalled == ("WaitingForSurgeRoom", msg) and d.state.phase == R.CANARY
+    d = gstep(d.state, obs(140, cand=READY, serving_replicas=two), replace(pol, max_surge_gpus=16))  # room
+    assert (d.state.phase, d.state.step, d.state.waiting_since) == (R.STARTING, 1, 0.0)
+    assert kinds(d)["candidate"].replicas == two and not d.stalled
+    d = gstep(d.state, obs(150, cand=slot((2, 2), (2, 2)), serving_replicas=two), replace(pol, max_surge_gpus=16))
+    assert (d.state.phase, d.state.step, d.state.share) == (R.CANARY, 2, 100)
+
+
+def test_the_start_is_sized_for_the_first_share_and_waits_when_that_does_not_fit():
+    pol = replace(POLICY, steps=(100,), max_surge_gpus=8)
+    d = gstep(R.State(serving_slot="a"), sized(0), pol)
+    assert d.state.phase == R.WAITING and "needs 24 GPUs (8 decode + 16 prefill); maxSurgeGPUs 8 leaves 8" in d.reconciling
+    d = gstep(d.state, sized(5), replace(pol, max_surge_gpus=24))
+    assert d.state.phase == R.STARTING and kinds(d)["candidate"].replicas == FOUR_TWO
+
+
+def test_a_restart_mid_growth_resumes_from_status():
+    d = gstep(R.State(serving_slot="a"), sized(0))
+    d = gstep(d.state, sized(5, cand_of(d)))
+    for t in (16, 27):
+        d = gstep(d.state, sized(t, cand_of(d), good()))
+    status = d.state.to_status()
+    assert status["phase"] == R.STARTING and status["candidateReplicas"] == {"prefill": 2, "decode": 1}
+    again = R.State.from_status(status)
+    assert again == d.state
+    d2 = R.decide(again, sized(30, cand_of(d, ready=False)), SIZED)
+    assert kinds(d2)["candidate"].replicas == {"prefill": 2, "decode": 2 - 1} and d2.state.candidate_slot == "b"
+    d3 = R.decide(again, sized(31, cand_of(d)), SIZED)
+    assert (d3.state.phase, d3.state.step) == (R.CANARY, 3)
+    # a status written before candidates were sized by share: one replica per role plus the in-place hand-over
+    old = R.State.from_status({k: v for k, v in status.items() if k != "candidateReplicas"} | {"inPlace": 1})
+    assert kinds(R.decide(old, sized(30, slot((2, 1), (2, 1))), SIZED))["candidate"].replicas == {"prefill": 2,
+                                                                                                "decode": 2}
+
+
+def _run(d, t, policy=POLICY, reps=FOUR_TWO, until=(R.DRAINING, R.COMPLETE), stop_at=400):
+    """Passes every 5.5 s with the candidate Ready at its size and good figures, recording (phase, step, size)."""
+    seen = []
+    while d.state.phase not in until and t < stop_at:
+        t += 5.5
+        d = step(d.state, sized(t, cand_of(d), good(), reps=reps), policy)
+        seen.append((d.state.phase, d.state.step, dict(d.state.candidate_replicas)))
+    return d, t, seen
+
+
+def test_with_the_default_surge_the_candidate_grows_to_the_serving_size_and_is_promoted_at_it():
+    d = step(R.State(serving_slot="a"), sized(0))  # maxSurgeGPUs 0: the full size, 4 + 2 replicas of 4 GPUs
+    assert d.state.surge_gpus == 24 and d.state.to_status()["surgeGPUs"] == 24
+    d, _, seen = _run(d, 0)
+    assert d.state.phase == R.DRAINING, seen
+    assert R.WAITING not in [s[0] for s in seen] and "WaitingForSurgeRoom" not in [d.state.reason], seen
+    grown = [s[2] for s in seen if s[0] == R.STARTING]
+    assert grown[-1] == FOUR_TWO, seen  # promoted at the serving size, grown on the way
+
+
+def test_the_default_surge_is_fixed_when_the_rollout_starts_so_a_planner_scale_up_waits_for_room():
+    d = step(R.State(serving_slot="a"), sized(0))  # 24 GPUs of surge, fixed now
+    d, t, _ = _run(d, 0, until=(R.CANARY,))
+    d, t, seen = _run(d, t, reps={"prefill": 6, "decode": 2})  # the planner grew serving prefill to 6
+    assert (d.state.phase, d.state.reason) == (R.CANARY, "WaitingForSurgeRoom"), seen
+    assert "needs 32 GPUs (8 decode + 24 prefill); the surge 24 (maxSurgeGPUs 0: the full size) leaves 24, to grow " \
+           "to prefill 6/6, decode 2/2 replicas for step 4/4 (100%)" in d.state.message, d.state.message
+
+
+def test_a_surge_below_the_full_size_waits_at_the_first_growth_saying_so():
+    pol = replace(POLICY, max_surge_gpus=8)  # one replica per role
+    d = step(R.State(serving_slot="a"), sized(0), pol)
+    d = step(d.state, sized(5, cand_of(d)), pol)
+    for t in (16, 27):
+        d = step(d.state, sized(t, cand_of(d), good()), pol)
+    assert (d.state.phase, d.state.step, d.state.reason) == (R.CANARY, 2, "WaitingForSurgeRoom")
+    assert "needs 12 GPUs (4 decode + 8 prefill); maxSurgeGPUs 8 leaves 8, to grow to prefill 2/4, decode 1/2 " \
+           "replicas for step 3/4 (50%)" in d.reconciling
+
+
+def test_a_promote_annotation_left_set_does_not_promote_the_next_candidate():
+    d = promoted()
+    act = R.Action("promote", NEW, "promote/" + NEW)
+    d = step(d.state, obs(20, spec=NEW, serving=NEW, live=0, action=act))
+    assert d.state.phase == R.COMPLETE
+    d = step(d.state, obs(30, spec=NEWER, serving=NEW, action=act))
+    assert d.state.phase == R.STARTING and d.state.candidate_revision == NEWER
+    d = step(d.state, obs(35, spec=NEWER, serving=NEW, cand=READY, action=act))
+    assert d.state.phase == R.CANARY and d.state.step == 1

@@ -61,13 +61,15 @@ class Loop:
     def __init__(self, obj):
         self.obj, self.status, self.crs, self.objects, self.t = obj, {}, [], [], 0.0
         self.events = []
+        self.replicas = None  # the planner's replicas for the serving slot
 
     def run(self, dt=1.0, figures=None, live=None, fail_revision=None, obj=None, retiring_live=None):
         self.t += dt
         self.obj = obj or self.obj
         workloads, pods = settle(self.objects, fail_revision=fail_revision)
         p = rollout_pass(self.obj, self.status, World(T0 + self.t, workloads, pods, self.crs, figures, live,
-                                                                retiring_live_requests=retiring_live))
+                                                                retiring_live_requests=retiring_live),
+                         replicas=self.replicas)
         self.objects = p.objects
         self.crs += p.create
         self.status = {"servingRevision": p.serving_revision, **({"rollout": p.rollout_status} if p.rollout_status
@@ -128,6 +130,35 @@ def test_a_whole_canary_rollout():
     # steady after the rollout: the next pass changes nothing
     before = p.objects
     assert loop.run().objects == before
+
+
+def test_the_candidate_grows_with_its_share_and_is_at_the_serving_size_before_promotion():
+    old = example(steps=[50, 100], maxSurgeGPUs=64)
+    name = old.metadata["name"]
+    loop = Loop(old)
+    loop.replicas = {"prefill": 2, "decode": 1}  # the planner sizes the serving slot
+    loop.run()
+    loop.run()
+    size = lambda p, role, slot="a": next(o["spec"]["replicas"] for o in p.objects  # noqa: E731
+                                          if o["metadata"]["name"] == f"{name}-{role}-{slot}")
+    routes = lambda p: {r["revision"]: r["share"] for r in json.loads(next(  # noqa: E731
+        o for o in p.objects if o["kind"] == "ConfigMap")["data"]["routes.json"])["revisions"]}
+    p = loop.run(obj=with_revision(old, "r2"))
+    rev_new = p.rollout_status["candidateRevision"]
+    assert p.rollout_status["phase"] == M.STARTING and (size(p, "prefill"), size(p, "decode")) == (1, 1)
+    assert p.rollout_status["candidateReplicas"] == {"prefill": 1, "decode": 1}
+    p = loop.run()
+    assert (p.rollout_status["phase"], p.rollout_status["share"]) == (M.CANARY, 50)  # ceil(2 x 50%) = 1 prefill
+    p = loop.run(dt=11, figures=GOOD)  # step 1 passes; 100 % needs 2 prefill: grown first, at 50 %
+    assert (p.rollout_status["phase"], p.rollout_status["step"], p.rollout_status["share"]) == (M.STARTING, 1, 50)
+    assert (size(p, "prefill"), size(p, "decode")) == (2, 1) and routes(p)[rev_new] == 50
+    assert "candidate prefill 2/2, decode 1/1 replicas" in p.decision.reconciling
+    assert "CandidateGrowing" in loop.events
+    p = loop.run()  # grown and Ready
+    assert (p.rollout_status["phase"], p.rollout_status["share"]) == (M.CANARY, 100)
+    p = loop.run(dt=11, figures=GOOD)
+    assert p.rollout_status["phase"] == M.DRAINING and p.serving_revision == rev_new
+    assert (size(p, "prefill"), size(p, "decode")) == (2, 1)  # promotion resized nothing
 
 
 def test_a_candidate_that_never_becomes_ready_is_rolled_back_and_the_serving_slot_untouched():

@@ -714,7 +714,9 @@ class RolloutSpec(Model):
     max_surge_gpus: int = Field(
         0, ge=0, le=1000000, alias="maxSurgeGPUs",
         description="GPUs the candidate may hold beside the serving revision (on top of autoscaling.gpuBudget); "
-                    "0 = one replica of each enabled role.")
+                    "0 = enough for the candidate at the serving revision's replicas when the rollout starts (a "
+                    "full second copy at the last step; status.rollout.surgeGPUs). A smaller value caps the "
+                    "candidate: with Wait it waits, naming the GPUs, at the first step that needs more.")
     progress_deadline_seconds: int = Field(
         0, ge=0, le=604800, description="A candidate not Ready, or a step not judged, this long after it started is "
                                         "rolled back; 0 = the engines' startup budget + 600 s.")
@@ -862,6 +864,14 @@ class RolloutStatus(Model):
                                                "table, kept until its requests in flight finished.")
     ended_at: str = Field("", description="When the candidate was rolled back or aborted.")
     in_place: int = Field(0, description="InPlace: serving replicas per role handed to the candidate so far.")
+    candidate_replicas: dict[str, int] = Field(
+        default_factory=dict, description="The candidate's replicas per role: ceil(serving replicas x the share of "
+                                          "the step it is sized for / 100), at least 1.")
+    waiting_since: str = Field("", description="When the candidate's growth for the next step began to wait for "
+                                               "surge room (its step passed).")
+    surge_gpus: int = Field(0, alias="surgeGPUs", description="With spec.rollout.maxSurgeGPUs 0: the GPUs the "
+                                                              "candidate may hold, fixed when the rollout started "
+                                                              "(its size at the serving revision's replicas then).")
     gate: dict[str, str] = Field(default_factory=dict, description="The candidate's figures against the gate.")
     reason: str = ""
     message: str = ""

@@ -249,15 +249,23 @@ def planner_targets(targets, pods_labels: Mapping[str, Mapping[str, str]], slot:
 
 
 def planner_budget(spec: Any, status: Mapping[str, Any]) -> int | None:
-    """The GPU budget the serving slot may use: gpuBudget, and while a candidate exists gpuBudget + the surge
-    allowance - what the candidate holds (one replica per role, plus what InPlace handed over)."""
+    """The GPU budget the planner may size the serving slot to: gpuBudget, and while a candidate exists
+    gpuBudget + the surge allowance (maxSurgeGPUs, or status.rollout.surgeGPUs: the candidate's full size when
+    the rollout started) - what the candidate holds (status.rollout.candidateReplicas; one replica per
+    role plus the in-place hand-over in a status from before) + what InPlace handed over (the planner's count
+    includes the replicas the serving slot gave the candidate), so both slots together stay within it."""
     from ..render.resolve import resolve
     budget = spec.autoscaling.gpu_budget
     if not budget or not candidate_exists(status):
         return budget or None
-    per_replica = sum(rr.gpus_per_replica for rr in resolve(spec).enabled_roles)
-    held = per_replica * (1 + int((status.get("rollout") or {}).get("inPlace") or 0))
-    return max(0, budget + (spec.rollout.max_surge_gpus or per_replica) - held)
+    r = status.get("rollout") or {}
+    roles = resolve(spec).enabled_roles
+    per_replica = sum(rr.gpus_per_replica for rr in roles)
+    in_place = int(r.get("inPlace") or 0)
+    size = r.get("candidateReplicas") or {}
+    held = sum(rr.gpus_per_replica * int(size.get(rr.role, 1 + in_place) if size else 1 + in_place) for rr in roles)
+    surge = spec.rollout.max_surge_gpus or int(r.get("surgeGPUs") or 0) or per_replica
+    return max(0, budget + surge - held + in_place * per_replica)
 
 
 def hold_scale_downs(decision: Any, why: str) -> Any:

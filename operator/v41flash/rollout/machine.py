@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 # Phases of status.rollout.phase.
-STARTING = "Starting"  # candidate slot created (one replica per role), no sessions yet
+STARTING = "Starting"  # candidate slot created or grown, not Ready yet (step 0: no sessions; k: step k's share)
 WAITING = "WaitingForSurgeRoom"  # no GPUs for the candidate: nothing created (Wait) or pods Pending
 CANARY = "Canary"  # candidate takes steps[step-1] % of new sessions, judged at the end of the step
 PAUSED = "Paused"  # held at the current step
@@ -44,7 +44,7 @@ class Policy:
     steps: tuple[int, ...] = (5, 25, 50, 100)
     step_seconds: float = 300
     min_requests_per_step: int = 50
-    max_surge_gpus: int = 0  # 0: one replica of each enabled role
+    max_surge_gpus: int = 0  # 0: the candidate at the serving size (fixed when the rollout starts: State.surge_gpus)
     progress_deadline_seconds: float = 7800
     when_no_surge_room: str = "Wait"
     drain_deadline_seconds: float = 1800
@@ -157,6 +157,14 @@ class State:
     step_started_at: float = 0.0
     drain_started_at: float = 0.0
     in_place: int = 0
+    # The candidate's replicas per role (() = one per role plus what InPlace handed over: a status written before
+    # the candidate was sized by its share); waiting_since: when its growth for the next step began to wait for
+    # surge room (the step passed; 0 = not waiting).
+    candidate_replicas: tuple[tuple[str, int], ...] = ()
+    waiting_since: float = 0.0
+    # With maxSurgeGPUs 0: the surge this rollout may hold, fixed at its start (the candidate's GPUs at the serving
+    # slot's replicas then), so a planner scale-up during the rollout does not raise its own budget.
+    surge_gpus: int = 0
     reason: str = ""
     message: str = ""
     gate: tuple[tuple[str, str], ...] = ()
@@ -176,6 +184,9 @@ class State:
                      step=int(d.get("step") or 0), steps=int(d.get("steps") or 0), share=int(d.get("share") or 0),
                      since=ts("since"), step_started_at=ts("stepStartedAt"), drain_started_at=ts("drainStartedAt"),
                      in_place=int(d.get("inPlace") or 0), reason=d.get("reason", ""), message=d.get("message", ""),
+                     candidate_replicas=tuple(sorted((str(k), int(v)) for k, v in
+                                                     (d.get("candidateReplicas") or {}).items())),
+                     waiting_since=ts("waitingSince"), surge_gpus=int(d.get("surgeGPUs") or 0),
                      retiring_slot=d.get("retiringSlot", ""), ended_at=ts("endedAt"),
                      gate=tuple(sorted((d.get("gate") or {}).items())),
                      last_action=tuple(sorted((d.get("lastAction") or {}).items())))
@@ -187,6 +198,8 @@ class State:
             "drainingSlot": self.draining_slot, "step": self.step, "steps": self.steps, "share": self.share,
             "since": _format_time(self.since), "stepStartedAt": _format_time(self.step_started_at),
             "drainStartedAt": _format_time(self.drain_started_at), "inPlace": self.in_place,
+            "candidateReplicas": dict(self.candidate_replicas), "waitingSince": _format_time(self.waiting_since),
+            "surgeGPUs": self.surge_gpus,
             "reason": self.reason, "message": self.message, "gate": dict(self.gate),
             "retiringSlot": self.retiring_slot, "endedAt": _format_time(self.ended_at),
             "lastAction": dict(self.last_action)}
@@ -257,21 +270,87 @@ def candidate_gpus(obs: Observed) -> int:
     return sum(obs.gpus_per_replica.values())
 
 
-def surge_room(obs: Observed, policy: Policy) -> tuple[bool, str]:
-    """(room for the candidate's minimum canary, the message when there is none)."""
-    need = candidate_gpus(obs)
-    surge = policy.max_surge_gpus or need
+def full_size_gpus(obs: Observed) -> int:
+    """GPUs of the candidate at the serving slot's replicas (at least one per role): the default surge."""
+    return _gpus(obs.gpus_per_replica, target_replicas(obs, 100))
+
+
+def surge_gpus(state: State, obs: Observed, policy: Policy) -> int:
+    """The GPUs the candidate may hold beyond what the serving slot handed over: maxSurgeGPUs, or (0) the
+    candidate's full size when this rollout started (status.rollout.surgeGPUs; now, for a status without it)."""
+    return policy.max_surge_gpus or state.surge_gpus or full_size_gpus(obs)
+
+
+def target_replicas(obs: Observed, share: int) -> dict[str, int]:
+    """The candidate's replicas per role for a share of new sessions: ceil(serving replicas x share / 100), at
+    least 1 (a role the serving slot does not run: 1)."""
+    return {r: max(1, math.ceil(obs.serving_replicas.get(r, 1) * share / 100)) for r in obs.gpus_per_replica}
+
+
+def candidate_size(state: State) -> dict[str, int] | None:
+    """The candidate's replicas per role as status records them (None: a status from before sizing by share)."""
+    return dict(state.candidate_replicas) if state.candidate_replicas else None
+
+
+def _size(state: State, obs: Observed) -> dict[str, int]:
+    size = candidate_size(state)
+    if size is None:  # written by an operator that sized the candidate at one replica plus the in-place hand-over
+        return {r: 1 + state.in_place for r in obs.gpus_per_replica}
+    return {r: max(size.get(r, 1), state.in_place) for r in obs.gpus_per_replica}
+
+
+def size_text(size: Mapping[str, int], obs: Observed) -> str:
+    """'prefill 1/2, decode 1/2 replicas': the candidate's replicas per role of the serving slot's."""
+    order = sorted(size, key=lambda r: (("prefill", "decode").index(r) if r in ("prefill", "decode") else 2, r))
+    return ", ".join(f"{r} {size[r]}/{obs.serving_replicas.get(r, size[r])}" for r in order) + " replicas"
+
+
+def surge_room(obs: Observed, policy: Policy, size: Mapping[str, int] | None = None,
+               in_place: int = 0, state: State | None = None) -> tuple[bool, str]:
+    """(room for a candidate of ``size`` replicas per role (default: one each) while the serving slot has handed
+    ``in_place`` replicas per role over, the message when there is none). The candidate may hold the surge
+    (``surge_gpus``: maxSurgeGPUs, 0 = its full size) beyond what the serving slot handed over, and with a
+    gpuBudget both slots together at most gpuBudget + the surge."""
+    size = dict(size) if size is not None else {r: 1 for r in obs.gpus_per_replica}
+    need = _gpus(obs.gpus_per_replica, size)
+    surge = surge_gpus(state or State(), obs, policy)
+    sper = obs.serving_gpus_per_replica or obs.gpus_per_replica
     if policy.gpu_budget:
-        serving = _gpus(obs.serving_gpus_per_replica or obs.gpus_per_replica, obs.serving_replicas)
+        serving = sum(sper.get(r, 0) * max(0, n - in_place) for r, n in obs.serving_replicas.items())
         left = policy.gpu_budget + surge - serving
     else:
-        left = surge
-    parts = " + ".join(f"{n} {r}" for r, n in sorted(obs.gpus_per_replica.items()))
+        left = surge + in_place * sum(sper.get(r, 0) for r in obs.serving_replicas)
+    parts = " + ".join(f"{obs.gpus_per_replica.get(r, 0) * n} {r}" for r, n in sorted(size.items()))
     if need <= left:
         return True, ""
-    where = (f"gpuBudget {policy.gpu_budget} + maxSurgeGPUs {surge} leaves {max(0, left)}" if policy.gpu_budget
-             else f"maxSurgeGPUs leaves {left}")
-    return False, f"needs {need} GPUs ({parts}); {where}"
+    named = f"maxSurgeGPUs {surge}" if policy.max_surge_gpus else f"the surge {surge} (maxSurgeGPUs 0: the full size)"
+    where = (f"gpuBudget {policy.gpu_budget} + {named} leaves {max(0, left)}" if policy.gpu_budget
+             else f"{named} leaves {left}")
+    held = f" with {in_place} replica(s) per role handed over in place" if in_place else ""
+    return False, f"needs {need} GPUs ({parts}){held}; {where}"
+
+
+def _plan_size(state: State, obs: Observed, policy: Policy, share: int,
+               current: Mapping[str, int] | None = None) -> tuple[State, dict[str, int] | None, str]:
+    """The candidate's next size for ``share``: (state with in_place, size, "") when it is at or can grow to
+    ceil(serving x share), or one InPlace round towards it (one more replica per role handed over, the candidate
+    one more per role); (state, None, why) when it cannot: no surge room (Wait), or the serving slot cannot spare
+    another replica per role (InPlace; why names both)."""
+    want = target_replicas(obs, share)
+    cur = dict(current) if current is not None else _size(state, obs)
+    if all(cur.get(r, 0) >= n for r, n in want.items()):
+        return state, cur, ""
+    size = {r: max(cur.get(r, 0), want[r]) for r in want}
+    ok, why = surge_room(obs, policy, size, state.in_place, state)
+    if ok:
+        return state, size, ""
+    if policy.when_no_surge_room != "InPlace":
+        return state, None, why
+    blocker = _in_place_blocker(obs, state)
+    if blocker:
+        return state, None, f"{why}; {blocker}"
+    st = replace(state, in_place=state.in_place + 1)
+    return st, {r: max(cur.get(r, 0), min(want[r], max(cur.get(r, 0) + 1, st.in_place))) for r in want}, ""
 
 
 def _in_place_blocker(obs: Observed, state: State) -> str:
@@ -319,11 +398,11 @@ def _serving_plan(state: State, obs: Observed, share: int = 100, accept_new: boo
 
 
 def _candidate_plan(state: State, obs: Observed) -> SlotPlan:
-    """The candidate takes sessions from step 1 on (also while an in-place hand-over grows it); its size is one
-    replica per role plus what InPlace handed over."""
+    """The candidate takes sessions from step 1 on (also while it grows for the next step, at the step's share);
+    its size is status.rollout.candidateReplicas (never below what InPlace handed over)."""
     serving = state.step > 0
     return SlotPlan(state.candidate_slot, state.candidate_revision, "candidate", state.share if serving else 0,
-                    serving, {r: 1 + state.in_place for r in obs.gpus_per_replica})
+                    serving, _size(state, obs))
 
 
 def _steady(state: State, obs: Observed, *, reconciling: str = "", stalled: tuple[str, str] | None = None,
@@ -339,7 +418,7 @@ def _ended(state: State, phase: str, reason: str, message: str, obs: Observed, e
     """Candidate deleted (rollback or abort): the serving slot was never scaled down for a surge canary;
     InPlace gives back what it took (the serving slot returns to its size)."""
     st = replace(state, phase=phase, reason=reason, message=message, share=0, in_place=0, candidate_slot="",
-                 retiring_slot=state.candidate_slot, ended_at=obs.now)
+                 candidate_replicas=(), waiting_since=0.0, retiring_slot=state.candidate_slot, ended_at=obs.now)
     stalled = (reason, f"rolled back {state.candidate_revision}: {message}") if phase == ROLLED_BACK else None
     ev = Event(event, f"{state.candidate_revision}: {message}", warning=phase == ROLLED_BACK)
     return Decision(st, obs.serving_revision, (_serving_plan(st, obs),), "", "", stalled, (ev,))
@@ -349,7 +428,8 @@ def _start(state: State, obs: Observed, policy: Policy) -> Decision:
     """A new candidate: the spec renders a revision that neither serves nor was already given up on."""
     slot = other_slot(state.serving_slot) if state.serving_slot else "a"
     base = State(serving_slot=state.serving_slot, candidate_revision=obs.spec_revision, candidate_slot=slot,
-                 steps=len(policy.steps), since=obs.now, last_action=state.last_action)
+                 steps=len(policy.steps), since=obs.now, last_action=state.last_action,
+                 surge_gpus=0 if policy.max_surge_gpus else full_size_gpus(obs))
     if not obs.serving_revision:  # nothing has served yet: the serving slot simply runs the spec
         return Decision(state, obs.spec_revision,
                         (SlotPlan(state.serving_slot, obs.spec_revision, "serving", 100, True),))
@@ -357,33 +437,28 @@ def _start(state: State, obs: Observed, policy: Policy) -> Decision:
         st = replace(base, phase=RECREATING)
         return _recreating(st, obs, policy, (Event("RolloutStarted", f"recreating on {obs.spec_revision} (strategy "
                                                                     "Recreate: the serving engines are deleted)"),))
-    ok, why = surge_room(obs, policy)
-    if not ok and policy.when_no_surge_room == "Wait":
+    # Sized for step 1's share (InPlace: one replica per role handed over first when that does not fit).
+    first = policy.steps[0]
+    st, size, why = _plan_size(base, obs, policy, first, current={r: 0 for r in obs.gpus_per_replica})
+    if size is None:
         st = replace(base, phase=WAITING, candidate_slot="", reason="WaitingForSurgeRoom",
                      message=f"candidate {obs.spec_revision} {why}")
         return _waiting(st, obs, policy, (Event("WaitingForSurgeRoom", st.message, warning=True),))
-    st = replace(base, phase=STARTING)
+    st = replace(st, phase=STARTING, candidate_replicas=tuple(sorted(size.items())))
     events = (Event("RolloutStarted", f"candidate {obs.spec_revision} in slot {slot} beside {obs.serving_revision} "
-                                      f"(steps {', '.join(map(str, policy.steps))} % of new sessions)"),)
-    if not ok:  # InPlace: hand one pair over before the candidate starts
-        blocker = _in_place_blocker(obs, st)
-        if blocker:
-            st = replace(st, phase=WAITING, candidate_slot="", reason="WaitingForSurgeRoom",
-                         message=f"candidate {obs.spec_revision} {why}; {blocker}")
-            return _waiting(st, obs, policy, (Event("WaitingForSurgeRoom", st.message, warning=True),))
-        st = replace(st, in_place=1, message=f"in place: {why}")
+                                      f"at {size_text(size, obs)} (steps {', '.join(map(str, policy.steps))} % of new "
+                                      "sessions)"),)
+    if st.in_place:
+        _, why = surge_room(obs, policy, size, state=st)
+        st = replace(st, message=f"in place: {why}")
     return _with_events(_progress(st, obs), events)  # created now: judged from the next pass on
 
 
 def _waiting(state: State, obs: Observed, policy: Policy, events: tuple[Event, ...] = ()) -> Decision:
-    ok, why = surge_room(obs, policy)
-    if ok:
-        return _start(replace(state, phase=""), obs, policy)
-    if policy.when_no_surge_room == "InPlace" and not _in_place_blocker(obs, state):
+    _, size, why = _plan_size(state, obs, policy, policy.steps[0], current={r: 0 for r in obs.gpus_per_replica})
+    if size is not None:
         return _start(replace(state, phase=""), obs, policy)
     msg = f"candidate {state.candidate_revision} {why}"
-    if policy.when_no_surge_room == "InPlace":
-        msg += f"; {_in_place_blocker(obs, state)}"
     st = replace(state, message=msg)
     stalled = ("WaitingForSurgeRoom", msg) if obs.now - state.since > policy.progress_deadline_seconds else None
     d = _steady(st, obs, reconciling=msg if not stalled else "", stalled=stalled, events=events)
@@ -399,6 +474,9 @@ def _progress(state: State, obs: Observed) -> Decision:
     gate = dict(state.gate)
     if gate and state.phase in (CANARY, PAUSED):
         msg += f"; TTFT {gate['ttft']}, e2e {gate['e2e']}, errors {gate['errors']}, {gate['requests']} requests"
+    if state.phase == STARTING and state.step:
+        msg += f" (growing; {state.share}% of new sessions meanwhile)"
+    msg += f"; candidate {size_text(_size(state, obs), obs)}"
     if state.in_place:
         msg += f"; in place: {state.in_place} replica(s) per role moved from {obs.serving_revision}"
     slots = (_serving_plan(state, obs, 100 - (state.share if state.step else 0)), _candidate_plan(state, obs))
@@ -406,33 +484,84 @@ def _progress(state: State, obs: Observed) -> Decision:
 
 
 def _starting(state: State, obs: Observed, policy: Policy, events: tuple[Event, ...] = ()) -> Decision:
+    """The candidate slot was created (step 0) or grown for the step after ``step`` (it keeps that step's share
+    meanwhile): on to the next share once every pod of it is Ready, within progressDeadlineSeconds of the start
+    (step 0) or of the growth."""
     cand = obs.candidate
+    growing = state.step > 0
+    since = state.step_started_at if growing else state.since
+    size = _size(state, obs)
     if cand is not None and cand.ready() and (cand.roles.keys() >= obs.gpus_per_replica.keys()):
-        if state.in_place and state.step:  # an in-place hand-over of a running canary completed
-            st = replace(state, phase=CANARY, step_started_at=obs.now)
-            return _with_events(_progress(st, obs), events)
-        st = replace(state, phase=CANARY, step=1, share=policy.steps[0], step_started_at=obs.now, reason="",
-                     message="")
-        return _with_events(_progress(st, obs), events + (Event("CandidateReady", f"{state.candidate_revision}: "
-                                                                f"step 1/{st.steps}, {st.share}% of new sessions"),))
+        st = replace(state, reason="", message="")
+        if growing and policy.paused:  # grown; held at its step until resumed (then judged afresh)
+            return _with_events(_progress(replace(st, phase=PAUSED), obs), events)
+        return _advance(st, obs, policy, events, f"passed {state.steps} steps")
+    if growing and (cand is None or any(r.ready == 0 for r in cand.roles.values()) or not cand.router_ready):
+        why = cand.problems() if cand is not None else "candidate workloads gone"
+        return _ended(state, ROLLED_BACK, "CandidateUnavailable", f"lost readiness at step {state.step}/{state.steps} "
+                                                                  f"while growing: {why}", obs, "RolledBack")
     if cand is not None and cand.unschedulable() and policy.when_no_surge_room == "Wait" and not state.in_place:
         # The cluster has no room (the budget had): the pods wait Pending, the serving revision is untouched.
-        msg = f"candidate {state.candidate_revision} needs {candidate_gpus(obs)} GPUs: {cand.unschedulable()}"
-        stalled = ("WaitingForSurgeRoom", msg) if obs.now - state.since > policy.progress_deadline_seconds else None
+        msg = (f"candidate {state.candidate_revision} needs {_gpus(obs.gpus_per_replica, size)} GPUs for "
+               f"{size_text(size, obs)}: {cand.unschedulable()}")
+        stalled = ("WaitingForSurgeRoom", msg) if obs.now - since > policy.progress_deadline_seconds else None
         st = replace(state, reason="WaitingForSurgeRoom", message=msg)
         d = _progress(st, obs)
         return replace(d, reconciling="" if stalled else msg, reconciling_reason="WaitingForSurgeRoom",
                        stalled=stalled, events=events)
     if cand is not None and cand.unschedulable() and policy.when_no_surge_room == "InPlace" \
-            and state.in_place == 0 and not _in_place_blocker(obs, state):
-        st = replace(state, in_place=1, message=f"in place: {cand.unschedulable()}")
+            and state.in_place < max(size.values()) and not _in_place_blocker(obs, state):
+        st = replace(state, in_place=state.in_place + 1, message=f"in place: {cand.unschedulable()}")
         return _with_events(_progress(st, obs), events)
-    if obs.now - state.since > policy.progress_deadline_seconds:
+    if obs.now - since > policy.progress_deadline_seconds:
         why = cand.problems() if cand is not None else "no candidate workloads"
+        what = f"growing to {size_text(size, obs)}" if growing else "it started"
         return _ended(state, ROLLED_BACK, "CandidateNotReady",
-                      f"not Ready {int(obs.now - state.since)}s after it started (progressDeadlineSeconds "
+                      f"not Ready {int(obs.now - since)}s after {what} (progressDeadlineSeconds "
                       f"{int(policy.progress_deadline_seconds)}): {why}", obs, "RolledBack")
     return _with_events(_progress(state, obs), events)
+
+
+def _advance(state: State, obs: Observed, policy: Policy, events: tuple[Event, ...], how: str,
+             final: bool = False) -> Decision:
+    """Step ``state.step`` is over (0: the candidate came up; ``final``: promote now): on to the next share, or
+    promotion after the last. When the next share needs more replicas (ceil(serving x share)) the candidate grows
+    first and goes back to Starting at the current share; promotion needs the serving slot's size, so it never
+    moves new sessions to a smaller fleet. No surge room: Wait holds at the current share (the step passed);
+    InPlace proceeds at the size it reached once the serving slot cannot spare another replica per role."""
+    last = final or state.step >= len(policy.steps)
+    share = 100 if last else policy.steps[state.step]
+    what = "promotion" if last else f"step {state.step + 1}/{state.steps} ({share}%)"
+    cur = _size(state, obs)
+    st, size, why = _plan_size(state, obs, policy, share, cur)
+    if size is None and policy.when_no_surge_room == "Wait" and state.step > 0:
+        want = target_replicas(obs, share)
+        msg = f"candidate {state.candidate_revision} {why}, to grow to {size_text(want, obs)} for {what}"
+        first = not state.waiting_since or state.message != msg
+        st = replace(state, phase=CANARY, waiting_since=state.waiting_since or obs.now, reason="WaitingForSurgeRoom",
+                     message=msg)
+        stalled = (("WaitingForSurgeRoom", msg) if obs.now - st.waiting_since > policy.progress_deadline_seconds
+                   else None)
+        d = _progress(st, obs)
+        return replace(d, reconciling="" if stalled else msg, reconciling_reason="WaitingForSurgeRoom",
+                       stalled=stalled,
+                       events=events + ((Event("WaitingForSurgeRoom", msg, warning=True),) if first else ()))
+    if size is None:  # InPlace: the serving slot keeps its last ready replica per role (or step 0: re-sized later)
+        st, size = state, cur
+    st = replace(st, waiting_since=0.0, reason="", message="")
+    if any(size[r] > cur.get(r, 0) for r in size) or st.in_place != state.in_place:
+        st = replace(st, phase=STARTING, candidate_replicas=tuple(sorted(size.items())), step_started_at=obs.now)
+        grow = Event("CandidateGrowing", f"{state.candidate_revision}: growing to {size_text(size, obs)} for {what}"
+                     + (f"; {state.share}% of new sessions meanwhile" if state.step else "")
+                     + (f"; in place: {st.in_place} replica(s) per role handed over" if st.in_place else ""))
+        return _with_events(_progress(st, obs), events + (grow,))
+    if last:
+        return _with_events(_promote(st, obs, how), events)
+    st = replace(st, phase=CANARY, step=state.step + 1, share=share, step_started_at=obs.now)
+    if state.step == 0:
+        events = events + (Event("CandidateReady", f"{state.candidate_revision}: step 1/{st.steps}, {st.share}% of "
+                                                   f"new sessions at {size_text(size, obs)}"),)
+    return _with_events(_progress(st, obs), events)
 
 
 def _with_events(d: Decision, events: tuple[Event, ...]) -> Decision:
@@ -460,9 +589,12 @@ def _canary(state: State, obs: Observed, policy: Policy) -> Decision:
     if state.phase == PAUSED:
         if policy.paused:
             return _progress(state, obs)
-        state = replace(state, phase=CANARY, step_started_at=obs.now)  # a resumed step is judged afresh
+        # a resumed step is judged afresh (also one that had passed and waited for room to grow)
+        state = replace(state, phase=CANARY, step_started_at=obs.now, waiting_since=0.0, reason="", message="")
     elif policy.paused:
         return _progress(replace(state, phase=PAUSED), obs)
+    if state.waiting_since:  # the step passed; its growth waits for surge room
+        return _advance(state, obs, policy, (), f"passed {state.steps} steps")
     fig = obs.figures or Figures()
     held = obs.now - state.step_started_at
     ok, why, gate = judge(fig, policy)
@@ -485,14 +617,7 @@ def _canary(state: State, obs: Observed, policy: Policy) -> Decision:
     passed = Event("StepPassed", f"{state.candidate_revision} step {state.step}/{state.steps} ({state.share}%): "
                                  f"TTFT {gate['ttft']}, e2e {gate['e2e']}, errors {gate['errors']}, "
                                  f"{fig.requests} requests" + (f"; {gate['note']}" if "note" in gate else ""))
-    if state.step >= len(policy.steps):
-        return _with_events(_promote(state, obs, f"passed {state.steps} steps"), (passed,))
-    nxt = replace(state, step=state.step + 1, share=policy.steps[state.step], step_started_at=obs.now)
-    if state.in_place and policy.when_no_surge_room == "InPlace":
-        # Replace capacity as the share grows: one more pair once the serving slot can spare one.
-        if not _in_place_blocker(obs, nxt):
-            nxt = replace(nxt, phase=STARTING, in_place=state.in_place + 1)
-    return _with_events(_progress(nxt, obs), (passed,))
+    return _advance(state, obs, policy, (passed,), f"passed {state.steps} steps")
 
 
 def _draining(state: State, obs: Observed, policy: Policy) -> Decision:
@@ -552,8 +677,10 @@ def _actions(state: State, obs: Observed, policy: Policy) -> tuple[State, Policy
         else:
             state = _record_action(state, obs, a.verb, a.revision, "annotation", "applied")
             applied = a.verb
-    elif obs.action is not None and last.get("key") == obs.action.key and last.get("result") == "applied":
-        applied = obs.action.verb if obs.action.verb in ("pause",) else ""  # a pause holds while it is set
+    elif obs.action is not None and last.get("key") == obs.action.key and last.get("result") == "applied" \
+            and obs.action.revision == state.candidate_revision:
+        # A pause holds while it is set; so does a promote (a candidate smaller than the serving slot grows first).
+        applied = obs.action.verb if obs.action.verb in ("pause", "promote") else ""
     if applied == "pause":
         policy = replace(policy, paused=True)
     elif applied == "resume":
@@ -591,8 +718,9 @@ def decide(state: State, obs: Observed, policy: Policy) -> Decision:
         return _ended(state, ABORTED, "Aborted", f"aborted ({'annotation' if applied == 'abort' else 'spec.rollout.abort'})",
                       obs, "RolloutAborted")
     if live and policy.promote == state.candidate_revision and phase != WAITING:
-        if obs.candidate is not None and obs.candidate.ready():
-            return _promote(state, obs, "promote " + ("annotation" if applied == "promote" else "spec.rollout.promote"))
+        if obs.candidate is not None and obs.candidate.ready():  # at the serving size first (it may grow)
+            return _advance(state, obs, policy, (), "promote " + ("annotation" if applied == "promote"
+                                                                  else "spec.rollout.promote"), final=True)
         if phase == CANARY or phase == PAUSED:
             return _canary(state, obs, policy)
         return _starting(state, obs, policy)
