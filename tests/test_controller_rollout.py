@@ -350,3 +350,40 @@ def test_the_controller_sizes_the_candidate_from_the_serving_slots_replicas(worl
     first_full = next(i for i, row in enumerate(rows) if row[1] == 100)
     assert rows[first_full][2] == 2 and all(row[2] == 2 for row in rows[first_full:]), rows
     assert "CandidateGrowing" in reasons and any("candidate prefill 2/2, decode 1/1 replicas" in m for m in messages)
+
+
+@pytest.mark.parametrize("example_name", sorted(p.stem for p in (ROOT / "manifests/examples").glob("*.yaml")))
+def test_at_rest_after_a_rollout_an_observe_pass_lists_and_applies_nothing_and_agrees_with_a_full_pass(
+        world, example_name):
+    """After a rollout, status.rollout stays (Complete) and the engines live under a slot's names: an observe
+    pass renders them from spec and status (rollout/world.rest_pass) instead of a full rollout pass's lists
+    and applies of every child, each tick, for good."""
+    from v41flash.controller.kube import ChildRef
+    clock, _, _ = world
+    kube, name = converged(short(example(example_name)))
+    spec = kube.cr(name)["spec"]
+    spec["model"]["revision"] = "next"
+    kube.update_spec(name, spec)
+    for _ in range(30):
+        out, _ = step(kube, name, clock, 6)
+        if (out.status.get("rollout") or {}).get("phase") == M.COMPLETE:
+            break
+    full, _ = step(kube, name, clock, 6)  # a full pass at rest: what the observe pass must agree with
+    assert full.status["rollout"]["phase"] == M.COMPLETE and not full.status_written
+    cache = {ChildRef.of(o): o for (_, k, _, _), o in kube.objects.items() if k in ("Deployment", "LeaderWorkerSet")}
+    kube.calls.clear()
+    seen = Events()
+    body = kube.cr(name)
+    observed = reconcile(kube, body, seen, how=rec.Pass(apply=False, workloads=lambda ns, uid: cache))
+    assert [c for c in kube.calls if c[0] != "has_kind"] == [], kube.calls  # no list, no read, no apply
+    assert not observed.status_written and observed.status == body["status"] and seen == []
+    assert observed.desired == full.desired  # the same objects, under the serving slot's names
+    # a replica lost between full passes shows in the role's status at once
+    dep = next(o for r, o in cache.items() if r.name == f"{name}-decode-a")  # a Deployment or an LWS
+    dep["status"] = {**dep.get("status", {}), "readyReplicas": 0}
+    lost = reconcile(kube, kube.cr(name), Events(), how=rec.Pass(apply=False, workloads=lambda ns, uid: cache))
+    assert lost.status_written and lost.status["decode"]["readyReplicas"] == 0, lost.status["decode"]
+    assert cond(lost.status, "Ready")["status"] == "False"
+    # the spec moving on is not "at rest": the full rollout pass takes it
+    assert not rollouts.at_rest(body["status"], "0123456789") and rollouts.at_rest(body["status"],
+                                                                                  body["status"]["servingRevision"])

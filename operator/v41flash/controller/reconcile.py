@@ -26,7 +26,7 @@ from ..render.router import service_address
 from ..render.slots import controller_revision, slot_workload_name
 from ..roles import ROLES
 from ..rollout import machine as M
-from ..rollout.world import RolloutPass, World, rollout_pass
+from ..rollout.world import RolloutPass, World, rest_pass, rollout_pass
 from . import rollouts
 from .autoscale import PLANNER_CONDITIONS, PlannerOutcome, iso_time
 from .kube import CONTROLLER_REVISION, ChildRef, Kube, KindNotInstalled, is_conflict, namespace_terminating
@@ -174,7 +174,14 @@ def reconcile(kube: Kube, body: dict[str, Any], emit: Emit, *, now: str | None =
     rolled: RolloutPass | None = None
     records: list[dict[str, Any]] = []
     live: dict[ChildRef, dict[str, Any]] = {}
-    if obj is not None and not problems and render_stall is None and rollouts.needed(previous, spec_revision):
+    if obj is not None and not problems and render_stall is None and not how.apply and \
+            rollouts.at_rest(previous, spec_revision):
+        # A rollout that is over: an observe pass renders the serving slot from spec and status (no lists, no
+        # applies); drift passes and spec or annotation changes still take the full rollout pass below.
+        rolled = rest_pass(obj, previous, desired_replicas(obj.spec, previous, planner.desired if planner else None),
+                           _owner(body), operator_namespace=os.environ.get("POD_NAMESPACE") or None)
+        desired_objs = rolled.objects
+    elif obj is not None and not problems and render_stall is None and rollouts.needed(previous, spec_revision):
         # A rollout (or one to start): every pass lists, decides from what runs, applies and prunes.
         how = Pass(apply=True, prune=True, workloads=how.workloads)
         live = {ChildRef.of(o): o for o in kube.list_children(namespace, name, uid)}

@@ -47,6 +47,15 @@ def needed(status: Mapping[str, Any], spec_revision: str | None) -> bool:
     return bool(serving and spec_revision and serving != spec_revision)
 
 
+def at_rest(status: Mapping[str, Any], spec_revision: str | None) -> bool:
+    """A rollout is over and nothing is left of it: status.rollout Complete, no slot retiring or candidate, and the
+    spec renders the serving revision. An observe pass then renders the serving slot from spec and status
+    (rollout/world.rest_pass) instead of listing pods, records and children and applying them."""
+    r = status.get("rollout") or {}
+    return (r.get("phase") == M.COMPLETE and not r.get("retiringSlot") and not r.get("candidateSlot")
+            and not r.get("drainingSlot") and bool(spec_revision) and status.get("servingRevision") == spec_revision)
+
+
 def active(status: Mapping[str, Any]) -> bool:
     r = status.get("rollout") or {}
     return (r.get("phase") or "") in ACTIVE_PHASES or bool(r.get("retiringSlot"))

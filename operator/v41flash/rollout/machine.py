@@ -414,6 +414,13 @@ def _steady(state: State, obs: Observed, *, reconciling: str = "", stalled: tupl
                     stalled, events)
 
 
+def at_rest(state: State, serving_revision: str) -> Decision:
+    """decide() for a rollout that is over (Complete, nothing retiring) while the spec renders the serving
+    revision: the serving slot alone, nothing to say. What an observe pass uses instead of a full rollout pass."""
+    return _steady(state, Observed(now=0.0, spec_revision=serving_revision, serving_revision=serving_revision,
+                                   gpus_per_replica={}))
+
+
 def _ended(state: State, phase: str, reason: str, message: str, obs: Observed, event: str) -> Decision:
     """Candidate deleted (rollback or abort): the serving slot was never scaled down for a surge canary;
     InPlace gives back what it took (the serving slot returns to its size)."""

@@ -161,6 +161,21 @@ def rollout_pass(obj: api.V41FlashDeployment, status: dict[str, Any], world: Wor
     return RolloutPass(objects, create, rollout_status, revisions, d.serving_revision, d, extra_events + d.events)
 
 
+def rest_pass(obj: api.V41FlashDeployment, status: dict[str, Any], replicas: dict[str, int | None] | None = None,
+              owner: dict[str, Any] | None = None, timing: PodTiming | None = None,
+              operator_namespace: str | None = None) -> RolloutPass:
+    """rollout_pass for a deployment at rest after a rollout (``controller.rollouts.at_rest``), from the spec and
+    status alone: the serving slot's objects under its names, status.rollout as it is. An observe pass then needs
+    no pod, ControllerRevision or child list. status.revisions is carried; its ready counts are the last full
+    pass's (status.prefill / status.decode are current)."""
+    state = M.State.from_status(status.get("rollout"))
+    rev = status.get("servingRevision") or ""
+    d = M.at_rest(state, rev)
+    objects = render_slots(obj, slot_specs(d.slots, {rev: obj.spec}, replicas), owner, timing or PodTiming(),
+                           operator_namespace)
+    return RolloutPass(objects, [], state.to_status(), list(status.get("revisions") or []), rev, d)
+
+
 RETIRE_MAX_SECONDS = 120.0  # a rolled-back candidate's requests in flight get at most this long (or drainDeadline)
 
 
