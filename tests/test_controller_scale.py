@@ -636,6 +636,26 @@ def test_the_planner_waits_until_the_current_generation_was_applied(monkeypatch)
     assert planned == ["u1"] and asked == []
 
 
+def test_a_cr_whose_pods_do_not_exist_yet_gets_no_planner_pass_or_status_write(monkeypatch):
+    """After a burst the planner's first decision for each new CR was "hold, waiting for pods", one status write
+    per CR while its pods were Pending (the benchmark: 460 of them in the one-more phase). With no engine pod
+    Ready and no decision recorded there is nothing to observe: no planner pass is queued, nothing written."""
+    from v41flash.controller.autoscale import Autoscaler
+    kube = FakeKube()
+    asked = []
+    monkeypatch.setattr(handlers, "_autoscaler", Autoscaler(kube))
+    monkeypatch.setattr(handlers, "_request", lambda uid, work: asked.append(work))
+    monkeypatch.setattr(handlers, "_applied_generation", {"u1": 1})
+    cr = body()
+    cr["spec"]["autoscaling"]["enabled"] = True  # as the apiserver stores it (the CRD's default)
+    monkeypatch.setitem(handlers._bodies, "u1", cr)
+
+    async def main():
+        await handlers.Planners(workers=1).run("u1")
+    asyncio.run(asyncio.wait_for(main(), 30))
+    assert ("pods",) in kube.calls and asked == [] and kube.status_writes == []
+
+
 def test_the_wait_for_a_worker_is_measured_by_priority(monkeypatch):
     from prometheus_client import REGISTRY
     gate = threading.Event()
