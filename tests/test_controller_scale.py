@@ -681,6 +681,29 @@ def test_the_wait_for_a_worker_is_measured_by_priority(monkeypatch):
     assert count("background") - before["background"][0] == 2 and slow("background") - before["background"][1] == 1
 
 
+def test_the_passes_running_and_waiting_are_gauges(monkeypatch):
+    """What `v41flash bench operator` reads to tell an operator at rest (nothing queued, nothing running)."""
+    from prometheus_client import REGISTRY
+    gate = threading.Event()
+    monkeypatch.setattr(handlers, "run_pass", lambda uid, work: gate.wait(30))
+    gauge = lambda name: REGISTRY.get_sample_value(name)  # noqa: E731
+    seen = {}
+
+    async def main():
+        sched = handlers.Scheduler(workers=2, reserved=1)
+        sched.start()
+        for uid in ("a", "b", "c"):
+            sched.request(uid, handlers.Work(trigger="periodic"))
+        await asyncio.sleep(0.1)
+        seen["busy"] = (gauge("v41flash_passes_running"), gauge("v41flash_pass_queue_depth"))
+        gate.set()
+        await asyncio.sleep(0.3)
+        seen["rest"] = (gauge("v41flash_passes_running"), gauge("v41flash_pass_queue_depth"))
+        sched.stop()
+    asyncio.run(asyncio.wait_for(main(), 30))
+    assert seen == {"busy": (1, 2), "rest": (0, 0)}  # one shared worker: one runs, two wait
+
+
 def test_an_active_rollout_gets_its_next_pass_soon_and_one_at_rest_waits_for_the_tick(monkeypatch):
     from v41flash.controller import rollouts
     passes = []

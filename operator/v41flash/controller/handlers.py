@@ -61,6 +61,7 @@ PERIODIC_CYCLE = Histogram("v41flash_periodic_cycle_seconds",
                            "From a periodic tick until every deployment's pass of that tick finished",
                            buckets=(.1, .25, .5, 1, 2.5, 5, 10, 15, 20, 30, 60, 120))
 QUEUE_DEPTH = Gauge("v41flash_pass_queue_depth", "Deployments waiting for a pass")
+PASSES_RUNNING = Gauge("v41flash_passes_running", "Passes running now (on the pass workers)")
 PASS_WAIT = Histogram("v41flash_pass_wait_seconds", "From the first request of a pass until a worker started it",
                       ["priority"], buckets=(.001, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120))
 
@@ -395,6 +396,7 @@ class Scheduler:
             PASS_WAIT.labels("urgent" if work.trigger in URGENT else "background").observe(
                 max(0.0, time.monotonic() - work.requested))
             self.running.add(uid)
+            PASSES_RUNNING.set(len(self.running))
             fut = loop.run_in_executor(self.pool, run_pass, uid, work)
             done, _ = await asyncio.wait({fut}, timeout=self.deadline)
             if not done:
@@ -409,6 +411,7 @@ class Scheduler:
 
     def _finished(self, uid: str, work: Work, fut: asyncio.Future) -> None:
         self.running.discard(uid)
+        PASSES_RUNNING.set(len(self.running))
         work.done(uid)
         exc = None if fut.cancelled() else fut.exception()
         if exc is None:
