@@ -8,8 +8,9 @@ watching only that namespace, so its CPU and memory are the operator's alone):
    apply→observed (status.observedGeneration reached the CR's generation), and the time until all converged;
 2. one more: 20 CRs applied one after another among the N, as soon as the burst converged (the operator is
    still working off the burst's aftermath) → the same two latencies each;
-   one more at rest: 20 more, each applied once the operator is at rest (AtRest: no pass queued and none
-   running for REST_QUIET_S straight, from its own /metrics) → the same, and how long rest took to come;
+   one more at rest: 20 more, each once the operator is at rest (AtRest: no pass queued and none running for
+   REST_QUIET_S straight, from its own /metrics) and then after a random delay within one periodic tick, so
+   the applies fall at every phase of the steady state's ticks → the same, and how long rest took to come;
 3. spec change: every CR's spec changed at once → apply→observed;
 4. idle: a quiet window → writes the apiserver counted on the operator's resources (apiserver_request_total,
    all writers) and the operator's own write requests;
@@ -29,6 +30,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -449,11 +451,18 @@ class Bench:
             b = phase("burst", burst)
             b["api_requests_per_deployment"] = sum(b["api_requests"].values()) / n
 
+            from v41flash.controller.handlers import TIMER_INTERVAL_SECONDS as tick_s
+
             def probes(prefix: str, at_rest: bool):
-                lat_obs, lat_kids, rest_waits = [], [], []
+                lat_obs, lat_kids, rest_waits, delays = [], [], [], []
+                rng = random.Random(n)  # the same delays for the same N, run after run
                 for i in range(PROBES):
                     if at_rest:
                         rest_waits.append(self.wait_at_rest(port, self.args.timeout))
+                        # at rest the operator still ticks (500 observe passes every TIMER_INTERVAL_SECONDS):
+                        # an apply right after the quiet stretch would always miss the next tick's cycle
+                        delays.append(rng.uniform(0.0, tick_s))
+                        time.sleep(delays[-1])
                     name = f"{prefix}-{i:02d}"
                     sent = self.create_all(ns, [name])
                     r = self.wait_converged(w, sent, {name: 1}, 60)
@@ -462,7 +471,8 @@ class Bench:
                 out = {"apply_to_observed_s": summary(lat_obs), "apply_to_children_s": summary(lat_kids)}
                 if at_rest:
                     out["at_rest"] = {"quiet_s": REST_QUIET_S, "gauges": list(REST_GAUGES),
-                                      "first_rest_after_s": rest_waits[0], "rest_wait_s": summary(rest_waits)}
+                                      "first_rest_after_s": rest_waits[0], "rest_wait_s": summary(rest_waits),
+                                      "then_random_delay_s": summary(delays), "tick_s": tick_s}
                 return out
             probe_prefix = {"one_more": "probe", "one_more_at_rest": "rest"}
             if "one_more" in self.phases:
