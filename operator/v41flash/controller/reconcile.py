@@ -11,7 +11,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -90,6 +90,9 @@ class Pass:
     apply: bool = True
     prune: bool | frozenset[ChildRef] = True
     workloads: Callable[[str, str], dict[ChildRef, dict[str, Any]]] | None = None  # (namespace, uid) → live
+    # told each workload this pass applied or listed (as the apiserver returned it): the watch cache behind
+    # `workloads` may deliver it much later
+    seen: Callable[[dict[str, Any]], None] | None = None
 
 
 FULL = Pass()
@@ -183,7 +186,7 @@ def reconcile(kube: Kube, body: dict[str, Any], emit: Emit, *, now: str | None =
         desired_objs = rolled.objects
     elif obj is not None and not problems and render_stall is None and rollouts.needed(previous, spec_revision):
         # A rollout (or one to start): every pass lists, decides from what runs, applies and prunes.
-        how = Pass(apply=True, prune=True, workloads=how.workloads)
+        how = replace(how, apply=True, prune=True)
         live = {ChildRef.of(o): o for o in kube.list_children(namespace, name, uid)}
         try:
             rolled, records = _rollout(kube, body, obj, previous, live, planner)
@@ -211,6 +214,9 @@ def reconcile(kube: Kube, body: dict[str, Any], emit: Emit, *, now: str | None =
             stall = name_collisions(kube, namespace, uid, desired_objs, live, known)
             if stall is None:
                 stall, capacity = _apply_all(kube, namespace, desired_objs, live, applied, known)
+            for ref, o in live.items() if how.seen is not None else ():
+                if ref.kind in WORKLOAD_KINDS and ref in want:
+                    how.seen(o)
             if stall is None and prune:
                 for ref in [r for r in live if r not in want]:
                     kube.delete(ref, namespace)
