@@ -501,3 +501,24 @@ def test_a_deployment_that_has_decided_before_still_decides_when_no_engine_pod_i
     out = scaler.step(body, SPEC)
     assert out is not None and out.status["lastDecision"]["time"] > "2026-01-01T00:00:00Z"
     assert set(out.status) == {"slo", "lastDecision", "plannerState"}
+
+
+def test_no_pod_list_before_the_first_decision_while_the_workloads_report_no_pod(servers):
+    """A new CR whose workloads report no pod (status.<role>.replicas 0): nothing to list, nothing decided (at 500
+    new CRs a pod list each per tick); once a workload reports pods they are listed (CapacityPending needs them)."""
+    kube = FakeKube()
+    lists = []
+    real = kube.list_pods
+    kube.list_pods = lambda ns, sel: lists.append(sel) or real(ns, sel)
+    scaler = Autoscaler(kube)
+    none_yet = {**BODY, "status": {r: {"desiredReplicas": 1, "readyReplicas": 0, "replicas": 0} for r in ("prefill", "decode")}}
+    assert scaler.step(none_yet, SPEC) is None and lists == []
+    assert scaler.step({**BODY, "status": {}}, SPEC) is None and lists == []  # no status at all yet
+    recorded = {**none_yet, "status": {**none_yet["status"], "conditions": [
+        {"type": "CapacityPending", "status": "True", "reason": "Unschedulable", "message": "1 prefill pod ..."}]}}
+    cleared = scaler.step(recorded, SPEC)  # the pods went: the condition goes
+    assert cleared.conditions == [] and cleared.status == {} and lists == []
+    pods = {**BODY, "status": {**none_yet["status"], "decode": {"desiredReplicas": 1, "readyReplicas": 0, "replicas": 1}}}
+    kube.pods = [unschedulable_pod("d-1", "decode")]
+    out = scaler.step(pods, SPEC)
+    assert len(lists) == 1 and out.conditions[0][0] == "CapacityPending"

@@ -278,6 +278,10 @@ class Autoscaler:
         meta, status = body["metadata"], body.get("status") or {}
         ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
         resolved = resolve(spec)
+        enabled = [r for r in ROLES if resolved.roles[r].enabled]
+        if not status.get("lastDecision") and not any((status.get(r) or {}).get("replicas") for r in enabled):
+            # no decision yet and no engine pod at all (the workloads report none): nothing to list either
+            return nothing_to_observe_yet([], enabled, status)
         # one list for the serving engine pods and the router pods (both carry the deployment label)
         wanted = (L.serving_pods_selector(name).items(), L.router_pods_selector(name).items())
         # during a rollout: the serving slot's pods only (the candidate is judged, not planned for)
@@ -288,12 +292,12 @@ class Autoscaler:
         labels = {p.metadata.name: dict(p.metadata.labels or {}) for p in raw}
         pods = with_node_health([pod_view(p) for p in raw], self._node_ready)
         if not status.get("lastDecision") and \
-                not any(serving([p for p in pods if owned_pod(p, name)])[r] for r in ROLES if resolved.roles[r].enabled):
+                not any(serving([p for p in pods if owned_pod(p, name)])[r] for r in enabled):
             # no engine pod Ready yet and no decision made: nothing to observe, and a first decision now would
             # only be "hold, waiting for pods" written to status (after a burst of 500 new CRs: 500 writes
             # while their pods are Pending). The Reconciling condition names the pods waited for; the
             # conditions on why they cannot come (CapacityPending, NodeNotReady) are still the planner's.
-            return nothing_to_observe_yet(pods, [r for r in ROLES if resolved.roles[r].enabled], status)
+            return nothing_to_observe_yet(pods, enabled, status)
         history = self.histories.setdefault(uid, SnapshotHistory(retention_s=max(900.0, 3 * spec.slo.window_seconds)))
         prom = spec.autoscaling.metrics.prometheus if spec.autoscaling.metrics.source == "Prometheus" else None
         if prom is None:
@@ -314,7 +318,6 @@ class Autoscaler:
                                                        spec.autoscaling.scale_up_stabilization_seconds)
         measured, trouble = None, None
         if prom is not None:  # Prometheus holds the history: one query round per decision, at its time
-            enabled = [r for r in ROLES if resolved.roles[r].enabled]
             expected, router_pods = prometheus_pods(pods, name, enabled)
             t0 = time.monotonic()
             windows, router = asyncio.run(prometheus_windows(

@@ -122,7 +122,10 @@ def _prepare(body: dict[str, Any], previous: dict[str, Any], planned: dict[str, 
     meta = body["metadata"]
     # what desired_replicas() reads (the spec's bounds are in the spec part of the key): a planner pass that
     # holds at what status records and the periodic pass between planner passes share one entry
-    replicas_key = tuple((role, (planned or {}).get(role, (previous.get(role) or {}).get("desiredReplicas")))
+    # (a role the spec turns off renders no replicas, whatever status records for it)
+    spec_raw = body.get("spec") or {}
+    replicas_key = tuple((role, None if (spec_raw.get(role) or {}).get("enabled", True) is False else
+                          (planned or {}).get(role, (previous.get(role) or {}).get("desiredReplicas")))
                          for role in ROLES)
     key = (meta.get("generation"), meta.get("resourceVersion") if meta.get("generation") is None else None,
            replicas_key, json.dumps(body.get("spec") or {}, sort_keys=True, default=str))
@@ -145,6 +148,10 @@ def _prepare(body: dict[str, Any], previous: dict[str, Any], planned: dict[str, 
             render_stall = Stall("RenderFailed", f"spec: the operator cannot render it: "
                                                  f"{type(exc).__name__}: {str(exc)[:300]}")
     result = (problems, obj, desired_objs, render_stall)
+    if obj is not None:
+        # kept under the replicas it rendered: the next pass reads them from the status this one writes (a new
+        # CR's first pass has none recorded yet, so its first observe pass missed and rendered again)
+        key = (key[0], key[1], tuple((role, replicas.get(role)) for role in ROLES), key[3])
     _prepared[meta["uid"]] = (key, result)
     return result
 
