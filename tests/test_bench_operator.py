@@ -79,3 +79,34 @@ def test_the_watcher_resumes_from_the_last_resource_version_and_starts_over_only
     t.join(10)
     assert calls[:5] == [None, "10", "20", None, "40"]  # resumed; after 410 Gone a fresh start
     assert seen == ["10", "20", "40"]
+
+
+def test_at_rest_means_no_pass_queued_or_running_for_the_whole_quiet_stretch():
+    import pytest
+    from v41flash_bench.operator_load import AtRest
+
+    def m(depth, running):
+        return {("v41flash_pass_queue_depth", ()): depth, ("v41flash_passes_running", ()): running}
+    rest = AtRest(quiet_s=5.0)
+    assert not rest.sample(0.0, m(0, 0))  # quiet, but not for long enough yet
+    assert not rest.sample(4.9, m(0, 0))
+    assert not rest.sample(5.0, m(0, 1))  # one pass running: the stretch starts over
+    assert not rest.sample(6.0, m(3, 0))  # passes queued
+    assert not rest.sample(7.0, m(0, 0))
+    assert not rest.sample(11.9, m(0, 0))
+    assert rest.sample(12.0, m(0, 0))
+    with pytest.raises(RuntimeError, match="v41flash_passes_running"):
+        AtRest().sample(0.0, {("v41flash_pass_queue_depth", ()): 0})  # an operator without the gauge: not "at rest"
+
+
+def test_the_table_reports_one_more_right_after_the_burst_and_at_rest():
+    from v41flash_bench.operator_load import table
+    run = {"deployments": 500, "burst": {"apply_to_observed_s": {"p50": 40.0, "p99": 70.0}, "all_converged_s": 80.0,
+                                         "api_requests_per_deployment": 30.0}, "operator_rss_mb": {"peak": 240.0},
+           "one_more": {"apply_to_observed_s": {"p50": 3.14, "p99": 4.9}, "apply_to_children_s": {"p50": 2.9, "p99": 4.6}},
+           "one_more_at_rest": {"apply_to_observed_s": {"p50": 0.31, "p99": 0.62},
+                                "at_rest": {"first_rest_after_s": 42.0}}}
+    header, line = table([run]).splitlines()
+    assert "at rest obs p50/p99" in header and "rest after" in header
+    assert "3.14/4.90" in line and "0.31/0.62" in line and "42s" in line
+    assert "-/-" in table([{**run, "one_more_at_rest": {}}]).splitlines()[1]  # a phase not run: dashes

@@ -455,3 +455,70 @@ def test_while_a_candidate_exists_scale_downs_are_held_and_the_budget_counts_its
     # a status from before candidates were sized: one replica per role plus the hand-over (2 per role)
     assert rollouts.planner_budget(surge, {"rollout": {**canary["rollout"], "inPlace": 1}}) == 12
     assert rollouts.planner_budget(surge, {"rollout": {"phase": "Complete", "servingSlot": "a"}}) == 16
+
+
+def test_no_planner_status_while_no_engine_pod_is_ready_and_the_first_decision_once_one_is(servers):
+    """Before any engine pod is Ready there is nothing to observe: a first decision would only write "hold,
+    waiting for pods" to status (after a burst of 500 CRs whose pods are Pending: 500 status writes). Nothing
+    is decided or written until an engine pod is Ready; then the first decision is made as before."""
+    kube = FakeKube()
+    kube.pods = [pod("p-0", "prefill", ready=False), pod("d-0", "decode", ready=False)]
+    scaler = Autoscaler(kube)
+    starting = {**BODY, "status": {r: {"desiredReplicas": 1, "readyReplicas": 0, "replicas": 1}
+                                   for r in ("prefill", "decode")}}
+    assert scaler.step(starting, SPEC) is None  # no pass, no status write
+    kube.pods = []  # no pod yet at all (the workloads just created)
+    assert scaler.step(starting, SPEC) is None
+    assert "u1" not in scaler.states and not scaler.histories.get("u1", SnapshotHistory()).pods()
+    # pods that cannot come are still the planner's news: the condition and its Warning, no planner fields
+    kube.pods = [unschedulable_pod("p-1", "prefill"), pod("d-0", "decode", ready=False)]
+    out = scaler.step(starting, SPEC)
+    msg = "1 prefill pod unschedulable: Insufficient nvidia.com/gpu"
+    assert out.status == {} and out.desired == {}
+    assert out.conditions == [("CapacityPending", "Unschedulable", msg)] and out.events == [("Warning", "Unschedulable", msg)]
+    recorded = {**starting, "status": {**starting["status"], "conditions": [
+        {"type": "CapacityPending", "status": "True", "reason": "Unschedulable", "message": msg}]}}
+    assert scaler.step(recorded, SPEC) is None  # the same news is recorded: nothing to write
+    kube.pods = [pod("p-0", "prefill", ready=False), pod("d-0", "decode", ready=False)]
+    cleared = scaler.step(recorded, SPEC)  # the pod was scheduled: the condition goes (one pass)
+    assert cleared.status == {} and cleared.conditions == [] and cleared.events == []
+    # one engine pod Ready: the first decision, as before
+    kube.pods = [pod("p-0", "prefill", ready=False), pod("d-0", "decode")]
+    first = scaler.step(starting, SPEC)
+    assert first is not None and first.status["lastDecision"]["action"] == "hold"
+    assert set(first.status) == {"slo", "lastDecision", "plannerState"}
+
+
+def test_a_deployment_that_has_decided_before_still_decides_when_no_engine_pod_is_ready(servers):
+    """Every engine down after the planner has run: the planner still decides and says what it saw (status.slo and
+    lastDecision do not keep figures from when the engines served)."""
+    kube = FakeKube()
+    kube.pods = [pod("p-0", "prefill", ready=False), pod("d-0", "decode", ready=False)]
+    scaler = Autoscaler(kube)
+    body = {**BODY, "status": {**{r: {"desiredReplicas": 1, "readyReplicas": 0, "replicas": 1}
+                                  for r in ("prefill", "decode")},
+                               "lastDecision": {"time": "2026-01-01T00:00:00Z", "action": "hold", "reason": "x"}}}
+    out = scaler.step(body, SPEC)
+    assert out is not None and out.status["lastDecision"]["time"] > "2026-01-01T00:00:00Z"
+    assert set(out.status) == {"slo", "lastDecision", "plannerState"}
+
+
+def test_no_pod_list_before_the_first_decision_while_the_workloads_report_no_pod(servers):
+    """A new CR whose workloads report no pod (status.<role>.replicas 0): nothing to list, nothing decided (at 500
+    new CRs a pod list each per tick); once a workload reports pods they are listed (CapacityPending needs them)."""
+    kube = FakeKube()
+    lists = []
+    real = kube.list_pods
+    kube.list_pods = lambda ns, sel: lists.append(sel) or real(ns, sel)
+    scaler = Autoscaler(kube)
+    none_yet = {**BODY, "status": {r: {"desiredReplicas": 1, "readyReplicas": 0, "replicas": 0} for r in ("prefill", "decode")}}
+    assert scaler.step(none_yet, SPEC) is None and lists == []
+    assert scaler.step({**BODY, "status": {}}, SPEC) is None and lists == []  # no status at all yet
+    recorded = {**none_yet, "status": {**none_yet["status"], "conditions": [
+        {"type": "CapacityPending", "status": "True", "reason": "Unschedulable", "message": "1 prefill pod ..."}]}}
+    cleared = scaler.step(recorded, SPEC)  # the pods went: the condition goes
+    assert cleared.conditions == [] and cleared.status == {} and lists == []
+    pods = {**BODY, "status": {**none_yet["status"], "decode": {"desiredReplicas": 1, "readyReplicas": 0, "replicas": 1}}}
+    kube.pods = [unschedulable_pod("d-1", "decode")]
+    out = scaler.step(pods, SPEC)
+    assert len(lists) == 1 and out.conditions[0][0] == "CapacityPending"

@@ -234,8 +234,10 @@ def scale_down(monkeypatch):
     return down
 
 
+# a deployment the planner has decided for before (no engine pod Ready and no decision yet: nothing is planned)
 BODY = {"metadata": {"name": "x", "namespace": "ns", "uid": "u1"},
-        "status": {"decode": {"desiredReplicas": 2, "readyReplicas": 0, "replicas": 2}}}
+        "status": {"decode": {"desiredReplicas": 2, "readyReplicas": 0, "replicas": 2},
+                   "lastDecision": {"time": "2020-01-01T00:00:00Z", "action": "hold", "reason": "earlier"}}}
 
 
 def test_the_decision_is_remembered_only_once_its_deletion_costs_are_written(monkeypatch):

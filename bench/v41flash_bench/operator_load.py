@@ -6,7 +6,11 @@ watching only that namespace, so its CPU and memory are the operator's alone):
 1. burst: N copies of an example CR created at once (16 client threads) → per CR apply→children (its
    workload Deployments exist: the renderer's last wave, so everything else was applied first) and
    apply→observed (status.observedGeneration reached the CR's generation), and the time until all converged;
-2. one more: 20 CRs applied one after another among the N → the same two latencies each;
+2. one more: 20 CRs applied one after another among the N, as soon as the burst converged (the operator is
+   still working off the burst's aftermath) → the same two latencies each;
+   one more at rest: 20 more, each once the operator is at rest (AtRest: no pass queued and none running for
+   REST_QUIET_S straight, from its own /metrics) and then after a random delay within one periodic tick, so
+   the applies fall at every phase of the steady state's ticks → the same, and how long rest took to come;
 3. spec change: every CR's spec changed at once → apply→observed;
 4. idle: a quiet window → writes the apiserver counted on the operator's resources (apiserver_request_total,
    all writers) and the operator's own write requests;
@@ -26,6 +30,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -44,7 +49,14 @@ WRITE_VERBS = {"POST", "PUT", "PATCH", "DELETE", "APPLY", "CREATE", "UPDATE", "D
 OPERATOR_RESOURCES = {"v41flashdeployments", "deployments", "services", "serviceaccounts", "configmaps",
                       "roles", "rolebindings", "poddisruptionbudgets", "leaderworkersets", "events"}
 PROBES = 20
-PHASES = ("burst", "one_more", "idle", "spec_change", "delete")  # in this order; burst always runs
+PHASES = ("burst", "one_more", "one_more_at_rest", "idle", "spec_change", "delete")  # in this order; burst always
+# The operator is at rest when its own gauges (v41flash_pass_queue_depth, v41flash_passes_running) read 0 for this
+# long straight, sampled every REST_SAMPLE_S. At 500 deployments a periodic tick (every 15 s) queues 500 observe
+# passes that drain in ~4 s at rest, so a few quiet seconds come every tick; while a burst's aftermath (or a
+# periodic cycle of 40 s) is being worked off they do not.
+REST_QUIET_S = 5.0
+REST_SAMPLE_S = 0.25
+REST_GAUGES = ("v41flash_pass_queue_depth", "v41flash_passes_running")
 
 
 def parse_phases(text: str) -> tuple[str, ...]:
@@ -143,6 +155,25 @@ def histogram(m: dict, name: str, **match: str) -> dict[str, Any]:
                 return le
         return float("inf")
     return {"count": int(count), "mean": total / count, "p50_le": q(0.5), "p99_le": q(0.99), "max_le": q(1.0)}
+
+
+class AtRest:
+    """Fed (time, the operator's metrics) samples: whether no pass has been queued or running for `quiet_s`."""
+
+    def __init__(self, quiet_s: float = REST_QUIET_S):
+        self.quiet_s = quiet_s
+        self.since: float | None = None  # first sample of the current quiet stretch
+
+    def sample(self, t: float, metrics: dict) -> bool:
+        busy = [metrics.get((g, ()), None) for g in REST_GAUGES]
+        if any(v is None for v in busy):
+            raise RuntimeError(f"the operator's /metrics has no {' / '.join(REST_GAUGES)}: cannot tell it is at rest")
+        if any(busy):
+            self.since = None
+            return False
+        if self.since is None:
+            self.since = t
+        return t - self.since >= self.quiet_s
 
 
 class Watcher:
@@ -326,6 +357,16 @@ class Bench:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
             return parse_metrics(r.read().decode())
 
+    def wait_at_rest(self, port: int, timeout: float) -> float:
+        """Seconds until the operator was at rest (AtRest); raises after `timeout`."""
+        rest, t0 = AtRest(), time.monotonic()
+        while not rest.sample(time.monotonic(), self.operator_metrics(port)):
+            if time.monotonic() - t0 > timeout:
+                raise RuntimeError(f"the operator was not at rest within {timeout:.0f} s (no {REST_QUIET_S:g} s with "
+                                   f"no pass queued or running)")
+            time.sleep(REST_SAMPLE_S)
+        return time.monotonic() - t0
+
     # -- phases
     def create_all(self, ns: str, names: list[str]) -> dict[str, float]:
         sent: dict[str, float] = {}
@@ -410,17 +451,34 @@ class Bench:
             b = phase("burst", burst)
             b["api_requests_per_deployment"] = sum(b["api_requests"].values()) / n
 
-            def one_more():
-                lat_obs, lat_kids = [], []
+            from v41flash.controller.handlers import TIMER_INTERVAL_SECONDS as tick_s
+
+            def probes(prefix: str, at_rest: bool):
+                lat_obs, lat_kids, rest_waits, delays = [], [], [], []
+                rng = random.Random(n)  # the same delays for the same N, run after run
                 for i in range(PROBES):
-                    name = f"probe-{i:02d}"
+                    if at_rest:
+                        rest_waits.append(self.wait_at_rest(port, self.args.timeout))
+                        # at rest the operator still ticks (500 observe passes every TIMER_INTERVAL_SECONDS):
+                        # an apply right after the quiet stretch would always miss the next tick's cycle
+                        delays.append(rng.uniform(0.0, tick_s))
+                        time.sleep(delays[-1])
+                    name = f"{prefix}-{i:02d}"
                     sent = self.create_all(ns, [name])
                     r = self.wait_converged(w, sent, {name: 1}, 60)
                     lat_obs += [r["apply_to_observed_s"]["max"]] if r["apply_to_observed_s"]["n"] else []
                     lat_kids += [r["apply_to_children_s"]["max"]] if r["apply_to_children_s"]["n"] else []
-                return {"apply_to_observed_s": summary(lat_obs), "apply_to_children_s": summary(lat_kids)}
+                out = {"apply_to_observed_s": summary(lat_obs), "apply_to_children_s": summary(lat_kids)}
+                if at_rest:
+                    out["at_rest"] = {"quiet_s": REST_QUIET_S, "gauges": list(REST_GAUGES),
+                                      "first_rest_after_s": rest_waits[0], "rest_wait_s": summary(rest_waits),
+                                      "then_random_delay_s": summary(delays), "tick_s": tick_s}
+                return out
+            probe_prefix = {"one_more": "probe", "one_more_at_rest": "rest"}
             if "one_more" in self.phases:
-                phase("one_more", one_more)
+                phase("one_more", lambda: probes("probe", at_rest=False))
+            if "one_more_at_rest" in self.phases:
+                phase("one_more_at_rest", lambda: probes("rest", at_rest=True))
 
             def idle():
                 time.sleep(20)  # let the last status writes of the probes land
@@ -438,7 +496,8 @@ class Bench:
                 idle_res["operator_write_requests"] = sum(v for k, v in idle_res["api_requests"].items()
                                                           if k != "GET")
 
-            everyone = names + ([f"probe-{i:02d}" for i in range(PROBES)] if "one_more" in self.phases else [])
+            everyone = names + [f"{prefix}-{i:02d}" for p, prefix in probe_prefix.items() if p in self.phases
+                                for i in range(PROBES)]
 
             def change():
                 sent: dict[str, float] = {}
@@ -487,7 +546,7 @@ def plot(runs: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
     ns = [r["deployments"] for r in runs]
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for phase, style in (("burst", "-"), ("one_more", "--")):
+    for phase, style in (("burst", "-"), ("one_more", "--"), ("one_more_at_rest", ":")):
         if not all(phase in r for r in runs):
             continue
         for q, marker in (("p50", "o"), ("p99", "s")):
@@ -540,20 +599,31 @@ def run(args) -> int:
         if not args.pods:
             subprocess.run([sys.executable, "-m", "e2e.harness", "pod-controllers", "on"], cwd=REPO, check=True)
     plot(runs, out / "latency_vs_n.png")
-    print(f"{'N':>5} {'burst obs p50/p99':>18} {'all conv':>9} {'one-more obs p50/p99':>21} "
-          f"{'children p50/p99':>17} {'change p99':>10} {'cycle max':>9} {'RSS MB':>7} {'req/dep':>7} {'idle W':>6}")
-    for r in runs:
-        f = lambda d, q: "-" if d is None or d.get(q) is None else f"{d[q]:.2f}"  # noqa: E731
-        one, change, idle = (r.get(p) or {} for p in ("one_more", "spec_change", "idle"))
-        print(f"{r['deployments']:>5} {f(r['burst']['apply_to_observed_s'], 'p50'):>8}/"
-              f"{f(r['burst']['apply_to_observed_s'], 'p99'):<9} {str(round(r['burst']['all_converged_s'] or -1, 1)):>9} "
-              f"{f(one.get('apply_to_observed_s'), 'p50'):>10}/{f(one.get('apply_to_observed_s'), 'p99'):<10} "
-              f"{f(one.get('apply_to_children_s'), 'p50'):>8}/{f(one.get('apply_to_children_s'), 'p99'):<8} "
-              f"{f(change.get('apply_to_observed_s'), 'p99'):>10} "
-              f"{(idle.get('periodic_cycle_s') or {}).get('max_le', '-')!s:>9} {r['operator_rss_mb']['peak']:>7.0f} "
-              f"{r['burst']['api_requests_per_deployment']:>7.1f} {idle.get('objects_written', '-')!s:>6}")
+    print(table(runs))
     print(f"report: {out / 'report.json'}; plot: {out / 'latency_vs_n.png'}")
     return 0
+
+
+def table(runs: list[dict]) -> str:
+    """The printed summary: one line per N (one more: right after the burst / at rest)."""
+    lines = [f"{'N':>5} {'burst obs p50/p99':>18} {'all conv':>9} {'one-more obs p50/p99':>21} "
+             f"{'children p50/p99':>17} {'at rest obs p50/p99':>20} {'rest after':>10} "
+             f"{'change p99':>10} {'cycle max':>9} {'RSS MB':>7} {'req/dep':>7} {'idle W':>6}"]
+    for r in runs:
+        f = lambda d, q: "-" if d is None or d.get(q) is None else f"{d[q]:.2f}"  # noqa: E731
+        one, rest, change, idle = (r.get(p) or {} for p in ("one_more", "one_more_at_rest", "spec_change", "idle"))
+        rest_after = (rest.get("at_rest") or {}).get("first_rest_after_s")
+        lines.append(
+            f"{r['deployments']:>5} {f(r['burst']['apply_to_observed_s'], 'p50'):>8}/"
+            f"{f(r['burst']['apply_to_observed_s'], 'p99'):<9} {str(round(r['burst']['all_converged_s'] or -1, 1)):>9} "
+            f"{f(one.get('apply_to_observed_s'), 'p50'):>10}/{f(one.get('apply_to_observed_s'), 'p99'):<10} "
+            f"{f(one.get('apply_to_children_s'), 'p50'):>8}/{f(one.get('apply_to_children_s'), 'p99'):<8} "
+            f"{f(rest.get('apply_to_observed_s'), 'p50'):>9}/{f(rest.get('apply_to_observed_s'), 'p99'):<10} "
+            f"{'-' if rest_after is None else f'{rest_after:.0f}s':>10} "
+            f"{f(change.get('apply_to_observed_s'), 'p99'):>10} "
+            f"{(idle.get('periodic_cycle_s') or {}).get('max_le', '-')!s:>9} {r['operator_rss_mb']['peak']:>7.0f} "
+            f"{r['burst']['api_requests_per_deployment']:>7.1f} {idle.get('objects_written', '-')!s:>6}")
+    return "\n".join(lines)
 
 
 def add_parser(sub) -> None:

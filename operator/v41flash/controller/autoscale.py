@@ -41,7 +41,8 @@ from . import rollouts
 from .kube import Kube
 from .observation import (  # noqa: F401  (observed_slo_status: re-exported)
     METRICS_UNAVAILABLE, Measured, Observed, PodView, metrics_trouble, observe, observed_slo_status, owned_pod,
-    planner_bounds, planner_slo, pod_view, prometheus_pods, scrape_targets, with_node_health,
+    capacity_pending, nodes_not_ready, planner_bounds, planner_slo, pod_view, prometheus_pods, scrape_targets,
+    serving, with_node_health,
 )
 
 log = logging.getLogger(__name__)
@@ -186,8 +187,13 @@ def planner_outcome(decision: Decision, slo_status: dict[str, Any], now: float, 
 def with_pending(out: PlannerOutcome, observed: Observed, status: Mapping[str, Any]) -> PlannerOutcome:
     """The CapacityPending condition while pods cannot be scheduled, NodeNotReady while pods sit on NotReady
     nodes, and a Warning when either news changes."""
-    for type_, reason, message in ((CAPACITY_PENDING, "Unschedulable", observed.pending),
-                                   (NODE_NOT_READY, "NodeNotReady", observed.not_ready_nodes)):
+    return _with_pod_news(out, observed.pending, observed.not_ready_nodes, status)
+
+
+def _with_pod_news(out: PlannerOutcome, pending: str | None, not_ready_nodes: str | None, status: Mapping[str, Any]
+                   ) -> PlannerOutcome:
+    for type_, reason, message in ((CAPACITY_PENDING, "Unschedulable", pending),
+                                   (NODE_NOT_READY, "NodeNotReady", not_ready_nodes)):
         if message is None:
             continue
         out.conditions.append((type_, reason, message))
@@ -195,6 +201,18 @@ def with_pending(out: PlannerOutcome, observed: Observed, status: Mapping[str, A
         if before is None or before.get("message") != message:
             out.events.append(("Warning", reason, message))
     return out
+
+
+def nothing_to_observe_yet(pods: Sequence[PodView], roles: Sequence[str], status: Mapping[str, Any]
+                           ) -> PlannerOutcome | None:
+    """Before the first decision, while no engine pod is Ready: no planner status (slo, lastDecision,
+    plannerState), only the conditions on pods that cannot come; None (no pass at all) when those are
+    already recorded as they are."""
+    live = [p for p in pods if not p.deleting]
+    out = _with_pod_news(PlannerOutcome(), capacity_pending(live, roles), nodes_not_ready(live, roles), status)
+    recorded = {(c.get("type"), c.get("reason"), c.get("message")) for c in status.get("conditions") or []
+                if c.get("type") in PLANNER_CONDITIONS and c.get("status") == "True"}
+    return None if not out.events and set(out.conditions) == recorded else out
 
 
 def with_metrics_trouble(out: PlannerOutcome, trouble: tuple[str, str] | None, status: Mapping[str, Any]
@@ -260,6 +278,10 @@ class Autoscaler:
         meta, status = body["metadata"], body.get("status") or {}
         ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
         resolved = resolve(spec)
+        enabled = [r for r in ROLES if resolved.roles[r].enabled]
+        if not status.get("lastDecision") and not any((status.get(r) or {}).get("replicas") for r in enabled):
+            # no decision yet and no engine pod at all (the workloads report none): nothing to list either
+            return nothing_to_observe_yet([], enabled, status)
         # one list for the serving engine pods and the router pods (both carry the deployment label)
         wanted = (L.serving_pods_selector(name).items(), L.router_pods_selector(name).items())
         # during a rollout: the serving slot's pods only (the candidate is judged, not planned for)
@@ -269,6 +291,13 @@ class Autoscaler:
                and rollouts.planner_pod(p.metadata.labels or {}, slot)]
         labels = {p.metadata.name: dict(p.metadata.labels or {}) for p in raw}
         pods = with_node_health([pod_view(p) for p in raw], self._node_ready)
+        if not status.get("lastDecision") and \
+                not any(serving([p for p in pods if owned_pod(p, name)])[r] for r in enabled):
+            # no engine pod Ready yet and no decision made: nothing to observe, and a first decision now would
+            # only be "hold, waiting for pods" written to status (after a burst of 500 new CRs: 500 writes
+            # while their pods are Pending). The Reconciling condition names the pods waited for; the
+            # conditions on why they cannot come (CapacityPending, NodeNotReady) are still the planner's.
+            return nothing_to_observe_yet(pods, enabled, status)
         history = self.histories.setdefault(uid, SnapshotHistory(retention_s=max(900.0, 3 * spec.slo.window_seconds)))
         prom = spec.autoscaling.metrics.prometheus if spec.autoscaling.metrics.source == "Prometheus" else None
         if prom is None:
@@ -289,7 +318,6 @@ class Autoscaler:
                                                        spec.autoscaling.scale_up_stabilization_seconds)
         measured, trouble = None, None
         if prom is not None:  # Prometheus holds the history: one query round per decision, at its time
-            enabled = [r for r in ROLES if resolved.roles[r].enabled]
             expected, router_pods = prometheus_pods(pods, name, enabled)
             t0 = time.monotonic()
             windows, router = asyncio.run(prometheus_windows(

@@ -61,6 +61,7 @@ PERIODIC_CYCLE = Histogram("v41flash_periodic_cycle_seconds",
                            "From a periodic tick until every deployment's pass of that tick finished",
                            buckets=(.1, .25, .5, 1, 2.5, 5, 10, 15, 20, 30, 60, 120))
 QUEUE_DEPTH = Gauge("v41flash_pass_queue_depth", "Deployments waiting for a pass")
+PASSES_RUNNING = Gauge("v41flash_passes_running", "Passes running now (on the pass workers)")
 PASS_WAIT = Histogram("v41flash_pass_wait_seconds", "From the first request of a pass until a worker started it",
                       ["priority"], buckets=(.001, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120))
 
@@ -127,7 +128,8 @@ class ChildCache:
         return None
 
     def update(self, event_type: str | None, body: dict[str, Any]) -> tuple[str | None, bool]:
-        """Record an event; returns (owner uid, whether what status reads changed)."""
+        """Record an event (or "APPLIED": what our apply returned, kept only if newer); returns (owner uid,
+        whether what status reads changed)."""
         owner = self._owner(body)
         if owner is None:
             return None, False
@@ -141,6 +143,8 @@ class ChildCache:
         with self._lock:
             children = self._by_owner.setdefault(owner, {})
             old = children.get(ref)
+            if event_type == "APPLIED" and old is not None and _rv(old) >= _rv(slim):
+                return owner, False  # what an apply returned, older than what the watch delivered meanwhile
             if event_type == "DELETED":
                 children.pop(ref, None)
                 return owner, True
@@ -180,6 +184,19 @@ def _remember(body: dict[str, Any]) -> None:
     except (KeyError, TypeError, ValueError):
         pass
     _bodies[uid] = body
+
+
+def _rv(obj: dict[str, Any]) -> int:
+    """resourceVersion as a number (etcd's revision, as _remember reads it); -1 when it is not one."""
+    try:
+        return int(obj["metadata"]["resourceVersion"])
+    except (KeyError, TypeError, ValueError):
+        return -1
+
+
+def _seen(workload: dict[str, Any]) -> None:
+    """A workload as our apply returned it: known before its watch event, which then asks for no pass."""
+    _children.update("APPLIED", workload)
 
 
 def _forget(uid: str, namespace: str, name: str) -> None:
@@ -234,9 +251,9 @@ def run_pass(uid: str, work: Work) -> rec.Outcome | None:
     generation = meta.get("generation", 1)
     full = work.full or _applied_generation.get(uid) != generation  # observe only what we applied ourselves
     how = Pass(apply=full, prune=True if work.prune else (_pruned_against.get(uid, True) if full else False),
-               workloads=_children.of)
+               workloads=_children.of, seen=_seen)
     if work.trigger == "create" and not work.prune:
-        how = Pass(apply=True, prune=False, workloads=_children.of)  # a new uid owns nothing yet
+        how = Pass(apply=True, prune=False, workloads=_children.of, seen=_seen)  # a new uid owns nothing yet
     trigger = work.trigger if full or work.trigger != "periodic" else "observe"
     planned = work.planner
     if planned is not None:
@@ -395,6 +412,7 @@ class Scheduler:
             PASS_WAIT.labels("urgent" if work.trigger in URGENT else "background").observe(
                 max(0.0, time.monotonic() - work.requested))
             self.running.add(uid)
+            PASSES_RUNNING.set(len(self.running))
             fut = loop.run_in_executor(self.pool, run_pass, uid, work)
             done, _ = await asyncio.wait({fut}, timeout=self.deadline)
             if not done:
@@ -409,6 +427,7 @@ class Scheduler:
 
     def _finished(self, uid: str, work: Work, fut: asyncio.Future) -> None:
         self.running.discard(uid)
+        PASSES_RUNNING.set(len(self.running))
         work.done(uid)
         exc = None if fut.cancelled() else fut.exception()
         if exc is None:

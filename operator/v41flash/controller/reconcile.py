@@ -11,7 +11,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -90,6 +90,9 @@ class Pass:
     apply: bool = True
     prune: bool | frozenset[ChildRef] = True
     workloads: Callable[[str, str], dict[ChildRef, dict[str, Any]]] | None = None  # (namespace, uid) → live
+    # told each workload this pass applied or listed (as the apiserver returned it): the watch cache behind
+    # `workloads` may deliver it much later
+    seen: Callable[[dict[str, Any]], None] | None = None
 
 
 FULL = Pass()
@@ -119,7 +122,10 @@ def _prepare(body: dict[str, Any], previous: dict[str, Any], planned: dict[str, 
     meta = body["metadata"]
     # what desired_replicas() reads (the spec's bounds are in the spec part of the key): a planner pass that
     # holds at what status records and the periodic pass between planner passes share one entry
-    replicas_key = tuple((role, (planned or {}).get(role, (previous.get(role) or {}).get("desiredReplicas")))
+    # (a role the spec turns off renders no replicas, whatever status records for it)
+    spec_raw = body.get("spec") or {}
+    replicas_key = tuple((role, None if (spec_raw.get(role) or {}).get("enabled", True) is False else
+                          (planned or {}).get(role, (previous.get(role) or {}).get("desiredReplicas")))
                          for role in ROLES)
     key = (meta.get("generation"), meta.get("resourceVersion") if meta.get("generation") is None else None,
            replicas_key, json.dumps(body.get("spec") or {}, sort_keys=True, default=str))
@@ -142,6 +148,10 @@ def _prepare(body: dict[str, Any], previous: dict[str, Any], planned: dict[str, 
             render_stall = Stall("RenderFailed", f"spec: the operator cannot render it: "
                                                  f"{type(exc).__name__}: {str(exc)[:300]}")
     result = (problems, obj, desired_objs, render_stall)
+    if obj is not None:
+        # kept under the replicas it rendered: the next pass reads them from the status this one writes (a new
+        # CR's first pass has none recorded yet, so its first observe pass missed and rendered again)
+        key = (key[0], key[1], tuple((role, replicas.get(role)) for role in ROLES), key[3])
     _prepared[meta["uid"]] = (key, result)
     return result
 
@@ -183,7 +193,7 @@ def reconcile(kube: Kube, body: dict[str, Any], emit: Emit, *, now: str | None =
         desired_objs = rolled.objects
     elif obj is not None and not problems and render_stall is None and rollouts.needed(previous, spec_revision):
         # A rollout (or one to start): every pass lists, decides from what runs, applies and prunes.
-        how = Pass(apply=True, prune=True, workloads=how.workloads)
+        how = replace(how, apply=True, prune=True)
         live = {ChildRef.of(o): o for o in kube.list_children(namespace, name, uid)}
         try:
             rolled, records = _rollout(kube, body, obj, previous, live, planner)
@@ -211,6 +221,9 @@ def reconcile(kube: Kube, body: dict[str, Any], emit: Emit, *, now: str | None =
             stall = name_collisions(kube, namespace, uid, desired_objs, live, known)
             if stall is None:
                 stall, capacity = _apply_all(kube, namespace, desired_objs, live, applied, known)
+            for ref, o in live.items() if how.seen is not None else ():
+                if ref.kind in WORKLOAD_KINDS and ref in want:
+                    how.seen(o)
             if stall is None and prune:
                 for ref in [r for r in live if r not in want]:
                     kube.delete(ref, namespace)
