@@ -17,6 +17,7 @@ reported as such and counted apart.
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -401,6 +402,50 @@ def test_show7_the_operator_sigkilled_mid_rollout_resumes_from_status_without_du
     assert failed == [], failed
     print(f"\n[show7] SIGKILL at step {at_kill['step']}/{at_kill['steps']}; resumed through {phases}; "
           f"{len(load.records)} requests, {len(killed)} failed on a pod the harness stopped at deletion")
+
+
+def test_the_operator_sigkilled_at_random_points_of_a_rollout_converges_to_one_slot_and_two_records(
+        cluster, operator_process, ns):
+    """Issue 13's SIGKILLs at random points, during a canary (Show 7 kills once, at a chosen step): killed at
+    seeded random moments while the rollout runs (Starting, Canary steps, Draining, whatever the moment is), the
+    operator resumes from status each time; the rollout completes once, in slot a, with no third slot, no orphan,
+    two records and no failed request."""
+    import random
+    import signal
+    rng = random.Random(int(os.environ.get("V41F_FAULT_SEED", "13")))
+    kills = int(os.environ.get("V41F_ROLLOUT_KILLS", "5"))
+    name = "killed"
+    doc = _doc(name, steps=[30, 60, 100])
+    _apply(cluster, doc, ns)
+    old = _wait_ready(cluster, ns, name)["status"]["servingRevision"]
+    at_kill: list[str] = []
+    with Load(cluster, ns, name, _model(doc)) as load:
+        load.wait_requests(6)
+        doc["spec"]["model"]["revision"] = "e2e-killed"
+        _apply(cluster, doc, ns)
+        while len(at_kill) < kills:
+            time.sleep(rng.uniform(0.5, 6.0))
+            st = _cr(cluster, ns, name).get("status") or {}
+            r = st.get("rollout") or {}
+            if r.get("phase") == "Complete" and st.get("servingRevision") != old:
+                break
+            at_kill.append(f"{r.get('phase') or 'not started'} {r.get('step', 0)}/{r.get('steps', 0)}")
+            operator_process.restart(sig=signal.SIGKILL)
+        new, phases = _until_complete(cluster, ns, name, old, 300, "the rollout to complete", 60)
+    assert len(at_kill) >= 3, at_kill  # most kills landed inside the rollout
+    names = {i["metadata"]["name"] for i in cluster.kubectl_json(
+        "get", "deployments", "-n", ns, "-l", f"app.kubernetes.io/instance={name}")["items"]
+        if not i["metadata"].get("deletionTimestamp")}
+    assert names == {f"{name}-prefill-a", f"{name}-decode-a", f"{name}-router-a", f"{name}-router"}, names
+    crs = cluster.kubectl_json("get", "controllerrevisions", "-n", ns, "-l", f"app.kubernetes.io/instance={name}")
+    assert sorted(c["metadata"]["labels"][REVISION] for c in crs["items"]) == sorted({old, new})
+    cr = _wait_ready(cluster, ns, name)
+    assert cr["status"]["rollout"]["servingSlot"] == "a" and cr["status"]["servingRevision"] == new
+    killed, failed = _harness_kills(load, cluster, ns)
+    assert failed == [], failed
+    operator_process.assert_alive()
+    print(f"\n[rollout-kills] {len(at_kill)} SIGKILLs at {at_kill}; then {phases}; {len(load.records)} requests, "
+          f"by revision {load.by_revision()}; {len(killed)} failed on a pod the harness stopped at deletion")
 
 
 def test_show4_no_surge_room_waits_saying_why_and_in_place_completes_never_at_zero(cluster, operator_process, ns):
