@@ -17,6 +17,7 @@ reported as such and counted apart.
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -401,6 +402,59 @@ def test_show7_the_operator_sigkilled_mid_rollout_resumes_from_status_without_du
     assert failed == [], failed
     print(f"\n[show7] SIGKILL at step {at_kill['step']}/{at_kill['steps']}; resumed through {phases}; "
           f"{len(load.records)} requests, {len(killed)} failed on a pod the harness stopped at deletion")
+
+
+def test_the_operator_sigkilled_at_random_points_of_a_rollout_converges_to_one_slot_and_two_records(
+        cluster, operator_process, ns):
+    """Issue 13's SIGKILLs at random points, during a canary (Show 7 kills once, at step 2): killed at a seeded
+    random moment after each of Starting, canary steps 1-3 and Draining is reached, the operator resumes from
+    status each time; the rollout completes once, in slot a, with no third slot, no orphan,
+    two records and no failed request."""
+    import random
+    import signal
+    rng = random.Random(int(os.environ.get("V41F_FAULT_SEED", "13")))
+    name = "killed"
+    doc = _doc(name, steps=[30, 60, 100])
+    _apply(cluster, doc, ns)
+    old = _wait_ready(cluster, ns, name)["status"]["servingRevision"]
+    rank = {"Starting": 0, "Canary": 1, "Paused": 1, "Draining": 2, "Complete": 3}
+
+    def progress(cr: dict) -> tuple[int, int]:
+        r = (cr.get("status") or {}).get("rollout") or {}
+        return (r.get("step", 0), rank.get(r.get("phase", ""), -1))
+
+    # one kill at a random moment (0-3 s) after each of these is reached: Starting, canary steps 1-3, Draining
+    targets = [(0, 0), (1, 1), (2, 1), (3, 1), (3, 2)]
+    at_kill: list[str] = []
+    with Load(cluster, ns, name, _model(doc)) as load:
+        load.wait_requests(6)
+        doc["spec"]["model"]["revision"] = "e2e-killed"
+        _apply(cluster, doc, ns)
+        for target in targets:
+            cr, _ = _phases(cluster, ns, name, lambda cr: progress(cr) >= target, 180, f"rollout at {target}",
+                            ("RolledBack",))
+            if progress(cr)[1] == rank["Complete"]:
+                break
+            time.sleep(rng.uniform(0.0, 3.0))
+            r = (_cr(cluster, ns, name).get("status") or {}).get("rollout") or {}
+            at_kill.append(f"{r.get('phase')} {r.get('step', 0)}/{r.get('steps', 0)}")
+            print(f"\n[rollout-kills] target {target} reached at {progress(cr)}; killing at {at_kill[-1]}", flush=True)
+            operator_process.restart(sig=signal.SIGKILL)
+        new, phases = _until_complete(cluster, ns, name, old, 300, "the rollout to complete", 60)
+    assert len(set(at_kill)) >= 3, at_kill  # the kills landed at three or more points of the rollout
+    names = {i["metadata"]["name"] for i in cluster.kubectl_json(
+        "get", "deployments", "-n", ns, "-l", f"app.kubernetes.io/instance={name}")["items"]
+        if not i["metadata"].get("deletionTimestamp")}
+    assert names == {f"{name}-prefill-a", f"{name}-decode-a", f"{name}-router-a", f"{name}-router"}, names
+    crs = cluster.kubectl_json("get", "controllerrevisions", "-n", ns, "-l", f"app.kubernetes.io/instance={name}")
+    assert sorted(c["metadata"]["labels"][REVISION] for c in crs["items"]) == sorted({old, new})
+    cr = _wait_ready(cluster, ns, name)
+    assert cr["status"]["rollout"]["servingSlot"] == "a" and cr["status"]["servingRevision"] == new
+    killed, failed = _harness_kills(load, cluster, ns)
+    assert failed == [], failed
+    operator_process.assert_alive()
+    print(f"\n[rollout-kills] {len(at_kill)} SIGKILLs at {at_kill}; then {phases}; {len(load.records)} requests, "
+          f"by revision {load.by_revision()}; {len(killed)} failed on a pod the harness stopped at deletion")
 
 
 def test_show4_no_surge_room_waits_saying_why_and_in_place_completes_never_at_zero(cluster, operator_process, ns):

