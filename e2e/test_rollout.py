@@ -374,6 +374,16 @@ def test_show3_a_candidate_too_slow_is_rolled_back_at_the_gate_naming_figure_and
     print(f"\n[show3] {stalled['message']}; {len(load.records)} requests, by revision {load.by_revision()}")
 
 
+def _only_slot_a_and_two_records(cluster, ns: str, name: str, old: str, new: str) -> None:
+    """No duplicate revision, no third slot, no orphan: exactly slot a's Deployments and the front, two records."""
+    names = {i["metadata"]["name"] for i in cluster.kubectl_json(
+        "get", "deployments", "-n", ns, "-l", f"app.kubernetes.io/instance={name}")["items"]
+        if not i["metadata"].get("deletionTimestamp")}
+    assert names == {f"{name}-prefill-a", f"{name}-decode-a", f"{name}-router-a", f"{name}-router"}, names
+    crs = cluster.kubectl_json("get", "controllerrevisions", "-n", ns, "-l", f"app.kubernetes.io/instance={name}")
+    assert sorted(c["metadata"]["labels"][REVISION] for c in crs["items"]) == sorted({old, new})
+
+
 def test_show7_the_operator_sigkilled_mid_rollout_resumes_from_status_without_duplicates(cluster, operator_process, ns):
     import signal
     name = "resume"
@@ -392,12 +402,7 @@ def test_show7_the_operator_sigkilled_mid_rollout_resumes_from_status_without_du
     assert at_kill["candidateSlot"] == "a" and at_kill["candidateRevision"] == new, at_kill
     assert phases[0] in ("Canary", "Paused") and "Starting" not in phases, phases  # resumed, not restarted
     # no duplicate revision, no third slot, no orphan: exactly slot a's objects and two records
-    names = {i["metadata"]["name"] for i in cluster.kubectl_json(
-        "get", "deployments", "-n", ns, "-l", f"app.kubernetes.io/instance={name}")["items"]
-        if not i["metadata"].get("deletionTimestamp")}
-    assert names == {f"{name}-prefill-a", f"{name}-decode-a", f"{name}-router-a", f"{name}-router"}, names
-    crs = cluster.kubectl_json("get", "controllerrevisions", "-n", ns, "-l", f"app.kubernetes.io/instance={name}")
-    assert sorted(c["metadata"]["labels"][REVISION] for c in crs["items"]) == sorted({old, new})
+    _only_slot_a_and_two_records(cluster, ns, name, old, new)
     killed, failed = _harness_kills(load, cluster, ns)
     assert failed == [], failed
     print(f"\n[show7] SIGKILL at step {at_kill['step']}/{at_kill['steps']}; resumed through {phases}; "
@@ -442,12 +447,7 @@ def test_the_operator_sigkilled_at_random_points_of_a_rollout_converges_to_one_s
             operator_process.restart(sig=signal.SIGKILL)
         new, phases = _until_complete(cluster, ns, name, old, 300, "the rollout to complete", 60)
     assert len(set(at_kill)) >= 3, at_kill  # the kills landed at three or more points of the rollout
-    names = {i["metadata"]["name"] for i in cluster.kubectl_json(
-        "get", "deployments", "-n", ns, "-l", f"app.kubernetes.io/instance={name}")["items"]
-        if not i["metadata"].get("deletionTimestamp")}
-    assert names == {f"{name}-prefill-a", f"{name}-decode-a", f"{name}-router-a", f"{name}-router"}, names
-    crs = cluster.kubectl_json("get", "controllerrevisions", "-n", ns, "-l", f"app.kubernetes.io/instance={name}")
-    assert sorted(c["metadata"]["labels"][REVISION] for c in crs["items"]) == sorted({old, new})
+    _only_slot_a_and_two_records(cluster, ns, name, old, new)
     cr = _wait_ready(cluster, ns, name)
     assert cr["status"]["rollout"]["servingSlot"] == "a" and cr["status"]["servingRevision"] == new
     killed, failed = _harness_kills(load, cluster, ns)
