@@ -233,6 +233,21 @@ def _until_complete(cluster, ns: str, name: str, old: str, timeout: float, what:
     return new, phases
 
 
+def _promoted_and_drained(cluster, ns: str, name: str, phases: list[str]) -> str:
+    """The rollout canaried, was promoted, drained the old revision and completed; the RolloutComplete message
+    (how the drain ended). Draining is read from the Promoted event too: when the old revision's sessions have
+    all ended by promotion (the last step sent every new session to the candidate), the next pass completes it,
+    sooner than a poll of the CR may see."""
+    assert "Canary" in phases and phases[-1] == "Complete", phases
+    if "Draining" in phases:
+        assert phases.index("Draining") > phases.index("Canary"), phases
+    events = cluster.kubectl_json("get", "events", "-n", ns, "--field-selector", f"involvedObject.name={name}")
+    by_reason = {e["reason"]: e.get("message", "") for e in events["items"]}
+    assert {"RolloutStarted", "StepPassed", "Promoted", "RolloutComplete"} <= set(by_reason), sorted(by_reason)
+    assert "draining" in by_reason["Promoted"], by_reason["Promoted"]
+    return by_reason["RolloutComplete"]
+
+
 def _new_checkpoint_revision(spec: dict) -> None:
     spec["model"]["revision"] = "e2e-1017"
 
@@ -255,15 +270,15 @@ def test_show1_a_checkpoint_or_image_change_canaries_promotes_and_drains_with_no
         # the old revision's pods gone (its GPUs released), the new one serving alone
         new, phases = _until_complete(cluster, ns, name, old, 240, "the rollout to complete", 60)
         load.wait_requests(8)
-    assert "Canary" in phases and "Draining" in phases and phases[-1] == "Complete", phases
+    drained = _promoted_and_drained(cluster, ns, name, phases)
     cr = _wait_ready(cluster, ns, name)
     assert cr["status"]["rollout"]["servingSlot"] == "a" and cr["status"]["servingRevision"] == new
     killed, failed = _harness_kills(load, cluster, ns)
     assert failed == [], failed
     image = doc["spec"].get("image", DEFAULT_IMAGE)  # the examples leave the default
     assert all(image in {c.image for c in p.spec.containers} for p in _engine_pods(cluster, ns, name))
-    print(f"\n[show1 {change.__name__}] {len(load.records)} requests, by revision {load.by_revision()}, phases {phases}; "
-          f"{len(killed)} failed on a pod the harness stopped at deletion: {killed}")
+    print(f"\n[show1 {change.__name__}] {len(load.records)} requests, by revision {load.by_revision()}, "
+          f"phases {phases} ({drained}); {len(killed)} failed on a pod the harness stopped at deletion: {killed}")
     # every session stays on one revision while it serves: the only move is old -> new, once the old is gone
     for session, revs in load.session_revisions().items():
         changes = [(a, b) for a, b in zip(revs, revs[1:]) if a != b]
@@ -278,9 +293,6 @@ def test_show1_a_checkpoint_or_image_change_canaries_promotes_and_drains_with_no
     # the records: the serving revision and the previous one
     crs = cluster.kubectl_json("get", "controllerrevisions", "-n", ns, "-l", f"app.kubernetes.io/instance={name}")
     assert {c["metadata"]["labels"][REVISION] for c in crs["items"]} == {old, new}
-    events = cluster.kubectl_json("get", "events", "-n", ns, "--field-selector", f"involvedObject.name={name}")
-    reasons = {e["reason"] for e in events["items"]}
-    assert {"RolloutStarted", "StepPassed", "Promoted"} <= reasons, reasons
 
 
 def test_show5_router_and_slo_changes_restart_no_engine(cluster, operator_process, ns):
@@ -503,7 +515,7 @@ def test_show6_the_gb300_example_with_a_leaderworkerset_decode_rolls_out_the_sam
         new, phases = _until_complete(cluster, ns, name, old, 300, "the rollout to complete", 90)
     lws = {i["metadata"]["name"] for i in cluster.kubectl_json("get", "leaderworkersets", "-n", ns)["items"]}
     assert lws == {f"{name}-decode-a"}, lws  # the candidate's decode LWS serves, the old one is gone
-    assert "Canary" in phases and "Draining" in phases, phases
+    _promoted_and_drained(cluster, ns, name, phases)
     killed, failed = _harness_kills(load, cluster, ns)
     assert failed == [], failed
     served = {}
@@ -555,7 +567,7 @@ def test_a_candidate_with_two_prefill_replicas_to_match_grows_before_the_full_sh
     assert ("Starting", 50, 2) in [s[:3] for s in seen], seen  # grown while at the previous share
     full = [s for s in seen if s[0] == "Canary" and s[1] == 100]
     assert full and full[0][2] == 2 and full[0][3] == 2, seen  # 100 % only with both prefill replicas Ready
-    assert phases.index("Draining") > phases.index("Canary"), seen
+    _promoted_and_drained(cluster, ns, name, phases)
     killed, failed = _harness_kills(load, cluster, ns)
     assert failed == [], failed
     print(f"\n[grow] (phase, share, candidate prefill replicas, its Ready prefill pods) {seen}; {len(load.records)} "

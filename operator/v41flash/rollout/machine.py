@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..api import v1alpha1 as api
+
 # Phases of status.rollout.phase.
 STARTING = "Starting"  # candidate slot created or grown, not Ready yet (step 0: no sessions; k: step k's share)
 WAITING = "WaitingForSurgeRoom"  # no GPUs for the candidate: nothing created (Wait) or pods Pending
@@ -37,27 +39,32 @@ def other_slot(slot: str) -> str:
     return "b" if slot == "a" else "a"
 
 
+# The defaults of spec.rollout and spec.slo: one home, the API models.
+_ROLLOUT, _SLO = api.RolloutSpec(), api.SLOSpec()
+
+
 @dataclass(frozen=True)
 class Policy:
-    """spec.rollout and spec.slo as the machine needs them (``policy_from_spec``)."""
-    strategy: str = "Canary"
-    steps: tuple[int, ...] = (5, 25, 50, 100)
-    step_seconds: float = 300
-    min_requests_per_step: int = 50
-    max_surge_gpus: int = 0  # 0: the candidate at the serving size (fixed when the rollout starts: State.surge_gpus)
+    """spec.rollout and spec.slo as the machine needs them (``policy_from_spec``); the defaults are the API's."""
+    strategy: str = _ROLLOUT.strategy
+    steps: tuple[int, ...] = tuple(_ROLLOUT.steps)
+    step_seconds: float = _ROLLOUT.step_seconds
+    min_requests_per_step: int = _ROLLOUT.min_requests_per_step
+    max_surge_gpus: int = _ROLLOUT.max_surge_gpus  # 0: the candidate at the serving size (State.surge_gpus)
+    # the API's 0 means the engines' startup budget + 600 s (policy_from_spec); 7800: the 7200 s minimum budget + 600
     progress_deadline_seconds: float = 7800
-    when_no_surge_room: str = "Wait"
-    drain_deadline_seconds: float = 1800
-    ttft_target_seconds: float = 2.0
-    ttft_percentile: int = 90
-    e2e_target_seconds: float = 60.0
-    ttft_tolerance: float = 0.0
-    e2e_tolerance: float = 0.0
-    max_error_ratio: float = 0.01
-    gpu_budget: int = 0  # autoscaling.gpuBudget, 0 = none
-    paused: bool = False
-    promote: str = ""
-    abort: str = ""
+    when_no_surge_room: str = _ROLLOUT.when_no_surge_room
+    drain_deadline_seconds: float = _ROLLOUT.drain_deadline_seconds
+    ttft_target_seconds: float = _SLO.ttft.target_seconds
+    ttft_percentile: int = _SLO.ttft.percentile
+    e2e_target_seconds: float = _SLO.e2e_p95_seconds
+    ttft_tolerance: float = _ROLLOUT.gate.ttft_tolerance
+    e2e_tolerance: float = _ROLLOUT.gate.e2e_tolerance
+    max_error_ratio: float = _ROLLOUT.gate.max_error_ratio
+    gpu_budget: int = api.AutoscalingSpec().gpu_budget  # 0 = none
+    paused: bool = _ROLLOUT.paused
+    promote: str = _ROLLOUT.promote
+    abort: str = _ROLLOUT.abort
 
 
 def policy_from_spec(spec: Any, startup_seconds: float) -> Policy:
