@@ -282,11 +282,11 @@ def learn_tail_shape(rs: RoleState, service_s: float, rate: float, ranks: float,
         per_cs2 = service_s / (2.0 * (1.0 - rho)) * math.log(rho / tail)  # W_p = per_cs2 · (1 + cs²)
         sample = min(hi, max(lo, (ttft_s - service_s) / per_cs2 - 1.0))
     old = rs.tail_cs2
-    if old is None or sample >= old:
-        cs2 = sample
-    else:
-        w = cfg.tail_shape_smoothing
-        cs2 = min(hi, max(lo, w * sample + (1 - w) * old))
+    if old is None or sample > old:
+        # a heavier tail replaces the shape at once, and only this window vouches for it now (how busy it was)
+        return replace(rs, tail_cs2=sample, tail_rho=min(1.0, rho), tail_samples=rs.tail_samples + 1)
+    w = cfg.tail_shape_smoothing
+    cs2 = min(hi, max(lo, w * sample + (1 - w) * old))
     return replace(rs, tail_cs2=cs2, tail_rho=min(1.0, max(rho, rs.tail_rho or 0.0)), tail_samples=rs.tail_samples + 1)
 
 
@@ -375,8 +375,11 @@ def learn(observed: Observation, judgement: Judgement, demand: Demand, budgets: 
     ks_learned = prefill_state.service_correction
     if (cfg.learn_tail_shape and disagg and prefill_state.tail_cs2 is not None and ks_learned is not None
             and prefill_state.tail_samples >= cfg.tail_shape_min_samples
-            and prefill_state.correction < max(ks_learned, cfg.min_throughput_correction)):
-        cs2 = prefill_state.tail_cs2  # the measured service time floors the correction: the tail is the queue's
+            and prefill_state.correction < max(ks_learned, cfg.min_throughput_correction)
+            and not judgement.role("prefill").breached):
+        # the measured service time floors the correction: the tail is the queue's (a breach suspends it: while
+        # users wait, prefill is sized with the default shape)
+        cs2 = prefill_state.tail_cs2
     # The latency correction fits the queueing tail; below the measured service-time ratio (or 1 when
     # prefill time is not measured) it sized prefill too lean as load rose (agent prefill times are
     # heavy-tailed and session-affine): sizing never assumes prefill cheaper than that floor.
@@ -492,6 +495,7 @@ class Sizing:
     need: capacity.Need | None  # fractional replicas; None: nothing to size on (missing or stale data)
     kv_note: str = ""  # set when KV-cache memory, not compute, decided the need
     down_guard: str = ""  # set when removing a replica would itself break the TTFT percentile (moved sessions)
+    down_need: capacity.Need | None = None  # what a scale-down is judged on, when not ``need`` (the default tail shape)
 
 
 def moved_sessions_guard(role: Role, disaggregated: bool, current: int, learned: Learned, budgets: Budgets,
@@ -560,8 +564,13 @@ def size(role: Role, demand_rate: float | None, observed: RoleObservation, disag
             need = capacity.Need(max(need.replicas, slots.replicas), need.feasible)
         return need
 
+    down_need = None
     if role == "prefill":
         need = size_prefill(demand_rate, pp.data_parallel_size, learned.prefill_cs2 if disaggregated else None)
+        if disaggregated and learned.prefill_cs2 is not None:
+            # a lighter tail is evidence that more replicas are not needed, not that those running are spare:
+            # a scale-down is judged on the default shape (shedding moves sessions, whose re-prefills it misses)
+            down_need = size_prefill(demand_rate, pp.data_parallel_size)
     elif disaggregated:
         need = size_decode(demand_rate)
     else:
@@ -577,7 +586,7 @@ def size(role: Role, demand_rate: float | None, observed: RoleObservation, disag
             need = capacity.Need(kv_need, need.feasible)
             kv_note = f"KV cache {kv:.0%} full ({cfg.kv_cache_target:.0%} target)"
     guard = moved_sessions_guard(role, disaggregated, observed.replicas.desired, learned, budgets, profile, slo, cfg)
-    return Sizing(need=need, kv_note=kv_note, down_guard=guard)
+    return Sizing(need=need, kv_note=kv_note, down_guard=guard, down_need=down_need)
 
 
 # ---------------------------------------------------------------- 5. act
@@ -737,7 +746,8 @@ def act(role: Role, observed: RoleObservation, bounds: RoleBounds, judged: RoleJ
     margin = max(1 + cfg.down_margin, rs.down_margin_learned)
     if margin > 1 + cfg.down_margin:
         need_txt += f"; scale-down margin ×{margin:.2f} (learned: a scale-down to that ratio breached)"
-    rec = max(lo, min(hi, math.ceil(need.replicas * margin - 1e-9)))
+    down_need = sizing.down_need or need
+    rec = max(lo, min(hi, math.ceil(down_need.replicas * margin - 1e-9)))
     # stabilization window bookkeeping (only complete windows count as evidence for scale-down)
     if judged.data == "ok":
         recs = tuple(x for x in rs.recommendations if x[0] > now - cfg.scale_down_stabilization_s) + ((now, rec),)
