@@ -115,19 +115,6 @@ class PlannerConfig:
     # squared coefficient of variation of prefill service times in the queueing tail: 1.2 measured in a
     # steady agent run; 2.0 also covers the re-prefill storms of moved sessions (docs/2026-11-30-autoscale-bench.md)
     service_cv2: float = 2.0
-    # Learned queueing-tail shape (steps.learn): where prefill's service time is measured, the cs² that makes the
-    # model at that service time give the window's TTFT percentile, learned only from windows whose utilisation
-    # (at the measured service time) is at least ``tail_shape_min_rho`` (a queue that can show its tail), never
-    # below ``tail_shape_min_cs2`` nor above ``service_cv2``; a heavier sample is taken at once, a lighter one
-    # smoothed in (``tail_shape_smoothing``). Sizing uses it instead of ``service_cv2`` once
-    # ``tail_shape_min_samples`` windows taught it, only while the measured service time floors the correction
-    # (a tail fit above it was learned at service_cv2), and never for a utilisation above the highest one it
-    # was learned at (the queue's tail at a higher load is not known).
-    learn_tail_shape: bool = True
-    tail_shape_min_cs2: float = 1.0
-    tail_shape_min_rho: float = 0.5
-    tail_shape_smoothing: float = 0.2
-    tail_shape_min_samples: int = 10  # fewer teaching windows than this: sized with service_cv2
     # Headroom from the deployment's own demand (planner/headroom.py): size for this quantile of the
     # demand rises seen over one cold start (+ one interval), times the current demand; 0 turns it off
     headroom_quantile: float = 0.9
@@ -170,9 +157,6 @@ class RoleState:
     correction: float = 1.0  # learned multiplier on the profile's latency (observed / predicted)
     corrections_learned: int = 0  # windows that updated the correction
     service_correction: float | None = None  # measured / profile prefill service time (None: not measured)
-    tail_cs2: float | None = None  # learned cs² of prefill's queueing tail at the measured service time (None: not learned)
-    tail_rho: float | None = None  # the highest utilisation (at the measured service time) a window that taught it had
-    tail_samples: int = 0  # windows that taught it
     last_scale_time: float | None = None
     last_action: Action = "hold"
     recommendations: tuple[tuple[float, int], ...] = ()  # (time, replicas) within stabilization

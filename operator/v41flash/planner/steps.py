@@ -250,44 +250,6 @@ class Learned:
     prefill_correction: float  # the tail fit, floored by the measured service-time ratio (or its default)
     decode_correction: float
     sized: Demand  # the window's demand at the smoothed cache-hit level
-    prefill_cs2: float | None = None  # the learned cs² of prefill's queueing tail (None: PlannerConfig.service_cv2)
-    prefill_cs2_rho: float | None = None  # the highest utilisation it was learned at
-
-    def cs2(self, config: PlannerConfig) -> float:
-        return config.service_cv2 if self.prefill_cs2 is None else self.prefill_cs2
-
-
-def learn_tail_shape(rs: RoleState, service_s: float, rate: float, ranks: float, ttft_s: float, percentile: float,
-                     cfg: PlannerConfig) -> RoleState:
-    """The queueing tail's cs² that this window shows at the measured service time (``rs`` as it is when none).
-
-    With the service time measured (vllm:request_prefill_time), what is left of the TTFT percentile is the
-    queue: W_p = s (1 + cs²) / (2 (1 − ρ)) · ln(ρ / (1 − p)) solved for cs². The measured service time floors the
-    latency correction, so without this a queue lighter than cs² = ``service_cv2`` (session-affine agent
-    traffic) is sized as if it were that heavy. Guarded against the light tails that under-sized prefill as
-    load rose: only a window whose utilisation is at least ``tail_shape_min_rho`` teaches (an idle queue shows
-    no tail), the shape stays within [``tail_shape_min_cs2``, ``service_cv2``], and a heavier sample replaces
-    the learned shape at once while a lighter one is smoothed in.
-    """
-    tail = 1.0 - percentile
-    if service_s <= 0 or ranks <= 0 or rate <= 0 or tail <= 0:
-        return rs
-    rho = rate * service_s / ranks
-    if rho < max(cfg.tail_shape_min_rho, 2.0 * tail):
-        return rs
-    lo, hi = cfg.tail_shape_min_cs2, cfg.service_cv2
-    if rho >= 1.0:
-        sample = hi
-    else:
-        per_cs2 = service_s / (2.0 * (1.0 - rho)) * math.log(rho / tail)  # W_p = per_cs2 · (1 + cs²)
-        sample = min(hi, max(lo, (ttft_s - service_s) / per_cs2 - 1.0))
-    old = rs.tail_cs2
-    if old is None or sample > old:
-        # a heavier tail replaces the shape at once, and only this window vouches for it now (how busy it was)
-        return replace(rs, tail_cs2=sample, tail_rho=min(1.0, rho), tail_samples=rs.tail_samples + 1)
-    w = cfg.tail_shape_smoothing
-    cs2 = min(hi, max(lo, w * sample + (1 - w) * old))
-    return replace(rs, tail_cs2=cs2, tail_rho=min(1.0, max(rho, rs.tail_rho or 0.0)), tail_samples=rs.tail_samples + 1)
 
 
 def _smooth_correction(old: float, sample: float, cfg: PlannerConfig) -> float:
@@ -366,20 +328,7 @@ def learn(observed: Observation, judgement: Judgement, demand: Demand, budgets: 
             old = prefill_state.service_correction
             prefill_state = replace(prefill_state, service_correction=s_sample if old is None else _smooth_correction(
                 old, s_sample, replace(cfg, correction_smoothing=cfg.service_smoothing)))
-            if cfg.learn_tail_shape:
-                prefill_state = learn_tail_shape(
-                    prefill_state, model_s * prefill_state.service_correction, fw.request_rate, n_eff * ranks,
-                    fw.ttft_s, fw.ttft_percentile, cfg)
     new_state = replace(state, prefill=prefill_state, decode=decode_state)
-    cs2 = None
-    ks_learned = prefill_state.service_correction
-    if (cfg.learn_tail_shape and disagg and prefill_state.tail_cs2 is not None and ks_learned is not None
-            and prefill_state.tail_samples >= cfg.tail_shape_min_samples
-            and prefill_state.correction < max(ks_learned, cfg.min_throughput_correction)
-            and not judgement.role("prefill").breached):
-        # the measured service time floors the correction: the tail is the queue's (a breach suspends it: while
-        # users wait, prefill is sized with the default shape)
-        cs2 = prefill_state.tail_cs2
     # The latency correction fits the queueing tail; below the measured service-time ratio (or 1 when
     # prefill time is not measured) it sized prefill too lean as load rose (agent prefill times are
     # heavy-tailed and session-affine): sizing never assumes prefill cheaper than that floor.
@@ -399,8 +348,7 @@ def learn(observed: Observation, judgement: Judgement, demand: Demand, budgets: 
         hit_level = demand.hit_rate if hit_level is None else w * demand.hit_rate + (1 - w) * hit_level
         new_state = new_state.with_role(front_role, replace(frs, hit_level=hit_level))
     sized = demand if hit_level is None else replace(demand, hit_rate=min(0.999, max(0.0, hit_level)))
-    return Learned(state=new_state, prefill_correction=kp, decode_correction=decode_state.correction, sized=sized,
-                   prefill_cs2=cs2, prefill_cs2_rho=prefill_state.tail_rho if cs2 is not None else None)
+    return Learned(state=new_state, prefill_correction=kp, decode_correction=decode_state.correction, sized=sized)
 
 
 # ---------------------------------------------------------------- 3. forecast
@@ -495,7 +443,6 @@ class Sizing:
     need: capacity.Need | None  # fractional replicas; None: nothing to size on (missing or stale data)
     kv_note: str = ""  # set when KV-cache memory, not compute, decided the need
     down_guard: str = ""  # set when removing a replica would itself break the TTFT percentile (moved sessions)
-    down_need: capacity.Need | None = None  # what a scale-down is judged on, when not ``need`` (the default tail shape)
 
 
 def moved_sessions_guard(role: Role, disaggregated: bool, current: int, learned: Learned, budgets: Budgets,
@@ -541,18 +488,11 @@ def size(role: Role, demand_rate: float | None, observed: RoleObservation, disag
     pp, dp = profile.prefill, profile.decode
     sized = learned.sized
 
-    def size_prefill(rate: float, ranks: int, cs2: float | None = None) -> capacity.Need:
-        need = capacity.prefill_replicas_needed(
+    def size_prefill(rate: float, ranks: int) -> capacity.Need:
+        return capacity.prefill_replicas_needed(
             pp, rate, sized.new_tokens, sized.cached_tokens, budgets.prefill_ttft_s, slo.ttft_percentile,
-            learned.prefill_correction, cfg.target_utilization, ranks, cfg.service_cv2 if cs2 is None else cs2,
+            learned.prefill_correction, cfg.target_utilization, ranks, cfg.service_cv2,
         )
-        if cs2 is not None and learned.prefill_cs2_rho:
-            # the learned tail holds for the utilisations it was learned at: beyond them, the default shape's need
-            work = rate * pp.request_seconds(sized.new_tokens, sized.cached_tokens) * learned.prefill_correction / ranks
-            default = size_prefill(rate, ranks)
-            need = capacity.Need(min(default.replicas, max(need.replicas, work / learned.prefill_cs2_rho)),
-                                 need.feasible or default.feasible)
-        return need
 
     def size_decode(rate: float) -> capacity.Need:
         need = capacity.decode_replicas_needed(
@@ -564,13 +504,8 @@ def size(role: Role, demand_rate: float | None, observed: RoleObservation, disag
             need = capacity.Need(max(need.replicas, slots.replicas), need.feasible)
         return need
 
-    down_need = None
     if role == "prefill":
-        need = size_prefill(demand_rate, pp.data_parallel_size, learned.prefill_cs2 if disaggregated else None)
-        if disaggregated and learned.prefill_cs2 is not None:
-            # a lighter tail is evidence that more replicas are not needed, not that those running are spare:
-            # a scale-down is judged on the default shape (shedding moves sessions, whose re-prefills it misses)
-            down_need = size_prefill(demand_rate, pp.data_parallel_size)
+        need = size_prefill(demand_rate, pp.data_parallel_size)
     elif disaggregated:
         need = size_decode(demand_rate)
     else:
@@ -586,7 +521,7 @@ def size(role: Role, demand_rate: float | None, observed: RoleObservation, disag
             need = capacity.Need(kv_need, need.feasible)
             kv_note = f"KV cache {kv:.0%} full ({cfg.kv_cache_target:.0%} target)"
     guard = moved_sessions_guard(role, disaggregated, observed.replicas.desired, learned, budgets, profile, slo, cfg)
-    return Sizing(need=need, kv_note=kv_note, down_guard=guard, down_need=down_need)
+    return Sizing(need=need, kv_note=kv_note, down_guard=guard)
 
 
 # ---------------------------------------------------------------- 5. act
@@ -710,10 +645,7 @@ def act(role: Role, observed: RoleObservation, bounds: RoleBounds, judged: RoleJ
     need_txt = _need_text(role, demand_rate, need, learned.sized, k, kp if not disaggregated else None)
     ks = learned.state.prefill.service_correction
     if role == "prefill" and ks is not None:
-        need_txt += f" (tail fit {learned.state.prefill.correction:.2f}, measured prefill time {ks:.2f}"
-        if learned.prefill_cs2 is not None and learned.prefill_cs2 < config.service_cv2:
-            need_txt += f", queueing tail cs² {learned.prefill_cs2:.2f} learned"
-        need_txt += ")"
+        need_txt += f" (tail fit {learned.state.prefill.correction:.2f}, measured prefill time {ks:.2f})"
     if sizing.kv_note:
         need_txt += f"; {sizing.kv_note} needs {need.replicas:.1f}"
     if headroom_note:
@@ -746,8 +678,7 @@ def act(role: Role, observed: RoleObservation, bounds: RoleBounds, judged: RoleJ
     margin = max(1 + cfg.down_margin, rs.down_margin_learned)
     if margin > 1 + cfg.down_margin:
         need_txt += f"; scale-down margin ×{margin:.2f} (learned: a scale-down to that ratio breached)"
-    down_need = sizing.down_need or need
-    rec = max(lo, min(hi, math.ceil(down_need.replicas * margin - 1e-9)))
+    rec = max(lo, min(hi, math.ceil(need.replicas * margin - 1e-9)))
     # stabilization window bookkeeping (only complete windows count as evidence for scale-down)
     if judged.data == "ok":
         recs = tuple(x for x in rs.recommendations if x[0] > now - cfg.scale_down_stabilization_s) + ((now, rec),)
@@ -881,7 +812,7 @@ def predict(prefill_load: tuple[float, int] | None, decode_rate: float, decode_r
     if prefill_load is not None:
         prefill_rate, prefill_replicas = prefill_load
         pred_ttft = capacity.prefill_ttft(
-            pp, prefill_rate, prefill_replicas, d.new_tokens, d.cached_tokens, p, kp, None, learned.cs2(cfg)
+            pp, prefill_rate, prefill_replicas, d.new_tokens, d.cached_tokens, p, kp, None, cfg.service_cv2
         ) + budgets.handover_s
     pred_itl = capacity.decode_itl(dp, decode_rate, decode_replicas, d.osl, d.context, kd) if d.osl > 0 else None
     if prefill_load is None:
