@@ -28,7 +28,7 @@ NAMESPACE = "ai"
 def _answer(queries: dict[str, str], recorded: dict[str, list]) -> tuple[str, list]:
     """The combined query of one group and the recorded per-figure results as its answer (figure-labelled)."""
     return promapi.combined(queries), [{**s, "metric": {**s["metric"], promapi.FIGURE_LABEL: key}}
-                                       for key in queries for s in recorded.get(key, ())]  # newer figures: empty
+                                       for key in queries for s in recorded[key]]
 
 
 def recorded_queries(namespace: str = NAMESPACE) -> dict[str, list]:

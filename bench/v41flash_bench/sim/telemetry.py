@@ -95,7 +95,6 @@ def window_figures(sim, role: str, window_s: float, ttft_percentile: float) -> W
             ttft_s=_pct(tel.pf_latency, a, b, ttft_percentile), ttft_mean_s=_mean(tel.pf_latency, a, b),
             e2e_p95_s=_pct(tel.pf_latency, a, b, 0.95), e2e_mean_s=_mean(tel.pf_latency, a, b),
             prefill_time_mean_s=_mean(tel.pf_service, a, b),
-            prefill_time_p_s=_pct(tel.pf_service, a, b, ttft_percentile),
             prompt_tokens_rate=prompt / window_s, generation_tokens_rate=n / window_s,
             mean_input_tokens=prompt / n if n else None, mean_output_tokens=1.0 if n else None,
             prefix_cache_hit_rate=cached / prompt if prompt > 0 else None,

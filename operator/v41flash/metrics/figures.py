@@ -28,7 +28,6 @@ class WindowFigures:
     queue_p95_s: float | None = None
     itl_mean_s: float | None = None
     prefill_time_mean_s: float | None = None  # mean time a request spent being prefilled (no queue)
-    prefill_time_p_s: float | None = None  # the same at ttft_percentile: the part of the TTFT tail replicas cannot shorten
     # token flows
     prompt_tokens_rate: float = 0.0  # prompt tokens/s (cached + computed)
     generation_tokens_rate: float = 0.0

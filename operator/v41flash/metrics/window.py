@@ -232,7 +232,6 @@ def _figures(
         queue_p95_s=queue.quantile(0.95),
         itl_mean_s=itl.mean,
         prefill_time_mean_s=prefill_time.mean,
-        prefill_time_p_s=prefill_time.quantile(ttft_percentile),
         prompt_tokens_rate=acc.counters.get(m.PROMPT_TOKENS, 0.0),
         generation_tokens_rate=acc.counters.get(m.GEN_TOKENS, 0.0),
         mean_input_tokens=prompt_len.mean,

@@ -44,23 +44,16 @@ def prefill_ttft(
     correction: float = 1.0,
     ranks_per_replica: int | None = None,
     cs2: float = 1.0,
-    tail_s: float | None = None,
-    queue_scale: float = 1.0,
 ) -> float:
-    """Predicted prefill-side TTFT (queue + prefill) at ``percentile`` with ``replicas`` serving.
-
-    ``tail_s``: the service time of the percentile's request (the longest contexts), which more replicas do not
-    shorten; the queue's part is then ``queue_scale`` × the M/G/1 tail (both measured: ``steps.learn``).
-    """
+    """Predicted prefill-side TTFT (queue + prefill) at ``percentile`` with ``replicas`` serving."""
     service = prefill.request_seconds(new_tokens, cached_tokens) * correction
-    fixed = service if tail_s is None else max(service, tail_s)
     ranks = replicas * (ranks_per_replica or prefill.data_parallel_size)
     if rate <= 0:
-        return fixed
+        return service
     if ranks <= 0:
         return INF
     rho = rate * service / ranks
-    return fixed + queue_scale * prefill_wait_quantile(service, rho, percentile, cs2)
+    return service + prefill_wait_quantile(service, rho, percentile, cs2)
 
 
 @dataclass(frozen=True)
@@ -80,8 +73,6 @@ def prefill_replicas_needed(
     target_utilization: float = 0.9,
     ranks_per_replica: int | None = None,
     cs2: float = 1.0,
-    tail_s: float | None = None,
-    queue_scale: float = 1.0,
 ) -> Need:
     """Fewest (fractional) replicas whose predicted prefill TTFT_p stays within ``ttft_budget_s``.
 
@@ -96,8 +87,7 @@ def prefill_replicas_needed(
     lo = work / target_utilization
 
     def ttft(n: float) -> float:
-        return prefill_ttft(prefill, rate, n, new_tokens, cached_tokens, percentile, correction, dp, cs2,
-                            tail_s, queue_scale)
+        return prefill_ttft(prefill, rate, n, new_tokens, cached_tokens, percentile, correction, dp, cs2)
 
     if ttft(lo) <= ttft_budget_s:
         return Need(lo, True)

@@ -135,18 +135,6 @@ class PlannerConfig:
     # no scale-down of a role that computes prompts when the sessions it moves (1/N) are more than the TTFT
     # percentile's tail and one full-context re-prefill exceeds the TTFT budget (steps.moved_sessions_guard)
     guard_moved_sessions: bool = True
-    # P/D prefill's TTFT percentile split into the service time of the percentile's request (measured:
-    # vllm:request_prefill_time at the percentile, in units of the mean request's modelled time, so that it
-    # follows the contexts) and a queue measured as a share of the M/G/1 tail (learned only at utilisation
-    # ≥ service_tail_min_rho, after service_tail_min_windows windows, not while prefill breaches). It may only
-    # lower a scale-up (never below the replicas running): scale-downs stay on the default model
-    service_tail_model: bool = True
-    service_tail_min_rho: float = 0.3
-    service_tail_min_windows: int = 10
-    queue_scale_min: float = 0.25
-    # ... and only while the window's TTFT percentile is at least this share service time (the tail is the
-    # longest prefills, not the queue)
-    service_tail_min_share: float = 0.5
 
     @classmethod
     def for_spec(cls, interval_s: float, scale_down_stabilization_s: float,
@@ -187,11 +175,6 @@ class RoleState:
     # kept in status, it carries the learned headroom over a restart until the new history has enough samples
     headroom_rise: float | None = None
     headroom_peak: float | None = None
-    # prefill only (PlannerConfig.service_tail_model): the percentile's service time ÷ the mean request's modelled
-    # one, and the measured queue as a share of the M/G/1 tail, with the windows it was learned on
-    service_tail_ratio: float | None = None
-    queue_scale: float | None = None
-    queue_scale_samples: int = 0
 
 
 @dataclass(frozen=True)

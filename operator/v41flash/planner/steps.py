@@ -250,9 +250,6 @@ class Learned:
     prefill_correction: float  # the tail fit, floored by the measured service-time ratio (or its default)
     decode_correction: float
     sized: Demand  # the window's demand at the smoothed cache-hit level
-    # the service-tail model (PlannerConfig.service_tail_model), when learned and prefill does not breach:
-    # (percentile service time ÷ the mean request's modelled time, queue share of the M/G/1 tail)
-    service_tail: tuple[float, float] | None = None
 
 
 def _smooth_correction(old: float, sample: float, cfg: PlannerConfig) -> float:
@@ -331,8 +328,6 @@ def learn(observed: Observation, judgement: Judgement, demand: Demand, budgets: 
             old = prefill_state.service_correction
             prefill_state = replace(prefill_state, service_correction=s_sample if old is None else _smooth_correction(
                 old, s_sample, replace(cfg, correction_smoothing=cfg.service_smoothing)))
-            if cfg.service_tail_model and fw.prefill_time_p_s and fw.ttft_s:
-                prefill_state = _learn_service_tail(prefill_state, fw, model_s, n_eff * ranks, cfg)
     new_state = replace(state, prefill=prefill_state, decode=decode_state)
     # The latency correction fits the queueing tail; below the measured service-time ratio (or 1 when
     # prefill time is not measured) it sized prefill too lean as load rose (agent prefill times are
@@ -353,37 +348,7 @@ def learn(observed: Observation, judgement: Judgement, demand: Demand, budgets: 
         hit_level = demand.hit_rate if hit_level is None else w * demand.hit_rate + (1 - w) * hit_level
         new_state = new_state.with_role(front_role, replace(frs, hit_level=hit_level))
     sized = demand if hit_level is None else replace(demand, hit_rate=min(0.999, max(0.0, hit_level)))
-    tail = None
-    ps = new_state.prefill
-    if (cfg.service_tail_model and disagg and ps.service_tail_ratio is not None and ps.queue_scale is not None
-            and ps.queue_scale_samples >= cfg.service_tail_min_windows and not judgement.role("prefill").breached):
-        tail = (ps.service_tail_ratio, ps.queue_scale)
-    return Learned(state=new_state, prefill_correction=kp, decode_correction=decode_state.correction, sized=sized,
-                   service_tail=tail)
-
-
-def _learn_service_tail(ps: RoleState, fw: WindowFigures, model_s: float, ranks: float, cfg: PlannerConfig) -> RoleState:
-    """The TTFT percentile as the percentile's own service time plus a queue: the service part (the longest
-    contexts, which more replicas do not shorten) in units of the mean request's modelled time; the rest as a share
-    of the M/G/1 tail at the measured mean service time. A heavier sample is taken at once, a lighter one smoothed
-    in (a lean model is the risk: docs/2026-12-01-autoscale-suite.md, third pass)."""
-    def heavier_first(old: float | None, sample: float) -> float:
-        if old is None or sample >= old:
-            return sample
-        w = cfg.correction_smoothing
-        return math.exp((1 - w) * math.log(old) + w * math.log(sample))
-
-    ratio = heavier_first(ps.service_tail_ratio, max(1.0, fw.prefill_time_p_s / model_s))
-    ps = replace(ps, service_tail_ratio=ratio)
-    s = model_s * (ps.service_correction or 1.0)
-    rho = fw.request_rate * s / ranks if ranks > 0 else 1.0
-    if not (cfg.service_tail_min_rho <= rho < 1.0):
-        return ps  # a quiet queue shows no tail; a saturated one any
-    w_model = capacity.prefill_wait_quantile(s, rho, fw.ttft_percentile, cfg.service_cv2)
-    if w_model <= 0:
-        return ps
-    q = min(cfg.correction_max, max(cfg.queue_scale_min, (fw.ttft_s - fw.prefill_time_p_s) / w_model))
-    return replace(ps, queue_scale=heavier_first(ps.queue_scale, q), queue_scale_samples=ps.queue_scale_samples + 1)
+    return Learned(state=new_state, prefill_correction=kp, decode_correction=decode_state.correction, sized=sized)
 
 
 # ---------------------------------------------------------------- 3. forecast
@@ -478,7 +443,6 @@ class Sizing:
     need: capacity.Need | None  # fractional replicas; None: nothing to size on (missing or stale data)
     kv_note: str = ""  # set when KV-cache memory, not compute, decided the need
     down_guard: str = ""  # set when removing a replica would itself break the TTFT percentile (moved sessions)
-    tail_note: str = ""  # set when the service-tail model lowered a prefill scale-up
 
 
 def moved_sessions_guard(role: Role, disaggregated: bool, current: int, learned: Learned, budgets: Budgets,
@@ -540,29 +504,8 @@ def size(role: Role, demand_rate: float | None, observed: RoleObservation, disag
             need = capacity.Need(max(need.replicas, slots.replicas), need.feasible)
         return need
 
-    tail_note = ""
     if role == "prefill":
         need = size_prefill(demand_rate, pp.data_parallel_size)
-        w = observed.window
-        share = (w.prefill_time_p_s / w.ttft_s) if (w is not None and w.prefill_time_p_s and w.ttft_s) else 0.0
-        if disaggregated and learned.service_tail is not None and share >= cfg.service_tail_min_share:
-            ratio, q = learned.service_tail
-            ks = max(learned.state.prefill.service_correction or 1.0, cfg.min_throughput_correction)
-            tail_s = ratio * pp.request_seconds(sized.new_tokens, sized.cached_tokens)
-            ctx = capacity.prefill_replicas_needed(
-                pp, demand_rate, sized.new_tokens, sized.cached_tokens, budgets.prefill_ttft_s, slo.ttft_percentile,
-                ks, cfg.target_utilization, pp.data_parallel_size, cfg.service_cv2, tail_s, q)
-            cur = observed.replicas.desired
-            if ctx.feasible and ctx.replicas < need.replicas:
-                # it may lower a scale-up (not below one replica more), never what runs: scale-downs stay on the
-                # default model
-                # (one more, and enough that act does not read it as within its up-tolerance)
-                floor = max(cur + 1.0, cur * (1 + cfg.up_tolerance) + 1e-6)
-                lowered = max(ctx.replicas, min(need.replicas, floor))
-                if lowered < need.replicas:
-                    tail_note = (f"service tail {tail_s:.2f}s + queue ×{q:.2f} of M/G/1 needs {ctx.replicas:.1f} "
-                                 f"(default model {need.replicas:.1f})")
-                need = capacity.Need(lowered, need.feasible)
     elif disaggregated:
         need = size_decode(demand_rate)
     else:
@@ -578,7 +521,7 @@ def size(role: Role, demand_rate: float | None, observed: RoleObservation, disag
             need = capacity.Need(kv_need, need.feasible)
             kv_note = f"KV cache {kv:.0%} full ({cfg.kv_cache_target:.0%} target)"
     guard = moved_sessions_guard(role, disaggregated, observed.replicas.desired, learned, budgets, profile, slo, cfg)
-    return Sizing(need=need, kv_note=kv_note, down_guard=guard, tail_note=tail_note)
+    return Sizing(need=need, kv_note=kv_note, down_guard=guard)
 
 
 # ---------------------------------------------------------------- 5. act
@@ -705,8 +648,6 @@ def act(role: Role, observed: RoleObservation, bounds: RoleBounds, judged: RoleJ
         need_txt += f" (tail fit {learned.state.prefill.correction:.2f}, measured prefill time {ks:.2f})"
     if sizing.kv_note:
         need_txt += f"; {sizing.kv_note} needs {need.replicas:.1f}"
-    if sizing.tail_note:
-        need_txt += f"; {sizing.tail_note}"
     if headroom_note:
         need_txt += f"; {headroom_note}"
     if observed.replicas.unschedulable:
