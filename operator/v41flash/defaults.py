@@ -2,7 +2,8 @@
 
 The V41FlashDeployment's spec.slo, spec.autoscaling and per-role replica bounds default to these
 (api/v1alpha1.py), and the planner's own dataclasses (Slo, RoleBounds, PlannerConfig) take the same
-values when a caller leaves them out. Plain numbers: the planner imports this without the API.
+values when a caller leaves them out; the engines' startup figures are shared by the renderer and the rollout
+machine. Plain numbers: the planner imports this without the API.
 """
 from __future__ import annotations
 
@@ -13,3 +14,9 @@ SLO_WINDOW_SECONDS = 60  # spec.slo.windowSeconds; Slo.window_s
 TTFT_PERCENTILE = 90  # spec.slo.ttft.percentile; Slo.ttft_percentile (as a fraction)
 MIN_REPLICAS = 1  # spec.<role>.minReplicas; RoleBounds.min_replicas
 MAX_REPLICAS = 4  # spec.<role>.maxReplicas; RoleBounds.max_replicas
+# The engines' startup budget is never shorter than this (render.timing.PodTiming.startup_min_seconds): weight
+# load (~511 GB) + FlashInfer autotune
+ENGINE_STARTUP_MIN_SECONDS = 7200
+# past the startup budget: an engine Deployment's progressDeadlineSeconds, and a rollout's default progress
+# deadline (spec.rollout.progressDeadlineSeconds 0; rollout.machine.policy_from_spec)
+PROGRESS_MARGIN_SECONDS = 600

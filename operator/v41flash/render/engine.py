@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 from ..api import v1alpha1 as api
+from ..defaults import PROGRESS_MARGIN_SECONDS
 from ..vllm import args as vargs
 from ..vllm import features as vfeatures
 from . import labels as L
@@ -290,7 +291,7 @@ def engine_workload(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSp
                 **_replicas_field(rr, replicas),
                 "selector": {"matchLabels": L.selector_labels(cr_name, role)},
                 # The default 600 s would mark a rollout failed (kstatus: Stalled) during a normal weight load.
-                "progressDeadlineSeconds": startup_seconds(commands.leader, timing) + 600,
+                "progressDeadlineSeconds": startup_seconds(commands.leader, timing) + PROGRESS_MARGIN_SECONDS,
                 "strategy": {"type": "RollingUpdate", "rollingUpdate": dict(SURGE_ONE)},
                 "template": leader,
             },

@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .. import defaults
+
 DRAIN_MIN_SECONDS = 30
 DRAIN_MAX_SECONDS = 3600  # the hook clamps the file's value to this; the grace period covers it
 SHUTDOWN_SECONDS = 30  # vLLM's exit after SIGTERM, once the drain is over
@@ -25,7 +27,7 @@ class PodTiming:
     termination_grace_period_seconds: int = DRAIN_MAX_SECONDS + SHUTDOWN_SECONDS
     # Weight load (~511 GB) + FlashInfer autotune: never shorter than the engine's own ready timeout.
     startup_margin_seconds: int = 1800
-    startup_min_seconds: int = 7200
+    startup_min_seconds: int = defaults.ENGINE_STARTUP_MIN_SECONDS
     startup_period_seconds: int = 30
     liveness_period_seconds: int = 30
     liveness_failure_threshold: int = 10

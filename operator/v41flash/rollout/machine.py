@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..api import v1alpha1 as api
+from ..defaults import ENGINE_STARTUP_MIN_SECONDS, PROGRESS_MARGIN_SECONDS
 
 # Phases of status.rollout.phase.
 STARTING = "Starting"  # candidate slot created or grown, not Ready yet (step 0: no sessions; k: step k's share)
@@ -51,8 +52,8 @@ class Policy:
     step_seconds: float = _ROLLOUT.step_seconds
     min_requests_per_step: int = _ROLLOUT.min_requests_per_step
     max_surge_gpus: int = _ROLLOUT.max_surge_gpus  # 0: the candidate at the serving size (State.surge_gpus)
-    # the API's 0 means the engines' startup budget + 600 s (policy_from_spec); 7800: the 7200 s minimum budget + 600
-    progress_deadline_seconds: float = 7800
+    # the API's 0 means the engines' startup budget + the margin (policy_from_spec); here the smallest budget's
+    progress_deadline_seconds: float = ENGINE_STARTUP_MIN_SECONDS + PROGRESS_MARGIN_SECONDS
     when_no_surge_room: str = _ROLLOUT.when_no_surge_room
     drain_deadline_seconds: float = _ROLLOUT.drain_deadline_seconds
     ttft_target_seconds: float = _SLO.ttft.target_seconds
@@ -69,11 +70,11 @@ class Policy:
 
 def policy_from_spec(spec: Any, startup_seconds: float) -> Policy:
     """The Policy of a V41FlashDeploymentSpec; ``startup_seconds`` is the engines' startup budget (the
-    default progress deadline is it + 600 s, as the engine Deployments' own)."""
+    default progress deadline is it + PROGRESS_MARGIN_SECONDS, as the engine Deployments' own)."""
     r, slo = spec.rollout, spec.slo
     return Policy(strategy=r.strategy, steps=tuple(r.steps), step_seconds=r.step_seconds,
                   min_requests_per_step=r.min_requests_per_step, max_surge_gpus=r.max_surge_gpus,
-                  progress_deadline_seconds=r.progress_deadline_seconds or startup_seconds + 600,
+                  progress_deadline_seconds=r.progress_deadline_seconds or startup_seconds + PROGRESS_MARGIN_SECONDS,
                   when_no_surge_room=r.when_no_surge_room, drain_deadline_seconds=r.drain_deadline_seconds,
                   ttft_target_seconds=slo.ttft.target_seconds, ttft_percentile=slo.ttft.percentile,
                   e2e_target_seconds=slo.e2e_p95_seconds, ttft_tolerance=r.gate.ttft_tolerance,
