@@ -197,3 +197,7 @@ def test_simulated_window_figures_match_the_telemetry():
     ue = [e for t, e in zip(tel.done_t, tel.e2e) if 90.0 < t <= 150.0]
     assert rt.requests == len(ue) and rt.e2e_p95_s == pytest.approx(float(np.percentile(ue, 95)))
     assert obs.prefill.replicas.ready == 2 and obs.decode.replicas.desired == 1
+    # the session proxy's view: every arrival, and the first turns among them as new sessions
+    assert rt.arrival_rate == pytest.approx(sum(1 for t in tel.arr_t if 90.0 < t <= 150.0) / 60.0)
+    assert 0 < len(tel.new_t) < len(tel.arr_t) and set(tel.new_t) <= set(tel.arr_t)
+    assert rt.new_session_rate == pytest.approx(sum(1 for t in tel.new_t if 90.0 < t <= 150.0) / 60.0)

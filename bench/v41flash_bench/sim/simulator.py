@@ -158,6 +158,7 @@ class Telemetry:
     pf_service: list = field(default_factory=list)  # prefill start → done (vLLM's request_prefill_time)
     # arrivals
     arr_t: list = field(default_factory=list)
+    new_t: list = field(default_factory=list)  # arrivals of a session's first turn (the proxy's new sessions)
     # time series sampled every sample_every_s
     series: dict = field(default_factory=lambda: {k: [] for k in (
         "t", "prefill_ready", "prefill_starting", "prefill_draining", "decode_ready", "decode_starting",
@@ -309,6 +310,8 @@ class Simulator:
         self.requests_started += 1
         self.inflight_requests[req.rid] = req
         self.telemetry.arr_t.append(self.now)
+        if j == 0:
+            self.telemetry.new_t.append(self.now)
         self._arrive(req)
 
     def _turn_finished(self, req: Request) -> None:

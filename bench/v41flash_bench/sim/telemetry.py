@@ -132,10 +132,11 @@ def router_figures(sim, window_s: float) -> RouterFigures:
     tel, now = sim.telemetry, sim.now
     a, b = _slice(tel.done_t, now - window_s, now)
     i, j = _slice(tel.arr_t, now - window_s, now)  # what the session proxy counts on arrival
+    n, m = _slice(tel.new_t, now - window_s, now)
     return RouterFigures(
         start=now - window_s, end=now, requests=float(b - a), request_rate=(b - a) / window_s,
         e2e_p95_s=_pct(tel.e2e, a, b, 0.95), e2e_mean_s=_mean(tel.e2e, a, b), pods_observed=1,
-        arrival_rate=(j - i) / window_s,
+        arrival_rate=(j - i) / window_s, new_session_rate=(m - n) / window_s,
     )
 
 
