@@ -124,9 +124,10 @@ def durable_state(state: PlannerState) -> dict[str, Any]:
     """What must survive an operator restart: the learned corrections, the last scale action and the
     headroom the demand history gave (coarse: it rarely changes, so status is not rewritten for it).
 
-    The rest (rate trend, stabilization history, the demand history itself) rebuilds from fresh windows,
-    and rebuilding it is the safe direction: no scale-down until a full stabilization window has been
-    seen again, and the carried headroom until the new history has enough samples.
+    The rest (rate trend, stabilization history, the demand history itself, the proven capacity) rebuilds
+    from fresh windows, and rebuilding it is the safe direction: no scale-down until a full stabilization
+    window has been seen again, the carried headroom until the new history has enough samples, and no
+    proven-capacity cap until new windows prove it.
     """
     out: dict[str, Any] = {}
     for role in ROLES:

@@ -122,6 +122,17 @@ class PlannerConfig:
     headroom_history_s: float = 4 * 3600.0  # how far back rises are learned from
     headroom_min_samples: int = 10  # fewer past moments than this: no learned headroom yet (one rise is no quantile)
     headroom_max: float = 2.0  # the learned rise is capped at this (a forecast, not a panic)
+    # Proven capacity (steps.proven_cap): while the SLO holds, P/D prefill's scale-up goes no further than the
+    # replicas per unit of prompt work (req/s × modelled seconds per request) that held the TTFT target with this
+    # margin in at least ``proven_min_windows`` windows of the last ``proven_history_s`` — a need beyond what was seen
+    # to suffice is the model's error; a breach at a proven ratio or above withdraws that proof. Off: 0 windows.
+    proven_min_windows: int = 3
+    proven_history_s: float = 3600.0
+    proven_ttft_margin: float = 0.75
+    # a proof holds only for windows whose share of new sessions (the session proxy's count ÷ arrivals) is at most
+    # this much above its own (+ 0.01): a wave of new sessions prefills whole prompts, dearer work than the smoothed
+    # cache-hit level says. 0: proofs hold at any share
+    proven_share_slack: float = 0.25
     # prefill sizing never assumes prefill more than this × dearer than its measured service time (0: no cap)
     max_tail_over_service: float = 1.3
     # prompt demand ≥ the session proxy's arrival rate (a leading signal), when known; off: in the closed-loop
@@ -175,6 +186,8 @@ class RoleState:
     # kept in status, it carries the learned headroom over a restart until the new history has enough samples
     headroom_rise: float | None = None
     headroom_peak: float | None = None
+    # (time, ready replicas ÷ prompt work, new-session share or None) of windows that held the TTFT target
+    proven: tuple[tuple[float, float, float | None], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -200,7 +213,7 @@ class PlannerState:
 
         def role(d: dict | None) -> RoleState:
             d = dict(d or {})
-            for key in ("recommendations", "demand_history", "up_recommendations"):
+            for key in ("recommendations", "demand_history", "up_recommendations", "proven"):
                 d[key] = tuple(tuple(r) for r in d.get(key, ()))
             known = {f for f in RoleState.__dataclass_fields__}
             return RoleState(**{k: v for k, v in d.items() if k in known})

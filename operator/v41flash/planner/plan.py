@@ -47,15 +47,18 @@ def plan(
     judged = judge(observed, profile, slo, budgets, now, config)
     learned = learn(observed, judged, demand, budgets, profile, state, config)
 
+    router = observed.router
+    arrivals = router.arrival_rate if router is not None else None
+    new_share = (router.new_session_rate / arrivals if router is not None and arrivals
+                 and router.new_session_rate is not None else None)
     new_state, claims, rates = learned.state, [], {}
     for role in roles:
         obs, role_bounds, role_profile = getattr(observed, role), getattr(bounds, role), getattr(profile, role)
-        arrivals = observed.router.arrival_rate if observed.router is not None else None
         fc = forecast(judged.role(role), demand, role == "prefill" or not disagg, cold_start_of(obs, role_profile),
                       new_state.role(role), now, config, arrivals)
         sizing = size(role, fc.demand_rate, obs, disagg, learned, budgets, profile, slo, config)
         acted = act(role, obs, role_bounds, judged.role(role), fc.demand_rate, sizing, learned, disagg, slo, budgets,
-                    fc.state, now, config, fc.headroom_note)
+                    fc.state, now, config, fc.headroom_note, profile, new_share)
         new_state = new_state.with_role(role, acted.state)
         rates[role] = fc.demand_rate
         claims.append(Claim(role, acted.verdict, obs.replicas.desired, role_bounds, role_profile.gpus_per_replica,

@@ -617,16 +617,58 @@ def down_fraction(role: Role, disaggregated: bool, cfg: PlannerConfig) -> float:
     return cfg.max_scale_down_fraction
 
 
+def proven_cap(observed: RoleObservation, judged: RoleJudgement, demand_rate: float, learned: Learned, slo: Slo,
+               state: RoleState, now: float, config: PlannerConfig, profile: CapacityProfile,
+               new_share: float | None = None) -> tuple[RoleState, float | None]:
+    """(state with this window's proof recorded, replicas proven to hold ``demand_rate``; None: no proof yet).
+
+    A window with trustworthy data, enough requests, no rollout and no scale-down within ``down_breach_window_s``
+    (its moved sessions re-prefill, and the replicas it removed served part of the window) whose TTFT held
+    ``proven_ttft_margin`` × the target proves that ``ready ÷ work`` replicas per unit of prompt work (req/s × the
+    profile's seconds for the mean request) suffice: replicas still starting served nothing, so the proof is
+    conservative. At the same utilisation per rank more ranks queue no longer, so the demand's work × that ratio
+    is enough. The ``proven_min_windows``-th lowest ratio of the last ``proven_history_s`` is the proof (one
+    lucky window proves nothing), among the proofs made at a share of new sessions (``new_share``: the session
+    proxy's new sessions ÷ arrivals) no lower than about the current one's (``proven_share_slack``); a breach at a
+    ratio at or above a proof withdraws it."""
+    cfg, rep, w = config, observed.replicas, observed.window
+    if cfg.proven_min_windows <= 0:
+        return state, None
+    per_request = profile.prefill.request_seconds(learned.sized.new_tokens, learned.sized.cached_tokens)
+    proven = tuple(x for x in state.proven if x[0] > now - cfg.proven_history_s)
+    after_down = (state.last_action == "scale_down" and state.last_scale_time is not None
+                  and now - state.last_scale_time < cfg.down_breach_window_s)
+    steady = (judged.data == "ok" and w is not None and not observed.rolling_out and rep.ready > 0
+              and not after_down and w.requests >= cfg.min_requests_for_feedback
+              and w.request_rate > 0 and per_request > 0)
+    if steady:
+        ratio = rep.ready / (w.request_rate * per_request)
+        if judged.breached:
+            proven = tuple(x for x in proven if x[1] > ratio)
+        elif judged.observed_ttft_s is not None and judged.observed_ttft_s <= cfg.proven_ttft_margin * slo.ttft_s:
+            proven = proven + ((now, ratio, new_share),)
+    state = replace(state, proven=proven)
+    valid = [x[1] for x in proven if cfg.proven_share_slack <= 0 or new_share is None
+             or (x[2] is not None and new_share <= x[2] * (1 + cfg.proven_share_slack) + 0.01)]
+    if len(valid) < cfg.proven_min_windows or demand_rate <= 0:
+        return state, None
+    ratio = sorted(valid)[cfg.proven_min_windows - 1]
+    return state, ratio * demand_rate * per_request
+
+
 def _stabilization_reset(rs: RoleState) -> RoleState:
     return replace(rs, recommendations=(), tracking_since=None)
 
 
 def act(role: Role, observed: RoleObservation, bounds: RoleBounds, judged: RoleJudgement, demand_rate: float | None,
         sizing: Sizing, learned: Learned, disaggregated: bool, slo: Slo, budgets: Budgets, state: RoleState,
-        now: float, config: PlannerConfig, headroom_note: str = "") -> Acted:
+        now: float, config: PlannerConfig, headroom_note: str = "", profile: CapacityProfile | None = None,
+        new_share: float | None = None) -> Acted:
     """Asymmetric: scale up at once to the need (counting replicas still starting), scale down one step at a
     time, only to the highest recommendation of the stabilization window, never while metrics are incomplete,
-    a change is rolling out, or the SLO is breached. Bounds and the GPU budget come after (``clamp``)."""
+    a change is rolling out, or the SLO is breached. Given ``profile``, P/D prefill's scale-up while the SLO holds
+    stops at the proven capacity (``proven_cap``; ``new_share``: the window's share of new sessions). Bounds and the
+    GPU budget come after (``clamp``)."""
     cfg = config
     cur = observed.replicas.desired
     lo, hi = bounds.min_replicas, bounds.max_replicas
@@ -662,6 +704,13 @@ def act(role: Role, observed: RoleObservation, bounds: RoleBounds, judged: RoleJ
         up_target = cur + 1  # model cannot learn further: step up on the observed breach alone
         need_txt += " (model at its correction limit; +1 on the observed breach)"
     rs = state
+    if role == "prefill" and disaggregated and profile is not None:
+        rs, proof = proven_cap(observed, judged, demand_rate, learned, slo, rs, now, cfg, profile, new_share)
+        if proof is not None:
+            cap = math.ceil(proof - 1e-9)
+            if up_target > max(cur, cap) and not judged.breached:
+                need_txt += f" (proven capacity: {cap} held this work's TTFT before)"
+                up_target = max(cur, cap)
     if cfg.scale_up_stabilization_s > 0 and judged.data == "ok":
         # HPA semantics: scale up only to the lowest recommendation of the window
         ups = tuple(x for x in rs.up_recommendations if x[0] > now - cfg.scale_up_stabilization_s) + ((now, up_target),)
