@@ -11,13 +11,15 @@ through the deployment's router Service (docs/2026-12-01-rollouts.md; issue 10's
 3. a candidate that is Ready but too slow: rolled back at the gate, the figure and the target in the reason.
 
 The client resolves the router Service to its newest Ready pod, as kube-proxy would to a Ready endpoint.
-The harness stops a pod's processes the moment it is deleted (kubelet would let a terminating pod finish
-its requests within the grace period); a request that fails on a pod deleted while it was in flight is
-reported as such and counted apart.
+The harness stops a pod's processes the moment it is deleted (kubelet would run the engines' preStop drain and
+let a terminating pod finish its requests within the grace period, while the router's discovery drops it); a
+request that fails on a pod deleted while it was in flight — the router pod the client called, or an engine pod
+the router names in its error — is reported as such and counted apart.
 """
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 import uuid
@@ -98,6 +100,9 @@ class Load:
         self.lock = threading.Lock()
         self.endpoint: tuple[str, str] | None = None  # (pod, base URL)
         self.threads: list[threading.Thread] = []
+        # engine pod IP → {pod: [last time seen not terminating, first time seen terminating or gone (None: not
+        # yet)]}: per pod, as a deleted pod's IP may come back on a new pod
+        self.engine_ips: dict[str, dict[str, list]] = {}
 
     def _resolve(self) -> None:
         svc = self.cluster.core.read_namespaced_service(f"{self.name}-router", self.ns)
@@ -109,13 +114,23 @@ class Load:
             if self.endpoint is None or self.endpoint[0] != p.metadata.name:
                 s = self.cluster.sim_for(p.metadata.name, self.ns)
                 self.endpoint = (p.metadata.name, f"http://{s['ip']}:{s['port']}")
+        now = time.time()
         engines = _engine_pods(self.cluster, self.ns, self.name)
         sample: dict = {}
+        live = set()
         for e in engines:
             key = (e.metadata.labels.get(REVISION), e.metadata.labels.get("v41flash.io/role"))
             sample[key] = sample.get(key, 0) + int(_ready(e))
+            if e.status.pod_ip and not e.metadata.deletion_timestamp:
+                live.add((e.status.pod_ip, e.metadata.name))
         with self.lock:
             self.ready_samples.append(sample)
+            for ip, pod in live:
+                self.engine_ips.setdefault(ip, {})[pod] = [now, None]
+            for ip, pods in self.engine_ips.items():
+                for pod, seen in pods.items():
+                    if (ip, pod) not in live and seen[1] is None:
+                        seen[1] = now
 
     def _sampler(self) -> None:
         while not self.stop.is_set():
@@ -203,8 +218,16 @@ def _phases(cluster, ns: str, name: str, until, timeout: float, what: str, give_
         time.sleep(0.5)
 
 
+ENGINE_URL = re.compile(r"request failed to https?://([0-9.]+):[0-9]+/")
+
+
 def _harness_kills(load: Load, cluster, ns: str) -> tuple[list[dict], list[dict]]:
-    """(failures on a pod deleted while the request was in flight, every other failure)."""
+    """(failures on a pod deleted while the request was in flight, every other failure).
+
+    Either the router pod the client called is deleted and the connection failed (status 0), or the router
+    answered an error naming the engine it sent the request to ("Decode request failed to http://IP:PORT/..."),
+    and a pod with that IP was seen live until at most 2 s before the request failed and terminating or gone by
+    2 s after it (the sampler reads pods every 0.5 s; IPs come back on new pods, so each pod is kept apart)."""
     gone = []
     other = []
     for r in load.failures():
@@ -213,7 +236,10 @@ def _harness_kills(load: Load, cluster, ns: str) -> tuple[list[dict], list[dict]
             deleted = p.metadata.deletion_timestamp is not None
         except Exception:  # noqa: BLE001 - 404: the pod is gone
             deleted = True
-        (gone if deleted and r["status"] == 0 else other).append(r)
+        engine = ENGINE_URL.search(r.get("body") or "") if r["status"] >= 500 else None
+        pods = load.engine_ips.get(engine.group(1), {}) if engine else {}
+        engine_deleted = any(left is not None and seen - 2.0 <= r["t1"] <= left + 2.0 for seen, left in pods.values())
+        (gone if (deleted and r["status"] == 0) or engine_deleted else other).append(r)
     return gone, other
 
 
