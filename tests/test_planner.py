@@ -96,6 +96,38 @@ def test_idle_scales_down_slowly_after_stabilization():
     assert "stabilizing" in decisions[1].prefill.reason
 
 
+def _decide_each(windows, config=PlannerConfig()):
+    state, out = PlannerState(), []
+    for i, obs in enumerate(windows):
+        d = decide(obs, state, now=T + 30 * i, config=config)
+        state = d.state
+        out.append(d)
+    return out
+
+
+@pytest.mark.parametrize("rate, cancelled", [(2.0, 5), (16.0, 4)])
+def test_replicas_still_starting_are_cancelled_once_the_need_has_fallen(rate, cancelled):
+    # 5 prefill replicas ordered are still starting; the need has been below the fleet for a whole window
+    ds = _decide_each([observe(rate, prefill=3, decode=1, prefill_starting=5, t=T + 30 * i) for i in range(30)])
+    downs = [d for d in ds if d.prefill.action == "scale_down"]
+    assert downs and ds.index(downs[0]) * 30.0 >= PlannerConfig().scale_down_stabilization_s
+    # all the surplus at once (they hold no sessions), never a Ready replica
+    assert downs[0].prefill.desired == 8 - cancelled >= 3
+    assert f"cancelling {cancelled} of 5 replica(s) still starting" in downs[0].prefill.reason
+    # without it the planner waits for them (and scales down Ready replicas later, one at a time)
+    off = _decide_each([observe(rate, prefill=3, decode=1, prefill_starting=5, t=T + 30 * i) for i in range(30)],
+                       config=replace(PlannerConfig(), cancel_starting=False))
+    assert all(d.prefill.action == "hold" for d in off) and "waiting for 5 starting replica(s)" in off[-1].prefill.reason
+
+
+def test_no_cancel_during_a_rollout_or_a_breach():
+    rolling = [observe(2.0, prefill=3, decode=1, prefill_starting=5, t=T + 30 * i, rolling=True) for i in range(30)]
+    assert all(d.prefill.action != "scale_down" for d in _decide_each(rolling))
+    hot = [observe(2.0, prefill=3, decode=1, prefill_starting=5, t=T + 30 * i, pw={"ttft_s": SLO.ttft_s * 1.2})
+           for i in range(30)]
+    assert all(d.prefill.action != "scale_down" for d in _decide_each(hot))
+
+
 # ------------------------------------------------------------------ bad data → hold
 def test_missing_metrics_hold():
     obs = observe(0.0, prefill=4, decode=3)

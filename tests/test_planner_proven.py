@@ -109,7 +109,7 @@ def test_the_proofs_live_in_memory_not_in_status():
 
 
 @pytest.mark.parametrize("rate", [6.0, 10.0, 14.0])
-def test_the_cap_never_lowers_what_already_runs(rate):
+def test_the_scale_up_cap_never_lowers_what_already_runs(rate):
     # proofs at 3 replicas; the fleet now runs 5 and the pessimistic model asks for more: hold 5, no scale-down
     ds = run([observe(10, prefill=3, decode=2)] * 3 + [observe(rate, prefill=5, decode=2)])
     assert ds[-1].prefill.desired >= 5
@@ -134,3 +134,26 @@ def test_a_wave_of_new_sessions_is_not_covered_by_proofs_made_without_one():
                                        )[3].prefill.reason
     # proofs made during a wave cover calmer windows
     assert "proven capacity: 3" in run([wave] * 3 + [calm])[3].prefill.reason
+
+
+def test_a_fleet_above_what_was_proven_comes_down_to_it():
+    # proofs at 3 replicas; the fleet runs 8, which the pessimistic model calls fit (it would ask for 8 at once)
+    held = observe(10, prefill=3, decode=2)
+    big = [observe(10, prefill=8, decode=2, t=T + 30 * i) for i in range(3, 27)]
+    ds = run([held] * 3 + big)
+    downs = [d for d in ds if d.prefill.action == "scale_down"]
+    assert downs, [d.prefill.reason for d in ds[-3:]]
+    first = downs[0]
+    # through every scale-down guard: after the full stabilization window, one replica per step
+    assert first.prefill.desired == 7 and "scale-down to the proven capacity (3.0 × margin)" in first.prefill.reason
+    assert ds.index(first) * 30 >= PESSIMIST.scale_down_stabilization_s
+    # without it the model's own need holds the fleet
+    off = run([held] * 3 + big, config=replace(PESSIMIST, proven_down=False))
+    assert all(d.prefill.action != "scale_down" for d in off)
+
+
+def test_no_proven_scale_down_in_a_breach():
+    held = observe(10, prefill=3, decode=2)
+    hot = [observe(10, prefill=8, decode=2, t=T + 30 * i, pw={"ttft_s": SLO.ttft_s * 1.2}) for i in range(3, 27)]
+    ds = run([held] * 3 + hot)
+    assert all(d.prefill.action != "scale_down" and "proven capacity" not in d.prefill.reason for d in ds[3:])

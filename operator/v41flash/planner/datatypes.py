@@ -133,6 +133,10 @@ class PlannerConfig:
     # this much above its own (+ 0.01): a wave of new sessions prefills whole prompts, dearer work than the smoothed
     # cache-hit level says. 0: proofs hold at any share
     proven_share_slack: float = 0.25
+    # the proven capacity also bounds the scale-down recommendation (still through every scale-down guard)
+    proven_down: bool = True
+    # a scale-down while replicas start may cancel those still starting (never a Ready one): they hold nothing
+    cancel_starting: bool = True
     # prefill sizing never assumes prefill more than this × dearer than its measured service time (0: no cap)
     max_tail_over_service: float = 1.3
     # prompt demand ≥ the session proxy's arrival rate (a leading signal), when known; off: in the closed-loop

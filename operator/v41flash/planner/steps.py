@@ -585,13 +585,15 @@ def _progress(obs: RoleObservation) -> str:
     return "the rollout in progress"
 
 
-def _down_blocker(obs: RoleObservation, j: RoleJudgement, rs: RoleState, now: float, cfg: PlannerConfig) -> str | None:
-    """Why a scale-down the model wants must wait, or None when it may happen now."""
+def _down_blocker(obs: RoleObservation, j: RoleJudgement, rs: RoleState, now: float, cfg: PlannerConfig,
+                  cancel: bool = False) -> str | None:
+    """Why a scale-down the model wants must wait, or None when it may happen now (``cancel``: a scale-down
+    that only removes replicas still starting, which replicas starting do not block)."""
     if j.data != "ok":
         return f"no scale-down on {j.data} metrics"
     if j.breached:
         return "SLO is breached"
-    if obs.replicas.starting > 0 or obs.rolling_out:
+    if obs.rolling_out or (obs.replicas.starting > 0 and not cancel):
         return f"waiting for {_progress(obs)}"
     covered = now - rs.tracking_since if rs.tracking_since is not None else 0.0
     if covered < cfg.scale_down_stabilization_s:
@@ -703,7 +705,7 @@ def act(role: Role, observed: RoleObservation, bounds: RoleBounds, judged: RoleJ
     if judged.breached and up_target <= cur and starting == 0 and judged.data == "ok" and (stuck_correction or not need.feasible):
         up_target = cur + 1  # model cannot learn further: step up on the observed breach alone
         need_txt += " (model at its correction limit; +1 on the observed breach)"
-    rs = state
+    rs, proof = state, None
     if role == "prefill" and disaggregated and profile is not None:
         rs, proof = proven_cap(observed, judged, demand_rate, learned, slo, rs, now, cfg, profile, new_share)
         if proof is not None:
@@ -728,6 +730,11 @@ def act(role: Role, observed: RoleObservation, bounds: RoleBounds, judged: RoleJ
     if margin > 1 + cfg.down_margin:
         need_txt += f"; scale-down margin ×{margin:.2f} (learned: a scale-down to that ratio breached)"
     rec = max(lo, min(hi, math.ceil(need.replicas * margin - 1e-9)))
+    if proof is not None and cfg.proven_down and not judged.breached:
+        proven_rec = max(lo, min(hi, math.ceil(proof * margin - 1e-9)))
+        if proven_rec < min(rec, cur):  # the model asks for more than has held this work: come down to what did
+            need_txt += f"; scale-down to the proven capacity ({proof:.1f} × margin)"
+            rec = proven_rec
     # stabilization window bookkeeping (only complete windows count as evidence for scale-down)
     if judged.data == "ok":
         recs = tuple(x for x in rs.recommendations if x[0] > now - cfg.scale_down_stabilization_s) + ((now, rec),)
@@ -753,9 +760,18 @@ def act(role: Role, observed: RoleObservation, bounds: RoleBounds, judged: RoleJ
         elif stabilized >= cur:
             why = f"{head}; {need_txt}; {cur} fit{'s' if cur == 1 else ''}"
         else:
-            blocker = _down_blocker(observed, judged, rs, now, cfg) or sizing.down_guard
+            # replicas still starting hold no sessions, no cache and no requests: cancelling them moves nothing,
+            # so neither the step limit nor the moved-sessions guard applies, and only they are removed
+            # (a ReplicaSet deletes not-ready pods first; the simulator cancels starting replicas first)
+            cancel = cfg.cancel_starting and starting > 0
+            blocker = _down_blocker(observed, judged, rs, now, cfg, cancel) or ("" if cancel else sizing.down_guard)
             if blocker:
                 why = f"{head}; {need_txt}; holding {cur}: {blocker}"
+            elif cancel:
+                target = max(stabilized, cur - starting)
+                desired, action = target, "scale_down"
+                why = (f"{head}; {need_txt}; {cur} → {target} after {cfg.scale_down_stabilization_s:.0f}s below: "
+                       f"cancelling {cur - target} of {starting} replica(s) still starting")
             else:
                 step = max(cfg.max_scale_down_step, math.floor(cur * down_fraction(role, disaggregated, cfg) + 1e-9))
                 target = max(stabilized, cur - step)
