@@ -113,11 +113,21 @@ def test_replicas_still_starting_are_cancelled_once_the_need_has_fallen(rate, ca
     assert downs and ds.index(downs[0]) * 30.0 >= PlannerConfig().scale_down_stabilization_s
     # all the surplus at once (they hold no sessions), never a Ready replica
     assert downs[0].prefill.desired == 8 - cancelled >= 3
-    assert f"cancelling {cancelled} of 5 replica(s) still starting" in downs[0].prefill.reason
+    assert f"cancelling {cancelled} replica(s) not serving yet (5 starting, 0 unschedulable)" in downs[0].prefill.reason
     # without it the planner waits for them (and scales down Ready replicas later, one at a time)
     off = _decide_each([observe(rate, prefill=3, decode=1, prefill_starting=5, t=T + 30 * i) for i in range(30)],
                        config=replace(PlannerConfig(), cancel_starting=False))
     assert all(d.prefill.action == "hold" for d in off) and "waiting for 5 starting replica(s)" in off[-1].prefill.reason
+
+
+def test_unschedulable_replicas_are_cancelled_first_ready_ones_one_step_later():
+    def obs(i):
+        o = observe(2.0, prefill=3, decode=1, t=T + 30 * i)  # 3 Ready, 2 more Pending that no node can take
+        return replace(o, prefill=replace(o.prefill, replicas=replace(o.prefill.replicas, desired=5, unschedulable=2)))
+    ds = _decide_each([obs(i) for i in range(30)])
+    downs = [d for d in ds if d.prefill.action == "scale_down"]
+    assert downs[0].prefill.desired == 3
+    assert "cancelling 2 replica(s) not serving yet (0 starting, 2 unschedulable)" in downs[0].prefill.reason
 
 
 def test_no_cancel_during_a_rollout_or_a_breach():

@@ -135,7 +135,7 @@ class PlannerConfig:
     proven_share_slack: float = 0.25
     # the proven capacity also bounds the scale-down recommendation (still through every scale-down guard)
     proven_down: bool = True
-    # a scale-down while replicas start may cancel those still starting (never a Ready one): they hold nothing
+    # a scale-down may first cancel replicas still starting or unschedulable (never a Ready one): they hold nothing
     cancel_starting: bool = True
     # prefill sizing never assumes prefill more than this × dearer than its measured service time (0: no cap)
     max_tail_over_service: float = 1.3

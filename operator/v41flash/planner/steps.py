@@ -760,18 +760,21 @@ def act(role: Role, observed: RoleObservation, bounds: RoleBounds, judged: RoleJ
         elif stabilized >= cur:
             why = f"{head}; {need_txt}; {cur} fit{'s' if cur == 1 else ''}"
         else:
-            # replicas still starting hold no sessions, no cache and no requests: cancelling them moves nothing,
-            # so neither the step limit nor the moved-sessions guard applies, and only they are removed
-            # (a ReplicaSet deletes not-ready pods first; the simulator cancels starting replicas first)
-            cancel = cfg.cancel_starting and starting > 0
+            # replicas still starting or unschedulable hold no sessions, no cache and no requests: cancelling
+            # them moves nothing, so neither the step limit nor the moved-sessions guard applies, and only they
+            # are removed (a ReplicaSet deletes unscheduled, then not-ready pods first, and pods_to_remove picks
+            # them for the deletion cost; the simulator cancels starting replicas first)
+            unsched = observed.replicas.unschedulable
+            cancel = cfg.cancel_starting and starting + unsched > 0
             blocker = _down_blocker(observed, judged, rs, now, cfg, cancel) or ("" if cancel else sizing.down_guard)
             if blocker:
                 why = f"{head}; {need_txt}; holding {cur}: {blocker}"
             elif cancel:
-                target = max(stabilized, cur - starting)
+                target = max(stabilized, cur - starting - unsched)
                 desired, action = target, "scale_down"
                 why = (f"{head}; {need_txt}; {cur} → {target} after {cfg.scale_down_stabilization_s:.0f}s below: "
-                       f"cancelling {cur - target} of {starting} replica(s) still starting")
+                       f"cancelling {cur - target} replica(s) not serving yet ({starting} starting, "
+                       f"{unsched} unschedulable)")
             else:
                 step = max(cfg.max_scale_down_step, math.floor(cur * down_fraction(role, disaggregated, cfg) + 1e-9))
                 target = max(stabilized, cur - step)
