@@ -1,6 +1,8 @@
 """Capacity that cannot arrive: more prefill replicas than the cluster's free H200 GPUs. The pods that no
 node can take are Pending (PodScheduled=False, Insufficient nvidia.com/gpu); the operator says so in a
-CapacityPending condition and an Unschedulable Event, and does not count them as capacity on its way."""
+CapacityPending condition and an Unschedulable Event, and does not count them as capacity on its way.
+Once the bounds let the planner decide and the need is below the fleet, its first scale-down cancels the
+Pending pods, all at once, and no Ready one (the ReplicaSet deletes unscheduled pods first)."""
 from __future__ import annotations
 
 import pytest
@@ -34,7 +36,37 @@ def test_unschedulable_prefill_pods_show_in_a_condition_and_an_event(cluster, op
                                                    "reason=Unschedulable")["items"], 60, "an Unschedulable Event")
     assert any("Insufficient nvidia.com/gpu" in e["message"] and e["involvedObject"]["kind"] == "V41FlashDeployment"
                for e in events), [e["message"] for e in events]
-    # freeing the GPUs (fewer replicas) clears the condition
-    doc["spec"]["prefill"] = {"minReplicas": 1, "maxReplicas": 1}
+
+    def prefill_pods():
+        pods = cluster.kubectl_json("get", "pods", "-n", ns, "-l",
+                                    f"v41flash.io/deployment={NAME},v41flash.io/role=prefill")["items"]
+        return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+    def has(p, kind, status):
+        return any(c["type"] == kind and c["status"] == status for c in (p.get("status") or {}).get("conditions") or [])
+
+    def settled():  # every prefill pod either Ready or unschedulable, some of each
+        pods = prefill_pods()
+        ready = {p["metadata"]["name"] for p in pods if has(p, "Ready", "True")}
+        pending = {p["metadata"]["name"] for p in pods if has(p, "PodScheduled", "False")}
+        return (ready, pending) if len(pods) == PREFILL and ready and pending and len(ready | pending) == PREFILL \
+            else None
+    ready, pending = wait_for(settled, 180, "prefill pods Ready or unschedulable")
+    # the planner may now decide (no load: the need is one replica); its first scale-down cancels the
+    # Pending pods only, after the stabilization window, all at once
+    doc["spec"]["prefill"] = {"minReplicas": 1, "maxReplicas": PREFILL}
+    doc["spec"]["autoscaling"]["scaleDownStabilizationSeconds"] = 30
     cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(doc))
+    scaled = wait_for(lambda: [e["message"] for e in cluster.kubectl_json(
+        "get", "events", "-n", ns, "--field-selector", "reason=Scaled")["items"] if "cancelling" in e["message"]],
+        180, "a prefill scale-down cancelling the Pending pods (Scaled Event)")
+    print(f"[e2e] Scaled: {scaled[0][:400]}")
+    assert len(scaled) == 1, scaled
+    assert f"{PREFILL} → {len(ready)} after 30s below: cancelling {len(pending)} replica(s) not serving yet " \
+           f"(0 starting, {len(pending)} unschedulable)" in scaled[0], scaled
+    # the Pending pods are gone and every Ready pod still runs (the next step, 30 s on, removes a Ready one)
+    left = wait_for(lambda: (lambda pods: pods if not any(has(p, "PodScheduled", "False") for p in pods) else None)(
+        prefill_pods()), 30, "Pending prefill pods deleted", interval=0.2)
+    assert ready <= {p["metadata"]["name"] for p in left}, (sorted(ready), [p["metadata"]["name"] for p in left])
+    # the GPUs are enough now: the condition clears
     wait_for(lambda: pending_condition() is None, 180, "CapacityPending gone")
