@@ -588,7 +588,7 @@ def _progress(obs: RoleObservation) -> str:
 def _down_blocker(obs: RoleObservation, j: RoleJudgement, rs: RoleState, now: float, cfg: PlannerConfig,
                   cancel: bool = False) -> str | None:
     """Why a scale-down the model wants must wait, or None when it may happen now (``cancel``: a scale-down
-    that only removes replicas still starting, which replicas starting do not block)."""
+    that only removes replicas still starting or unschedulable, which replicas starting do not block)."""
     if j.data != "ok":
         return f"no scale-down on {j.data} metrics"
     if j.breached:
