@@ -35,6 +35,13 @@ def test_tuning_and_held_out_seeds_are_disjoint():
     assert not set(suite.TUNING_SEEDS) & set(suite.HELD_OUT_SEEDS)
 
 
+def test_seed_sets_print_as_the_ranges_parse_seeds_reads():
+    for seeds in (suite.TUNING_SEEDS, suite.HELD_OUT_SEEDS, (1, 2, 3, 7), (5,)):
+        assert suite.parse_seeds(suite.seeds_text(seeds)) == sorted(seeds)
+    assert suite.seeds_text(suite.TUNING_SEEDS) == "1-48,101-124"
+    assert suite.seeds_text((1, 2, 3, 7)) == "1-3,7"
+
+
 def test_drawn_parameters_are_within_their_ranges_and_span_products_and_profiles():
     products, servings, errors, colds, ttfts = set(), set(), [], [], []
     for s in SEEDS:

@@ -37,7 +37,7 @@ def planner_overrides(items: list[str]) -> dict:
 
 
 def _suite(args: argparse.Namespace, policies: tuple[str, ...] | None, overrides: dict) -> int:
-    from v41flash_bench.sim.suite import format_summary, parse_seeds, run_suite
+    from v41flash_bench.sim.suite import HELD_OUT_SEEDS, format_summary, parse_seeds, run_suite, seeds_text
 
     if args.duration is not None or args.seed is not None:
         print("error: --duration and --seed apply to --scenario; a suite's scenarios come from --seeds",
@@ -46,7 +46,7 @@ def _suite(args: argparse.Namespace, policies: tuple[str, ...] | None, overrides
     try:
         seeds = parse_seeds(args.seeds or "")
     except ValueError as exc:
-        print(f"error: --seeds: {exc} (e.g. --seeds 101-124)", file=sys.stderr)
+        print(f"error: --seeds: {exc} (e.g. --seeds {seeds_text(HELD_OUT_SEEDS)})", file=sys.stderr)
         return 2
     started = time.perf_counter()
 
@@ -140,7 +140,7 @@ def register(subparsers) -> None:
     )
     a.add_argument("--scenario", help="Scenario YAML file (or --suite).")
     a.add_argument("--suite", help="Run a drawn scenario suite under this name instead of one file "
-                   "(families, ranges and seeds: v41flash_bench/sim/suite.py; tuning seeds 1-24, held-out 101-124).")
+                   "(families, ranges and seeds: v41flash_bench/sim/suite.py, TUNING_SEEDS and HELD_OUT_SEEDS).")
     a.add_argument("--seeds", help="Suite seeds, one scenario each: 'A-B' or a comma list (with --suite).")
     a.add_argument("--out", required=True, help="Output directory (report.json, *.png).")
     a.add_argument("--policies", help="Comma-separated subset of: ours,dynamo,keda,hpa,static,oracle.")
