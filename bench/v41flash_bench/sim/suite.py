@@ -81,17 +81,13 @@ def _uniform(rng: np.random.Generator, key: str) -> float:
 
 def seeds_text(seeds) -> str:
     """Sorted seeds as ranges: (1, 2, 3, 7) → '1-3,7' (the inverse of ``parse_seeds``)."""
-    out, run = [], []
-    for s in sorted(seeds):
-        if run and s == run[-1] + 1:
-            run.append(s)
-            continue
-        if run:
-            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-        run = [s]
-    if run:
-        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-    return ",".join(out)
+    runs: list[list[int]] = []
+    for s in sorted(set(seeds)):
+        if runs and s == runs[-1][1] + 1:
+            runs[-1][1] = s
+        else:
+            runs.append([s, s])
+    return ",".join(f"{a}-{b}" if b > a else str(a) for a, b in runs)
 
 
 def parse_seeds(text: str) -> list[int]:
