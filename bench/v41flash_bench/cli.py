@@ -156,3 +156,5 @@ def register(subparsers) -> None:
     add_routing_parser(sub)
     from v41flash_bench.operator_load import add_parser as add_operator_parser  # `bench operator`
     add_operator_parser(sub)
+    from v41flash_bench.sim.forecastability import add_parser as add_forecastability_parser  # `bench forecastability`
+    add_forecastability_parser(sub)
