@@ -13,7 +13,8 @@ what is known at that moment:
   predictor, for ``now`` (the last minute's arrival rate) and ``sessions`` (now × the live sessions projected one
   horizon ahead as an M/G/∞ queue: S·e^(−H/τ) + λ·τ·(1 − e^(−H/τ)), λ the new sessions per second of the last
   two minutes, τ = S ÷ the sessions going idle per second; a session is live while it sent a request within
-  ``idle_s``).
+  ``idle_s``; never below ``now``). The busiest minute is the busiest of the whole minutes (t, t + 60], (t + 60,
+  t + 120], … that end by t + H.
 
 Prints one row per scenario and per family and writes DIR/report.json. Tuning seeds only, unless the point is a
 report: it reads the workloads, not the planner, but a held-out set looked at this way is a held-out set no more.
