@@ -15,7 +15,9 @@ import pytest
 import yaml
 
 from e2e.kit import wait_for
+from e2e.supervisor import UNREACHABLE
 from v41flash.api.v1alpha1 import V41FlashDeployment
+from v41flash.proxy.session_proxy import ROUTES_RELOAD_S
 from v41flash.render.revision import revision_of
 from v41flash.render import render
 from v41flash.render.slots import SlotSpec, render_slots
@@ -70,8 +72,13 @@ def test_two_revisions_split_by_session_with_revision_consistent_pairs(cluster, 
     proxy = cluster.sim_for(front["metadata"]["name"], ns)
     assert proxy["kind"] == "proxy"
     routes = Path(next(a for a in [proxy["argv"][i + 1] for i, t in enumerate(proxy["argv"]) if t == "--routes-file"]))
-    wait_for(lambda: routes.exists() and len(json.loads(routes.read_text())["revisions"]) == 2, 30,
-             "the front's routing table, upstreams resolved")
+
+    def resolved():
+        revs = json.loads(routes.read_text())["revisions"] if routes.exists() else []
+        return len(revs) == 2 and all(r["upstream"] != UNREACHABLE for r in revs)
+    # both upstreams resolved: a route still unreachable would move its sessions to the serving revision
+    wait_for(resolved, 30, "the front's routing table, both upstreams resolved")
+    time.sleep(ROUTES_RELOAD_S + 0.2)  # the proxy reads the file again on its first request after this
     before = {p["metadata"]["name"]: _served(cluster, p, ns) for p in engines}
     model = r1.spec.model.served_model_name or r1.spec.model.checkpoint
     by_rev: dict[str, int] = {}
