@@ -14,7 +14,7 @@ from v41flash.render.checks import (
     engine_problems, gpu_budget_problems, host_memory_problems, operator_checks, spec_path,
 )
 from v41flash.render.timing import PodTiming
-from v41flash.render.router import intra_node_dp_size
+from v41flash.render.router import SLL_SESSION_EXPIRATION_ENV, intra_node_dp_size
 from v41flash.render.resolve import resolve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -199,6 +199,21 @@ def test_no_kv_events_without_kv_events_on():
     for role in ("prefill", "decode"):
         assert "--kv-events-config" not in engine(pod_templates(workload(objs, role))[0])["args"]
     assert "--kv-aware-session-affinity-ttl-secs" not in router_container(objs)["args"]
+
+
+def _router_env(objs) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in router_container(objs).get("env") or []}
+
+
+def test_sticky_least_loaded_counts_sessions_for_the_affinity_ttl_not_vllm_routers_two_hours():
+    assert _router_env(render(cr())) == {SLL_SESSION_EXPIRATION_ENV: "600"}  # the default policy, P/D
+    assert _router_env(render(cr({"routing": {"sessionAffinityTtlSeconds": 90}}))) == {SLL_SESSION_EXPIRATION_ENV: "90"}
+    # decode's policy counts too; no sticky policy, or 0 (vllm-router's own default), renders nothing
+    assert _router_env(render(cr({"routing": {"policy": "cache_aware", "sessionKey": "client",
+                                              "decodePolicy": "sticky_least_loaded"}}))) == \
+        {SLL_SESSION_EXPIRATION_ENV: "600"}
+    assert _router_env(render(cr({"routing": {"policy": "cache_aware"}}))) == {}
+    assert _router_env(render(cr({"routing": {"sessionAffinityTtlSeconds": 0}}))) == {}
 
 
 def test_cache_aware_thresholds_only_for_cache_aware():

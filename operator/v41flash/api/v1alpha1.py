@@ -499,7 +499,13 @@ class RoutingSpec(Model):
     decode_policy: Literal[ROUTER_POLICIES] = Field(  # type: ignore[valid-type]
         "round_robin", description="vllm-router policy for decode in P/D mode (a header-keyed policy here also "
                                    "needs sessionKey: derive to see session keys).")
-    session_affinity_ttl_seconds: int = Field(600, ge=0, le=F.INT32_MAX, description="kv_aware session affinity TTL.")
+    session_affinity_ttl_seconds: int = Field(
+        600, ge=0, le=F.INT32_MAX,
+        description="How long an idle session keeps its engine: kv_aware's session affinity TTL, and how long "
+                    "sticky_least_loaded counts a session on its engine when it balances new ones "
+                    "(VLLM_ROUTER_SLL_SESSION_EXPIRATION_IN_S; vllm-router's own 7200 counts sessions long "
+                    "ended). Also a session's revision record in the front proxy during a rollout. 0: "
+                    "vllm-router's defaults (no kv_aware affinity, 7200 for sticky_least_loaded; the front proxy keeps 600).")
     kv_events: bool = Field(False, description="Publish engines' KV-cache events for kv_aware routing.")
     cache_threshold: float = Field(0.8, ge=0, le=1, description="cache_aware --cache-threshold (0.3 upstream "
                                                                 "default collapses agent sessions onto one engine).")

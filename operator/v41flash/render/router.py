@@ -26,6 +26,9 @@ METRICS_PORT = 29000
 SERVICE_PORT = ENGINE_PORT  # clients reach the router where they would reach vLLM itself
 PROXY_API_KEY_ENV = "V41FLASH_PROXY_API_KEY"  # the session proxy reads the client API key from it
 POLICIES_WITH_CACHE_THRESHOLDS = ("cache_aware",)
+# vllm-router 0.1.17's sticky_least_loaded counts a session on its engine until it has been idle this many seconds
+# (its own default 7200); nothing tells it a session ended, so the count is of sessions seen in that window.
+SLL_SESSION_EXPIRATION_ENV = "VLLM_ROUTER_SLL_SESSION_EXPIRATION_IN_S"
 # vllm-router 0.1.17 discovers each engine's KV event publishers itself (GET /kv_event_sources on
 # every discovered engine, vLLM 0.33.0's per-DP-rank KVEventsConfig); static --kv-event-source /
 # --pd-kv-events entries need worker URLs, which pod discovery does not know at render time.
@@ -44,6 +47,22 @@ def intra_node_dp_size(res: Resolved) -> int:
     return sizes.pop() if len(sizes) == 1 and next(iter(sizes)) > 1 else 1
 
 
+def router_policies(spec: api.V41FlashDeploymentSpec, res: Resolved) -> tuple[str, ...]:
+    """The vllm-router policies in use: prefill's and decode's in P/D, the one policy otherwise."""
+    return (spec.routing.policy, spec.routing.decode_policy) if res.disaggregated else (spec.routing.policy,)
+
+
+def router_env(spec: api.V41FlashDeploymentSpec, res: Resolved) -> list[dict[str, str]]:
+    """sticky_least_loaded balances new sessions by the sessions counted on each engine: with its 2 h default a
+    session that ended 1 h ago still counts, so an engine added later takes every new session until it has
+    as many, and sessions once spread stay where they are. spec.routing.sessionAffinityTtlSeconds (the
+    proxy's revision TTL too) makes the count one of live sessions (docs/2026-12-01-autoscale-suite.md)."""
+    ttl = spec.routing.session_affinity_ttl_seconds
+    if "sticky_least_loaded" in router_policies(spec, res) and ttl > 0:
+        return [{"name": SLL_SESSION_EXPIRATION_ENV, "value": str(ttl)}]
+    return []
+
+
 def router_args(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, res: Resolved) -> list[str]:
     routing = spec.routing
     args: list[str] = []
@@ -53,12 +72,11 @@ def router_args(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, 
                  "--decode-selector", *L.selector_args(L.serving_selector(cr_name, "decode")),
                  "--prefill-policy", routing.policy, "--decode-policy", routing.decode_policy,
                  "--kv-connector", "nixl"]
-        policies = (routing.policy, routing.decode_policy)
     else:
         args += ["--service-discovery",
                  "--selector", *L.selector_args(L.serving_selector(cr_name, "decode")),
                  "--policy", routing.policy]
-        policies = (routing.policy,)
+    policies = router_policies(spec, res)
     args += ["--service-discovery-port", str(ENGINE_PORT), "--service-discovery-namespace", namespace]
     if any(p in POLICIES_WITH_CACHE_THRESHOLDS for p in policies):
         args += ["--cache-threshold", _num(routing.cache_threshold),
@@ -139,6 +157,7 @@ def router_objects(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpe
         "imagePullPolicy": spec.image_pull_policy,
         "command": ["vllm-router"],
         "args": router_args(cr_name, namespace, spec, res),
+        **({"env": env} if (env := router_env(spec, res)) else {}),
         "ports": [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
         "resources": {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "8Gi"}},
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
