@@ -149,3 +149,27 @@ def test_planner_set_changes_only_ours_and_is_recorded(tiny, tmp_path, capsys):
     for bad in ("nope=1", "service_cv2=fast", "saturation_learning=3", "interval_s"):
         assert main(["bench", "autoscale", "--scenario", str(tiny), "--out", str(ablated), "--planner-set", bad]) == 2
         assert "--planner-set" in capsys.readouterr().err
+
+
+def test_router_and_its_session_ttl_reach_the_simulator_and_the_report(tiny, tmp_path, capsys):
+    from v41flash.api.v1alpha1 import RoutingSpec
+    from v41flash_bench.sim.autoscale_bench import simulator_config
+    from v41flash_bench.sim.scenario import with_router
+
+    sc = load_scenario(tiny)
+    assert simulator_config(sc).router == "cache_aware"
+    sticky = with_router(sc, "sticky_least_loaded")
+    cfg = simulator_config(sticky)
+    assert (cfg.router, cfg.sticky_session_ttl_s) == ("sticky_least_loaded",
+                                                        RoutingSpec().session_affinity_ttl_seconds)  # as rendered
+    assert simulator_config(with_router(sticky, session_ttl_s=7200)).sticky_session_ttl_s == 7200
+    out = tmp_path / "out"
+    assert main(["bench", "autoscale", "--scenario", str(tiny), "--out", str(out), "--policies", "ours",
+                 "--no-plots", "--router", "sticky_least_loaded", "--router-session-ttl", "7200"]) == 0
+    dep = json.loads((out / "report.json").read_text())["scenario"]["deployment"]
+    assert (dep["router"], dep["routerSessionTtlS"]) == ("sticky_least_loaded", 7200)
+    capsys.readouterr()
+    assert main(["bench", "autoscale", "--scenario", str(tiny), "--out", str(out), "--router-session-ttl", "0"]) == 2
+    assert "--router-session-ttl" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["bench", "autoscale", "--scenario", str(tiny), "--out", str(out), "--router", "nope"])

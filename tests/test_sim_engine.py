@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from v41flash.planner.profile import find_profile
-from v41flash_bench.sim.simulator import Simulator, SimulatorConfig
+from v41flash_bench.sim.simulator import ROUTERS, Simulator, SimulatorConfig
 from v41flash_bench.sim.scenario import with_cold_start
 from v41flash_bench.sim.workload import (
     AgentSessionSpec,
@@ -142,7 +142,7 @@ def test_drained_replica_finishes_its_requests_before_it_goes():
     assert sim.requests_finished == 4
 
 
-@pytest.mark.parametrize("router", ["cache_aware", "session_hash", "round_robin"])
+@pytest.mark.parametrize("router", ROUTERS)
 def test_routers_serve_everything(router):
     sim = Simulator(_small_workload(seed=4, duration=120.0), PROFILE, None, 120.0, {"prefill": 3, "decode": 1},
                     config=SimulatorConfig(router=router, drain_timeout_s=3600.0))
@@ -201,3 +201,69 @@ def test_simulated_window_figures_match_the_telemetry():
     assert rt.arrival_rate == pytest.approx(sum(1 for t in tel.arr_t if 90.0 < t <= 150.0) / 60.0)
     assert 0 < len(tel.new_t) < len(tel.arr_t) and set(tel.new_t) <= set(tel.arr_t)
     assert rt.new_session_rate == pytest.approx(sum(1 for t in tel.new_t if 90.0 < t <= 150.0) / 60.0)
+
+
+# ------------------------------------------------------------------ the routers vllm-router runs
+class _Req:
+    """The fields the routers read."""
+
+    def __init__(self, sid: int, prompt: int = 1000):
+        self.session = type("S", (), {"sid": sid})()
+        self.ids, self.toks, self.prompt = [], [], prompt
+
+
+def _router_sim(router: str, prefill: int, **cfg) -> Simulator:
+    return Simulator(Workload(sessions=[]), PROFILE, None, 100.0, {"prefill": prefill, "decode": 1},
+                     config=SimulatorConfig(router=router, **cfg))
+
+
+def _add_prefill(sim: Simulator):
+    r = sim._new_replica("prefill", sim.now)
+    sim._make_ready(r)
+    return r
+
+
+def test_sticky_least_loaded_keeps_a_session_and_gives_new_ones_to_the_engine_with_fewest():
+    sim = _router_sim("sticky_least_loaded", 3)
+    first = {sid: sim._route_prefill(_Req(sid)).rid for sid in range(6)}
+    assert sorted(list(first.values()).count(r.rid) for r in sim.replicas["prefill"]) == [2, 2, 2]
+    sim.now = 30.0
+    assert {sid: sim._route_prefill(_Req(sid)).rid for sid in range(6)} == first  # sessions stay
+    # the engine of sessions 0 leaves: they go to the engines with fewest sessions, the others stay
+    gone = next(r for r in sim.replicas["prefill"] if r.rid == first[0])
+    gone.state = "gone"
+    sim._changed("prefill")
+    moved = sim._route_prefill(_Req(0)).rid
+    assert moved != first[0] and sim._pinned[moved] == 3 and sim._route_prefill(_Req(1)).rid == first[1]
+
+
+@pytest.mark.parametrize("ttl, spread", [(7200.0, [0, 0, 0, 8]), (600.0, [2, 2, 2, 2])])
+def test_sticky_least_loaded_counts_sessions_for_its_ttl_an_engine_added_later(ttl, spread):
+    """vllm-router counts a session on its engine until idle for the TTL: with its 2 h default, sessions
+    long ended still count and an engine added later takes every new session."""
+    sim = _router_sim("sticky_least_loaded", 3, sticky_session_ttl_s=ttl)
+    for sid in range(30):
+        sim._route_prefill(_Req(sid))
+    sim.now = 1000.0  # those 30 sessions are idle since t=0
+    new = _add_prefill(sim)
+    engines = [r.rid for r in sim.replicas["prefill"]]
+    got = [sim._route_prefill(_Req(100 + i)).rid for i in range(8)]
+    assert sorted(got.count(rid) for rid in engines) == spread
+    assert (got.count(new.rid) == 8) == (ttl == 7200.0)
+
+
+def test_vllm_cache_aware_balances_by_requests_in_flight_when_imbalanced_else_follows_the_cache():
+    sim = _router_sim("vllm_cache_aware", 3)
+    a, b, c = sim.replicas["prefill"]
+    req = _Req(1, prompt=1000)
+    ids, toks = [7, 8], [500, 500]
+    req.ids, req.toks = ids, toks
+    b.cache.access(ids, toks)  # b holds the whole prompt
+    c.cache.access([9], [50])  # c's cache is larger than a's (empty)
+    assert sim._route_prefill(req) is b  # balanced (no requests in flight): the longest prefix
+    a.inflight, b.inflight, c.inflight = 0, 5, 1  # 5 - 0 > 4 and 5 > 1.25 x 0: imbalanced
+    assert sim._route_prefill(req) is a
+    b.inflight = 4  # within the absolute threshold: the cache again
+    assert sim._route_prefill(req) is b
+    req.ids, req.toks, req.prompt = [7, 10], [500, 700], 1200  # 500 of 1200 cached: under the 0.8 threshold
+    assert sim._route_prefill(req) is a  # the engine with the smallest cache

@@ -55,7 +55,8 @@ def _suite(args: argparse.Namespace, policies: tuple[str, ...] | None, overrides
 
     progress(f"suite {args.suite}: {len(seeds)} scenarios (seeds {args.seeds}), jobs {args.jobs}")
     report = run_suite(args.suite, seeds, Path(args.out), policies=policies, jobs=max(1, args.jobs),
-                       plots=not args.no_plots, progress=progress, planner_overrides=overrides)
+                       plots=not args.no_plots, progress=progress, planner_overrides=overrides, router=args.router,
+                       router_session_ttl_s=args.router_session_ttl)
     print(format_summary(report))
     if report.get("targets"):
         print("targets (ours): " + ", ".join(f"{k}={v}" for k, v in report["targets"].items()))
@@ -65,7 +66,7 @@ def _suite(args: argparse.Namespace, policies: tuple[str, ...] | None, overrides
 
 def _autoscale(args: argparse.Namespace) -> int:
     from v41flash_bench.sim.autoscale_bench import format_table, run_benchmark
-    from v41flash_bench.sim.scenario import POLICIES, load_scenario
+    from v41flash_bench.sim.scenario import POLICIES, load_scenario, with_router
 
     policies = None
     if args.policies:
@@ -74,6 +75,9 @@ def _autoscale(args: argparse.Namespace) -> int:
         if unknown:
             print(f"error: unknown policies {unknown}; choose from {', '.join(POLICIES)}", file=sys.stderr)
             return 2
+    if args.router_session_ttl is not None and not args.router_session_ttl > 0:
+        print(f"error: --router-session-ttl {args.router_session_ttl:g}: give seconds > 0", file=sys.stderr)
+        return 2
     if (args.scenario is None) == (args.suite is None):
         print("error: give exactly one of --scenario FILE or --suite NAME --seeds A-B", file=sys.stderr)
         return 2
@@ -93,6 +97,8 @@ def _autoscale(args: argparse.Namespace) -> int:
         return 2
     if args.seed is not None:
         sc = sc.model_copy(update={"seed": args.seed})
+    if args.router is not None or args.router_session_ttl is not None:
+        sc = with_router(sc, args.router, args.router_session_ttl)
     try:
         overrides = planner_overrides(args.planner_set or [])
     except ValueError as exc:
@@ -129,6 +135,8 @@ def _autoscale(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> None:
+    from v41flash_bench.sim.simulator import ROUTERS
+
     bench = subparsers.add_parser("bench", help="Benchmarks (autoscaling simulator, ...).")
     sub = bench.add_subparsers(dest="bench_command", metavar="BENCH")
     bench.set_defaults(func=lambda args: (bench.print_help(), 2)[1])
@@ -147,6 +155,12 @@ def register(subparsers) -> None:
     a.add_argument("--duration", type=float, help="Override the scenario's simulated seconds (quick runs).")
     a.add_argument("--seed", type=int, help="Override the scenario's seed.")
     a.add_argument("--no-plots", action="store_true", help="Skip the PNG plots.")
+    a.add_argument("--router", choices=ROUTERS,
+                   help="Replace the scenarios' deployment.router: cache_aware (cost-based, the default), "
+                        "sticky_least_loaded and vllm_cache_aware (vllm-router's, as the operator renders them).")
+    a.add_argument("--router-session-ttl", type=float, metavar="S",
+                   help="sticky_least_loaded: seconds an idle session counts on its engine (default: what the "
+                        "operator renders, 600; vllm-router's own default is 7200).")
     a.add_argument("--planner-set", action="append", metavar="FIELD=VALUE",
                    help="Change one PlannerConfig field for 'ours' (repeatable; an ablation, e.g. service_cv2=1.0).")
     a.add_argument("--jobs", type=int, default=os.cpu_count() or 1,

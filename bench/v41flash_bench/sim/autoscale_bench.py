@@ -57,7 +57,9 @@ class RunResult:
 
 
 def simulator_config(sc: AutoscaleScenario) -> SimulatorConfig:
-    return SimulatorConfig(router=sc.deployment.router, prefix_cache_tokens=sc.deployment.prefix_cache_tokens)
+    d = sc.deployment
+    return SimulatorConfig(router=d.router, prefix_cache_tokens=d.prefix_cache_tokens,
+                           **({"sticky_session_ttl_s": d.router_session_ttl_s} if d.router_session_ttl_s else {}))
 
 
 def simulate(sc: AutoscaleScenario, wl: Workload, truth: CapacityProfile, policy, initial: dict[str, int],
@@ -368,7 +370,7 @@ def _code_version() -> dict:
     try:
         commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
                                 timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "operator/v41flash"],
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "operator/v41flash", "bench/v41flash_bench"],
                                capture_output=True, text=True, timeout=10, check=True).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return {"commit": None, "uncommitted_changes": None}

@@ -15,7 +15,9 @@ Example (every field but ``name`` has a default; see docs/2026-11-30-autoscale-b
       plannerProfile: null   # the policies' model; null: same as the truth
       plannerProfileError: 1.0   # × on the policies' latency curves (1.3: they think it 30 % slower)
       coldStartS: null       # overrides both profiles' cold start
-      router: cache_aware    # cache_aware | session_hash | round_robin
+      router: cache_aware    # cache_aware (cost-based) | session_hash | round_robin | sticky_least_loaded |
+                             # vllm_cache_aware (the last two: vllm-router's, as the operator renders them)
+      routerSessionTtlS: null  # sticky_least_loaded's session TTL; null: the operator's (600); 7200: vllm-router's
       decodeMaxNumSeqs: null # spec.decode.maxNumSeqs; null: what the operator renders (P/D: 32 per rank)
     slo: {ttftS: 2.0, ttftPercentile: 0.95, e2eP95S: 60.0}
     costPerGpuHour: 2.26
@@ -39,6 +41,7 @@ from v41flash.render.engine import engine_config
 from v41flash.render.resolve import resolve as resolve_spec
 from v41flash.vllm import args as vargs
 from v41flash.planner.datatypes import Slo
+from v41flash_bench.sim.simulator import ROUTERS
 from v41flash_bench.sim.workload import AgentSessionSpec, AgentxTraceSpec, ArrivalSpec, MooncakeTraceSpec
 
 POLICIES = ("ours", "dynamo", "keda", "hpa", "static", "oracle")
@@ -57,7 +60,11 @@ class DeploymentSpec(_M):
     cold_start_s: float | None = Field(default=None, gt=0)
     planner_knows_cold_start: bool = Field(
         default=True, description="False: coldStartS applies to the truth only; the policies' profile keeps its own.")
-    router: Literal["cache_aware", "session_hash", "round_robin"] = "cache_aware"
+    router: Literal[ROUTERS] = "cache_aware"  # type: ignore[valid-type]
+    router_session_ttl_s: float | None = Field(
+        default=None, gt=0, description="sticky_least_loaded: how long an idle session counts on its engine (null: "
+                                        "what the operator renders, routing.sessionAffinityTtlSeconds' default; "
+                                        "7200: vllm-router's own default).")
     prefix_cache_tokens: int | None = Field(default=None, ge=1, description="Per prefill replica.")
     decode_max_num_seqs: int | None = Field(
         default=None, ge=1, le=4096,
@@ -113,6 +120,14 @@ def _snake(d):
     if isinstance(d, dict):
         return {re.sub(r"(?<!^)(?=[A-Z])", "_", k).lower(): v for k, v in d.items()}
     return d
+
+
+def with_router(sc: AutoscaleScenario, router: str | None = None, session_ttl_s: float | None = None
+                ) -> AutoscaleScenario:
+    """The scenario with another deployment.router and/or routerSessionTtlS (validated like the YAML fields)."""
+    d = sc.deployment.model_dump()
+    d.update({k: v for k, v in (("router", router), ("router_session_ttl_s", session_ttl_s)) if v is not None})
+    return sc.model_copy(update={"deployment": DeploymentSpec.model_validate(d)})
 
 
 def load_scenario(path: str | Path, base_dir: Path | None = None) -> AutoscaleScenario:

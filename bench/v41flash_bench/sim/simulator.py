@@ -27,6 +27,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from v41flash.api.v1alpha1 import RoutingSpec
 from v41flash.planner.profile import CapacityProfile
 from v41flash.roles import ROLES
 from v41flash_bench.sim.cache import PrefixCache, PrefixIndex
@@ -37,13 +38,30 @@ from v41flash_bench.sim.workload import SessionPlan, Workload
 _SESSION, _ARRIVE, _PREFILL_DONE, _DECODE_ARRIVE, _DECODE_CHECK, _READY, _TICK, _SAMPLE = range(8)
 
 
+ROUTERS = ("cache_aware", "session_hash", "round_robin", "sticky_least_loaded", "vllm_cache_aware")
+_ROUTING_DEFAULTS = {k: RoutingSpec.model_fields[k].default for k in (
+    "cache_threshold", "balance_abs_threshold", "balance_rel_threshold", "session_affinity_ttl_seconds")}
+
+
 @dataclass(frozen=True)
 class SimulatorConfig:
-    router: str = "cache_aware"  # cache_aware | session_hash | round_robin
+    # cache_aware: cost-based (queue wait + uncached prefill; llm-d / Dynamo KV router style).
+    # sticky_least_loaded, vllm_cache_aware: vllm-router 0.1.17's policies as the operator renders them
+    # (spec.routing.policy's default, and cache_aware with spec.routing's thresholds).
+    router: str = "cache_aware"
     prefix_cache_tokens: int | None = None  # per prefill replica; None: the profile's decode KV size
     sample_every_s: float = 10.0  # time-series resolution for plots and policies' gauges
     drain_timeout_s: float = 900.0  # after the end, stop waiting for stragglers
     vnodes: int = 64  # consistent-hash ring points per replica
+    cache_threshold: float = _ROUTING_DEFAULTS["cache_threshold"]  # vllm_cache_aware
+    balance_abs_threshold: int = _ROUTING_DEFAULTS["balance_abs_threshold"]
+    balance_rel_threshold: float = _ROUTING_DEFAULTS["balance_rel_threshold"]
+    # sticky_least_loaded: a session idle this long stops counting (as rendered; vllm-router's own default 7200)
+    sticky_session_ttl_s: float = float(_ROUTING_DEFAULTS["session_affinity_ttl_seconds"])
+
+    def __post_init__(self) -> None:
+        if self.router not in ROUTERS:
+            raise ValueError(f"router {self.router!r}: choose from {', '.join(ROUTERS)}")
 
 
 class Request:
@@ -226,6 +244,10 @@ class Simulator:
         self._parent: dict[int, SessionPlan] = {}  # id(sub-agent plan) → parent plan
         self._pending: dict[int, list] = {}  # id(parent plan) → [sub-agents left, turn to resume]
         self._rr = 0
+        # sticky_least_loaded: session → [prefill replica id, last request]; replica id → sessions counted
+        self._pins: dict[int, list] = {}
+        self._pinned: dict[int, int] = {}
+        self._pins_swept = 0.0
         pf, dc = truth.prefill, truth.decode
         self._pf = (pf.curve.overhead, pf.curve.per_token, pf.curve.per_token_context, pf.max_num_batched_tokens)
         self._dc = (dc.curve.overhead, dc.curve.per_sequence, dc.curve.per_sequence_context, dc.tokens_per_step)
@@ -250,6 +272,7 @@ class Simulator:
                     r = self._ring_lookup(s.sid)
                 else:
                     r = live[s.sid % len(live)]
+                    self._pin(s.sid, r.rid)
                 r.cache.access(ids, toks)
                 r.cache.hits = r.cache.queries = 0
 
@@ -395,7 +418,76 @@ class Simulator:
             return live[self._rr % len(live)]
         if mode == "session_hash":
             return self._ring_lookup(req.session.sid)
+        if mode == "sticky_least_loaded":
+            return self._sticky_least_loaded(req, live)
+        if mode == "vllm_cache_aware":
+            return self._vllm_cache_aware(req, live)
         return self._cache_aware(req, live)
+
+    def _sticky_least_loaded(self, req: Request, live: list[Replica]) -> Replica:
+        """vllm-router 0.1.17's sticky_least_loaded: a session stays on the engine it was first sent to while
+        that engine is in the pool; a new session (or one whose engine left) goes to the engine with the
+        fewest sessions counted (ties: rendezvous hash of session and engine). A session counts until it has
+        been idle ``sticky_session_ttl_s`` (the router sweeps once a minute); it is never told one ended."""
+        sid, now = req.session.sid, self.now
+        if now - self._pins_swept >= 60.0:
+            self._pins_swept = now
+            ttl = self.config.sticky_session_ttl_s
+            for k in [k for k, (_, last) in self._pins.items() if now - last >= ttl]:
+                self._unpin(k)
+        pin = self._pins.get(sid)
+        byid = self._byid()
+        if pin is not None:
+            r = byid.get(pin[0])
+            if r is not None:
+                pin[1] = now
+                return r
+            self._unpin(sid)
+        counts = self._pinned
+        low = min(counts.get(r.rid, 0) for r in live)
+        r = max((r for r in live if counts.get(r.rid, 0) == low), key=lambda r: _hash64(f"{sid}:{r.rid}"))
+        self._pin(sid, r.rid)
+        return r
+
+    def _pin(self, sid: int, rid: int) -> None:
+        self._pins[sid] = [rid, self.now]
+        self._pinned[rid] = self._pinned.get(rid, 0) + 1
+
+    def _unpin(self, sid: int) -> None:
+        rid = self._pins.pop(sid)[0]
+        self._pinned[rid] -= 1
+
+    def _vllm_cache_aware(self, req: Request, live: list[Replica]) -> Replica:
+        """vllm-router's cache_aware: while the pool is imbalanced (max − min requests in flight over the
+        absolute threshold and max over the relative threshold × min) the engine with the fewest in flight;
+        otherwise the engine holding the longest prefix when it covers more than cache_threshold of the
+        prompt, else the engine with the smallest cache."""
+        cfg = self.config
+        lo = min(live, key=_INFLIGHT)
+        hi = max(r.inflight for r in live)
+        if hi - lo.inflight > cfg.balance_abs_threshold and hi > cfg.balance_rel_threshold * lo.inflight:
+            return lo
+        best, best_m = None, 0
+        for r in self._holders(req):
+            m = r.cache.match(req.ids, req.toks)
+            if m > best_m:
+                best, best_m = r, m
+        if best is not None and best_m > cfg.cache_threshold * req.prompt:
+            return best
+        return min(live, key=_CACHE_USED)
+
+    def _holders(self, req: Request) -> list[Replica]:
+        """The live replicas holding the longest cached prefix of the request (the router's index)."""
+        holders = self.index.holders
+        byid = self._byid()
+        ids = req.ids
+        for i in range(len(ids) - 1, -1, -1):
+            h = holders.get(ids[i])
+            if h:
+                cands = [byid[x] for x in h if x in byid]
+                if cands:
+                    return cands
+        return []
 
     def _live_list(self, role: str) -> list[Replica]:
         live = self._live[role]
@@ -421,16 +513,7 @@ class Simulator:
         """llm-d/Dynamo-style: cost = queue wait + prefill time of the uncached part; best of
         the replicas holding the longest cached prefix and the least-loaded replica."""
         ov, pt, ptc, budget = self._pf
-        holders = self.index.holders
-        ids = req.ids
-        cands = []
-        byid = self._byid()
-        for i in range(len(ids) - 1, -1, -1):
-            h = holders.get(ids[i])
-            if h:
-                cands = [byid[x] for x in h if x in byid]
-                if cands:
-                    break
+        cands = self._holders(req)
         if len(cands) > 8:  # a prefix everyone holds (the system prompt): the least busy holders
             cands = heapq.nsmallest(8, cands, key=_FREE_AT)
         least = min(live, key=_FREE_AT)
@@ -683,6 +766,8 @@ class Simulator:
 
 
 _FREE_AT = operator.attrgetter("free_at")
+_INFLIGHT = operator.attrgetter("inflight")
+_CACHE_USED = operator.attrgetter("cache.used")
 
 
 def _hash64(s: str) -> int:

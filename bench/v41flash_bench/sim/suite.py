@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from v41flash_bench.sim.scenario import POLICIES, AutoscaleScenario
+from v41flash_bench.sim.scenario import POLICIES, AutoscaleScenario, with_router
 
 FAMILIES = ("steady", "diurnal", "surge_stays", "surge_ends", "burst_short", "burst_long")
 GPU_PRODUCTS = ("H200", "B200", "B300", "GB300")
@@ -252,10 +252,15 @@ def targets(rows: list[dict], summary: dict, policy: str = "ours") -> dict:
 
 def run_suite(suite: str, seeds: list[int], out_dir: Path, policies: tuple[str, ...] | None = None,
               jobs: int = 2, plots: bool = True, progress: Callable[[str], None] = print,
-              planner_overrides: dict | None = None) -> dict:
-    """Run every drawn scenario (one process per scenario, ``jobs`` at a time); write report.json."""
+              planner_overrides: dict | None = None, router: str | None = None,
+              router_session_ttl_s: float | None = None) -> dict:
+    """Run every drawn scenario (one process per scenario, ``jobs`` at a time); write report.json. ``router``
+    replaces every scenario's deployment.router (the same traffic under another routing policy), and
+    ``router_session_ttl_s`` its routerSessionTtlS."""
     policies = tuple(policies or POLICIES)
     drawn = draw_suite(seeds, suite)
+    if router is not None or router_session_ttl_s is not None:
+        drawn = [(f, with_router(sc, router, router_session_ttl_s)) for f, sc in drawn]
     out_dir.mkdir(parents=True, exist_ok=True)
     args = [(f, sc, out_dir / sc.name, policies, plots, dict(planner_overrides or {})) for f, sc in drawn]
     rows: list[dict] = []
@@ -274,7 +279,8 @@ def run_suite(suite: str, seeds: list[int], out_dir: Path, policies: tuple[str, 
         "suite": suite, "seeds": seeds, "families": list(FAMILIES), "ranges": RANGES,
         "tuning_seeds": seeds_text(TUNING_SEEDS),
         "held_out_seeds": seeds_text(HELD_OUT_SEEDS),
-        "policies": list(policies), "planner_overrides": dict(planner_overrides or {}),
+        "policies": list(policies), "planner_overrides": dict(planner_overrides or {}), "router": router,
+        "router_session_ttl_s": router_session_ttl_s,
         "scenarios": rows, "summary": summary,
         "targets": targets(rows, summary) if "ours" in policies else None,
         "code_version": rows[0]["code_version"] if rows else None,
