@@ -32,3 +32,6 @@ def test_benchmark_measures_exactly_these_defaults():
             assert not v.args  # the policy at its router defaults, as rendered
         # derive = the real proxy process in front of the router, not a header set by the client
         assert v.kv_events == d.kv_events and v.session_key == {"derive": "proxy", "client": "client"}[d.session_key]
+        # and the router's environment as rendered: sessions counted for sessionAffinityTtlSeconds
+        assert b.router_env(v) == {"VLLM_ROUTER_SLL_SESSION_EXPIRATION_IN_S": str(d.session_affinity_ttl_seconds)}
+    assert all(b.router_env(v) == {} for v in cfg.variants if not v.ours)

@@ -28,7 +28,9 @@ from typing import Any
 import httpx
 import yaml
 
+from v41flash.api.v1alpha1 import RoutingSpec
 from v41flash.metrics.parse import parse_metrics
+from v41flash.render.router import session_count_env
 from v41flash.proxy.session_proxy import derived_session_key
 from v41flash_bench.inference_sim import SimLatency, binary_path, sim_command
 from v41flash_bench.procs import Proc, cpu_seconds, free_ports, rss_bytes, spawn, stop_procs
@@ -333,6 +335,15 @@ def proxy_argv(port: int, router_port: int) -> list[str]:
             "--upstream", f"http://{LOOPBACK}:{router_port}"]
 
 
+def router_env(variant: Variant) -> dict[str, str]:
+    """vllm-router's environment: ours as the operator renders it (the sessions-counted TTL), others bare."""
+    if not variant.ours:
+        return {}
+    policies = (variant.policy, variant.decode_policy or variant.policy) if variant.pd else (variant.policy,)
+    return {e["name"]: e["value"]
+            for e in session_count_env(policies, RoutingSpec().session_affinity_ttl_seconds)}
+
+
 def variant_flags(variant: Variant, block_size: int) -> tuple[str, ...]:
     """The flags that make this variant what it is (for the report; addresses left out)."""
     flags = (("--prefill-policy", variant.policy, "--decode-policy", variant.decode_policy or variant.policy)
@@ -440,7 +451,8 @@ async def run_one(cfg: BenchConfig, trace: Trace, oracle_rates: dict[int, float]
             for url in workers:
                 await _wait_http(client, f"{url}/health", deadline, procs)
             rp = procs.start("router", router_argv(router, variant, rport, mport, workers,
-                                                  [f"tcp://{LOOPBACK}:{p}" for p in zout], sc.block_size))
+                                                  [f"tcp://{LOOPBACK}:{p}" for p in zout], sc.block_size),
+                             env=router_env(variant))
             base = f"http://{LOOPBACK}:{rport}"
             await _wait_http(client, f"{base}/readiness", time.monotonic() + 60, procs)
             pp = None

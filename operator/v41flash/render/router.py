@@ -57,9 +57,13 @@ def router_env(spec: api.V41FlashDeploymentSpec, res: Resolved) -> list[dict[str
     session that ended 1 h ago still counts, so an engine added later takes every new session until it has
     as many, and sessions once spread stay where they are. spec.routing.sessionAffinityTtlSeconds (the
     proxy's revision TTL too) makes the count one of live sessions (docs/2026-12-01-autoscale-suite.md)."""
-    ttl = spec.routing.session_affinity_ttl_seconds
-    if "sticky_least_loaded" in router_policies(spec, res) and ttl > 0:
-        return [{"name": SLL_SESSION_EXPIRATION_ENV, "value": str(ttl)}]
+    return session_count_env(router_policies(spec, res), spec.routing.session_affinity_ttl_seconds)
+
+
+def session_count_env(policies: tuple[str, ...], ttl_s: int) -> list[dict[str, str]]:
+    """The router container's env for these policies and routing.sessionAffinityTtlSeconds (0: none)."""
+    if "sticky_least_loaded" in policies and ttl_s > 0:
+        return [{"name": SLL_SESSION_EXPIRATION_ENV, "value": str(ttl_s)}]
     return []
 
 
