@@ -218,19 +218,20 @@ def _phases(cluster, ns: str, name: str, until, timeout: float, what: str, give_
         time.sleep(0.5)
 
 
-# the engine vllm-router names in its error: "Decode request failed to http://IP:PORT/..." or "Prefill server
-# http://IP:PORT/... returned 503 Service Unavailable" (an engine shutting down as its pod is deleted)
-ENGINE_URL = re.compile(r"(?:request failed to|server) https?://([0-9.]+):[0-9]+/")
+# the engine vllm-router names in its error, in any of its wordings: "Decode request failed to http://IP:PORT/...",
+# "Prefill server http://IP:PORT/... returned 503 Service Unavailable" (an engine shutting down as its pod is
+# deleted), "Prefill request to http://IP:PORT failed: error sending request ..." (its port already closed). The
+# pod-deletion check in _harness_kills, not the wording, decides whether the failure is the harness's.
+ENGINE_URL = re.compile(r"https?://([0-9.]+):[0-9]+")
 
 
 def _harness_kills(load: Load, cluster, ns: str) -> tuple[list[dict], list[dict]]:
     """(failures on a pod deleted while the request was in flight, every other failure).
 
     Either the router pod the client called is deleted and the connection failed (status 0), or the router
-    answered an error naming the engine it sent the request to ("Decode request failed to http://IP:PORT/...",
-    "Prefill server http://IP:PORT/... returned 503"),
-    and a pod with that IP was seen live until at most 2 s before the request failed and terminating or gone by
-    2 s after it (the sampler reads pods every 0.5 s; IPs come back on new pods, so each pod is kept apart)."""
+    answered an error naming the engine it sent the request to (ENGINE_URL), and a pod with that IP was seen live
+    until at most 2 s before the request failed and terminating or gone by 2 s after it (the sampler reads pods
+    every 0.5 s; IPs come back on new pods, so each pod is kept apart)."""
     gone = []
     other = []
     for r in load.failures():
