@@ -182,10 +182,10 @@ class RoleState:
     last_waiting: float | None = None  # queued requests at the last update (queue growth → arrivals)
     hit_level: float | None = None  # smoothed prefix-cache hit rate of the role that computes prompts
     demand_history: tuple[tuple[float, float, int], ...] = ()  # (bucket start, mean req/s, samples)
-    up_recommendations: tuple[tuple[float, int], ...] = ()
+    up_recommendations: tuple[tuple[float, int], ...] = ()  # (time, replicas) within scale-up stabilization
     last_down_from: int | None = None  # replicas before the last scale-down
     last_down_need: float | None = None  # the need the model saw then (None: already judged)
-    down_margin_learned: float = 0.0  # learned scale-down margin (replicas ÷ need), 0: none  # (time, replicas) within scale-up stabilization
+    down_margin_learned: float = 0.0  # learned scale-down margin (replicas ÷ need), 0: none
     # the headroom the demand history last gave (rise, highest demand seen), coarse so that it rarely changes:
     # kept in status, it carries the learned headroom over a restart until the new history has enough samples
     headroom_rise: float | None = None
