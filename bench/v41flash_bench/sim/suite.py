@@ -22,7 +22,8 @@ Seeds: ``TUNING_SEEDS`` are the ones planner changes may be tuned on; ``HELD_OUT
 reporting only (see docs/2026-12-01-autoscale-suite.md). 101–124 were the held-out seeds until 2026-12-02;
 after six passes reported on them (and four of their traces read) they count as tuning seeds, and 201–224,
 first run at 0e39757, are held out; 225–248 joined them before their first run (eight scenarios a family: four
-are too few for a per-family claim).
+are too few for a per-family claim); 301–348 joined them before their first run (a second set of eight a family at
+the same planner: how far the held-out figures move between draws).
 """
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ FAMILIES = ("steady", "diurnal", "surge_stays", "surge_ends", "burst_short", "bu
 GPU_PRODUCTS = ("H200", "B200", "B300", "GB300")
 SERVING_PROFILES = ("low-latency", "high-throughput")
 TUNING_SEEDS = (*range(1, 49), *range(101, 125))
-HELD_OUT_SEEDS = tuple(range(201, 249))
+HELD_OUT_SEEDS = (*range(201, 249), *range(301, 349))
 MAX_SIM_PERIOD_S = 1800.0
 BURST_PEAK_FACTOR = 0.6
 ORACLE_FACTORS = (1.3, 1.7)
