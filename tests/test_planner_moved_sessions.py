@@ -84,3 +84,71 @@ def test_sizing_sets_the_guard_from_the_role_s_current_replicas():
     s = size("prefill", 10.0, obs.prefill, True, learned(LONG), BUDGETS, PROFILE, SLO, CFG)
     assert s.down_guard == guard(5) != ""
     assert size("prefill", 10.0, obs.prefill, True, learned(12_000), BUDGETS, PROFILE, SLO, CFG).down_guard == ""
+
+
+def _hold_run(state: RoleState, now: float, cfg=CFG, need: float = 1.0, g: str | None = None, judged=OK,
+              overload: bool = False):
+    obs = observe(10, prefill=5).prefill
+    return act("prefill", obs, RoleBounds(1, 10), judged, 10.0,
+               Sizing(capacity.Need(need, True), down_guard=guard(5) if g is None else g, down_guard_overload=overload),
+               learned(LONG), True, SLO, BUDGETS, state, now, cfg)
+
+
+def test_the_guard_holds_a_scale_down_for_moved_sessions_hold_s_then_removes_one_replica_and_holds_again():
+    """Holding for ever keeps a fleet sized for a peak through every trough (fewer than 1 / (1 − p) replicas
+    never shrink): after the hold, one replica goes, and the hold starts again from there."""
+    cfg = replace(CFG, moved_sessions_hold_s=3600.0)
+    rs = RoleState(recommendations=((T - 200, 2),), tracking_since=T - STABLE - 10)
+    first = _hold_run(rs, T, cfg)
+    assert first.verdict.action == "hold" and "(held 0/3600s)" in first.verdict.why
+    assert first.state.guard_held_since == T
+    later = _hold_run(replace(first.state, recommendations=((T + 3000, 2),)), T + 3599, cfg)
+    assert later.verdict.action == "hold" and "(held 3599/3600s)" in later.verdict.why
+    assert later.state.guard_held_since == T  # the hold is counted from when it began
+    due = _hold_run(replace(later.state, recommendations=((T + 3500, 2),)), T + 3600, cfg)
+    assert (due.verdict.desired, due.verdict.action, due.verdict.moves_sessions) == (4, "scale_down", True)
+    assert "after the moved-sessions guard held it 3600s" in due.verdict.why
+    assert "may breach for about one turn" in due.verdict.why
+    assert due.state.guard_held_since is None  # the next scale-down waits a whole hold again
+
+
+def test_the_hold_restarts_whenever_the_guard_is_not_what_holds_and_zero_holds_for_ever():
+    cfg = replace(CFG, moved_sessions_hold_s=3600.0)
+    rs = RoleState(recommendations=((T - 200, 2),), tracking_since=T - STABLE - 10, guard_held_since=T - 3000)
+    # a breach: the SLO holds the scale-down, not the guard; the hold begins again afterwards
+    assert _hold_run(rs, T, cfg, judged=replace(OK, breached=True)).state.guard_held_since is None
+    # the need came back up: no scale-down wanted, nothing held
+    assert _hold_run(rs, T, cfg, need=4.8).state.guard_held_since is None
+    # the guard no longer applies (say, more replicas): a plain scale-down, not one that moves sessions past it
+    plain = _hold_run(rs, T, cfg, g="")
+    assert plain.verdict.action == "scale_down" and not plain.verdict.moves_sessions
+    never = _hold_run(replace(rs, guard_held_since=T - 10 * 86400), T, replace(cfg, moved_sessions_hold_s=0.0))
+    assert never.verdict.action == "hold" and "held" not in never.verdict.why.rsplit(":", 1)[-1]
+
+
+def test_a_breach_after_a_scale_down_past_the_guard_teaches_no_scale_down_margin():
+    """That breach was expected (the moved sessions' re-prefill), not the model's error: learning a margin from it
+    (replicas before ÷ need, up to ×2) would stop every later scale-down."""
+    from v41flash.planner.steps import Verdict, remember
+    past = remember(RoleState(), Verdict(4, "scale_down", "", moves_sessions=True), 5, 1.0, T)
+    assert (past.last_action, past.last_scale_time, past.last_down_from, past.last_down_need) == ("scale_down", T, 5, None)
+    plain = remember(RoleState(), Verdict(4, "scale_down", ""), 5, 1.0, T)
+    assert plain.last_down_need == 1.0  # the control: an ordinary scale-down is judged by the breach after it
+    rs = RoleState(last_action="scale_down", last_scale_time=T - 60, last_down_from=5, last_down_need=None)
+    breach = _hold_run(rs, T, replace(CFG, moved_sessions_hold_s=3600.0), judged=replace(OK, breached=True), need=4.8)
+    assert breach.state.down_margin_learned == 0.0 and "scale-down margin" not in breach.verdict.why
+
+
+def test_a_scale_down_whose_moved_turns_would_overload_the_replicas_left_is_held_however_long():
+    from v41flash.planner.steps import size
+    cfg = replace(CFG, moved_sessions_hold_s=3600.0)
+    rs = RoleState(recommendations=((T - 200, 2),), tracking_since=T - STABLE - 10, guard_held_since=T - 86400)
+    held = _hold_run(rs, T, cfg, g=guard(21, rate=45.0), overload=True)
+    assert held.verdict.action == "hold" and "busy while" in held.verdict.why and "(held" not in held.verdict.why
+    # size() tells the two apart: the tail alone (2 req/s on 5 replicas) is holdable, the overload (45 on 21) is not
+    tail = size("prefill", 2.0, observe(2, prefill=5).prefill, True, learned(LONG, rate=2.0), BUDGETS, PROFILE, SLO,
+                CFG)
+    assert tail.down_guard and not tail.down_guard_overload
+    over = size("prefill", 45.0, observe(45, prefill=21).prefill, True, learned(LONG, rate=45.0), BUDGETS, PROFILE,
+                SLO, CFG)
+    assert over.down_guard.startswith("the 20 replicas left") and over.down_guard_overload

@@ -10,6 +10,9 @@ from __future__ import annotations
 PLANNER_INTERVAL_SECONDS = 30  # spec.autoscaling.intervalSeconds; PlannerConfig.interval_s
 # spec.autoscaling.scaleDownStabilizationSeconds; PlannerConfig.scale_down_stabilization_s
 SCALE_DOWN_STABILIZATION_SECONDS = 600
+# spec.autoscaling.movedSessionsHoldSeconds; PlannerConfig.moved_sessions_hold_s: how long the moved-sessions guard
+# may hold a prefill scale-down the demand allows (an hour: at most one re-prefill breach an hour from it)
+MOVED_SESSIONS_HOLD_SECONDS = 3600
 SLO_WINDOW_SECONDS = 60  # spec.slo.windowSeconds; Slo.window_s
 TTFT_PERCENTILE = 90  # spec.slo.ttft.percentile; Slo.ttft_percentile (as a fraction)
 MIN_REPLICAS = 1  # spec.<role>.minReplicas; RoleBounds.min_replicas

@@ -102,7 +102,7 @@ def operator_default_config() -> PlannerConfig:
     """What the operator runs for a V41FlashDeployment with default spec.autoscaling."""
     a = AutoscalingSpec()
     return PlannerConfig.for_spec(a.interval_seconds, a.scale_down_stabilization_seconds,
-                                  a.scale_up_stabilization_seconds)
+                                  a.scale_up_stabilization_seconds, a.moved_sessions_hold_seconds)
 
 
 class PlannerPolicy:

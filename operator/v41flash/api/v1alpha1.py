@@ -648,6 +648,14 @@ class AutoscalingSpec(Model):
     scale_down_stabilization_seconds: int = Field(defaults.SCALE_DOWN_STABILIZATION_SECONDS, ge=0, le=86400,
                                                   description="Demand must stay low this long before a "
                                                               "scale-down.")
+    moved_sessions_hold_seconds: int = Field(
+        defaults.MOVED_SESSIONS_HOLD_SECONDS, ge=0, le=604800,
+        description="A prefill scale-down moves each removed replica's sessions, whose next turns re-prefill their "
+                    "whole context; when that share is above the TTFT percentile's tail and one such prefill is "
+                    "slower than the TTFT target, the planner holds the scale-down (status.lastDecision says so). "
+                    "After this many seconds of such a hold it removes one replica anyway (the percentile may "
+                    "breach for about one turn) and holds again. 0 = hold for as long as it applies: a fleet "
+                    "smaller than 1 / (1 - percentile) replicas then never shrinks.")
     gpu_budget: int = Field(0, ge=0, le=1000000, description="Most GPUs all roles may use together; 0 = no budget.")
     capacity_profile: str = Field("", max_length=253, pattern=F.DNS1123_SUBDOMAIN.replace("^", "^$|^", 1),
                                   description="ConfigMap holding a capacity profile (profile.yaml); "

@@ -316,7 +316,8 @@ class Autoscaler:
         profile = profile_for(spec, resolved, self.kube, ns)
         config = self.config or PlannerConfig.for_spec(spec.autoscaling.interval_seconds,
                                                        spec.autoscaling.scale_down_stabilization_seconds,
-                                                       spec.autoscaling.scale_up_stabilization_seconds)
+                                                       spec.autoscaling.scale_up_stabilization_seconds,
+                                                       spec.autoscaling.moved_sessions_hold_seconds)
         measured, trouble = None, None
         if prom is not None:  # Prometheus holds the history: one query round per decision, at its time
             expected, router_pods = prometheus_pods(pods, name, enabled)

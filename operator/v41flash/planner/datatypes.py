@@ -150,15 +150,21 @@ class PlannerConfig:
     # no scale-down of a role that computes prompts when the sessions it moves (1/N) are more than the TTFT
     # percentile's tail and one full-context re-prefill exceeds the TTFT budget (steps.moved_sessions_guard)
     guard_moved_sessions: bool = True
+    # ... but not for longer than this: once the guard alone has held a scale-down this long, one replica goes
+    # (its sessions re-prefill elsewhere; the TTFT percentile may breach for about one turn) and the hold starts
+    # again. Without it a fleet of fewer than 1 / (1 − percentile) replicas never shrinks. 0: hold for ever
+    moved_sessions_hold_s: float = float(defaults.MOVED_SESSIONS_HOLD_SECONDS)
 
     @classmethod
     def for_spec(cls, interval_s: float, scale_down_stabilization_s: float,
-                 scale_up_stabilization_s: float = 0.0) -> PlannerConfig:
+                 scale_up_stabilization_s: float = 0.0,
+                 moved_sessions_hold_s: float = defaults.MOVED_SESSIONS_HOLD_SECONDS) -> PlannerConfig:
         """The knobs a V41FlashDeployment's spec.autoscaling sets (the operator and the benchmark both use it)."""
         return cls(
             interval_s=float(interval_s),
             scale_up_stabilization_s=float(scale_up_stabilization_s),
             scale_down_stabilization_s=float(scale_down_stabilization_s),
+            moved_sessions_hold_s=float(moved_sessions_hold_s),
             # a user's shorter scaleDownStabilizationSeconds also shortens the post-scale-up cooldown and
             # the spacing of scale-downs
             scale_down_cooldown_s=min(cls.scale_down_cooldown_s, float(scale_down_stabilization_s)),
@@ -192,6 +198,9 @@ class RoleState:
     headroom_peak: float | None = None
     # (time, ready replicas ÷ prompt work, new-session share or None) of windows that held the TTFT target
     proven: tuple[tuple[float, float, float | None], ...] = ()
+    # since when the moved-sessions guard alone has held a scale-down (None: it is not holding one); memory only:
+    # a restarted operator holds a full moved_sessions_hold_s again (the safe direction)
+    guard_held_since: float | None = None
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,8 @@ from dataclasses import replace
 from v41flash.planner.datatypes import Bounds, Decision, Observation, PlannerConfig, PlannerState, RoleDecision, Slo
 from v41flash.planner.profile import CapacityProfile
 from v41flash.planner.steps import (
-    Claim, act, clamp, cold_start_of, forecast, judge, learn, predict, size, split_slo, workload_demand,
+    Claim, act, clamp, cold_start_of, forecast, judge, learn, predict, remember, size, split_slo,
+    workload_demand,
 )
 from v41flash.roles import ROLES, Role
 
@@ -74,11 +75,7 @@ def plan(
     for role, claim in zip(roles, claims):
         pred = predicted.prefill if role == "prefill" else predicted.decode
         v, j = verdicts[role], judged.role(role)
-        if v.action != "hold":  # the last scale action gates the next scale-down (cooldown, spacing)
-            new_state = new_state.with_role(role, replace(new_state.role(role), last_scale_time=now, last_action=v.action))
-        if v.action == "scale_down" and claim.need:  # judged if a breach follows (a learned scale-down margin)
-            new_state = new_state.with_role(role, replace(new_state.role(role), last_down_from=claim.current,
-                                                          last_down_need=claim.need))
+        new_state = new_state.with_role(role, remember(new_state.role(role), v, claim.current, claim.need, now))
         decisions[role] = RoleDecision(
             role=role, current=claim.current, desired=v.desired, action=v.action, reason=v.why,
             needed=None if claim.need is None else round(claim.need, 3),

@@ -443,6 +443,8 @@ class Sizing:
     need: capacity.Need | None  # fractional replicas; None: nothing to size on (missing or stale data)
     kv_note: str = ""  # set when KV-cache memory, not compute, decided the need
     down_guard: str = ""  # set when removing a replica would itself break the TTFT percentile (moved sessions)
+    # ... because the replicas left could not do the moved turns' work (never passed, however long it holds)
+    down_guard_overload: bool = False
 
 
 def moved_sessions_guard(role: Role, disaggregated: bool, current: int, learned: Learned, budgets: Budgets,
@@ -458,24 +460,36 @@ def moved_sessions_guard(role: Role, disaggregated: bool, current: int, learned:
     - the N − 1 replicas left cannot do that turn's work: at the window's request rate, with 1/N of the
       requests full prefills and the rest at the cache-hit level, their utilisation reaches 1 (everyone queues
       behind the moved turns; at 97 % hits a full prefill is ~20–30× a cached turn's work).
+
+    ``act`` passes the first after ``moved_sessions_hold_s`` of holding (one replica, then a new hold), never the
+    second.
     """
+    tail, overload = _moved_sessions_checks(role, disaggregated, current, learned, budgets, profile, slo, config)
+    return tail or overload
+
+
+def _moved_sessions_checks(role: Role, disaggregated: bool, current: int, learned: Learned, budgets: Budgets,
+                           profile: CapacityProfile, slo: Slo, config: PlannerConfig) -> tuple[str, str]:
+    """(the tail check's reason, the overload check's reason) of moved_sessions_guard; "" where it passes."""
     if not config.guard_moved_sessions or current <= 1 or (role != "prefill" and disaggregated):
-        return ""
+        return "", ""
     moved = min(1.0, config.max_scale_down_step / current)
     tail = 1.0 - slo.ttft_percentile
     sized, pp, k = learned.sized, profile.prefill, learned.prefill_correction
     full = pp.request_seconds(sized.isl, 0.0) * k
+    tail_why = overload_why = ""
     if moved > tail and full > budgets.prefill_ttft_s:
-        return (f"a scale-down would move {moved:.0%} of the sessions (> the {_pct(slo.ttft_percentile)} tail of "
-                f"{tail:.0%}) and each re-prefills its {_fmt_k(sized.isl)}-token context in ~{full:.1f}s "
-                f"(> the {budgets.prefill_ttft_s:.2f}s TTFT budget)")
+        tail_why = (f"a scale-down would move {moved:.0%} of the sessions (> the {_pct(slo.ttft_percentile)} tail of "
+                    f"{tail:.0%}) and each re-prefills its {_fmt_k(sized.isl)}-token context in ~{full:.1f}s "
+                    f"(> the {budgets.prefill_ttft_s:.2f}s TTFT budget)")
     ranks = pp.data_parallel_size if disaggregated else profile.decode.data_parallel_size
     turn = (1 - moved) * pp.request_seconds(sized.new_tokens, sized.cached_tokens) * k + moved * full
     rho = sized.prefill_rate * turn / (ranks * (current - config.max_scale_down_step))
     if rho >= 1.0:
-        return (f"the {current - config.max_scale_down_step} replicas left would be {rho:.0%} busy while the "
-                f"{moved:.0%} of sessions a scale-down moves re-prefill their {_fmt_k(sized.isl)}-token contexts")
-    return ""
+        overload_why = (f"the {current - config.max_scale_down_step} replicas left would be {rho:.0%} busy while the "
+                        f"{moved:.0%} of sessions a scale-down moves re-prefill their {_fmt_k(sized.isl)}-token "
+                        f"contexts")
+    return tail_why, overload_why
 
 
 def size(role: Role, demand_rate: float | None, observed: RoleObservation, disaggregated: bool, learned: Learned,
@@ -520,8 +534,9 @@ def size(role: Role, demand_rate: float | None, observed: RoleObservation, disag
         if kv_need > need.replicas:
             need = capacity.Need(kv_need, need.feasible)
             kv_note = f"KV cache {kv:.0%} full ({cfg.kv_cache_target:.0%} target)"
-    guard = moved_sessions_guard(role, disaggregated, observed.replicas.desired, learned, budgets, profile, slo, cfg)
-    return Sizing(need=need, kv_note=kv_note, down_guard=guard)
+    tail, overload = _moved_sessions_checks(role, disaggregated, observed.replicas.desired, learned, budgets, profile,
+                                            slo, cfg)
+    return Sizing(need=need, kv_note=kv_note, down_guard=tail or overload, down_guard_overload=bool(overload))
 
 
 # ---------------------------------------------------------------- 5. act
@@ -533,6 +548,7 @@ class Verdict:
     action: Action
     why: str
     clamped: str | None = None  # what bound/budget changed the model's answer, if any
+    moves_sessions: bool = False  # a scale-down past the moved-sessions guard (a breach after it teaches nothing)
 
 
 @dataclass(frozen=True)
@@ -659,7 +675,7 @@ def proven_cap(observed: RoleObservation, judged: RoleJudgement, demand_rate: fl
 
 
 def _stabilization_reset(rs: RoleState) -> RoleState:
-    return replace(rs, recommendations=(), tracking_since=None)
+    return replace(rs, recommendations=(), tracking_since=None, guard_held_since=None)
 
 
 def act(role: Role, observed: RoleObservation, bounds: RoleBounds, judged: RoleJudgement, demand_rate: float | None,
@@ -745,6 +761,7 @@ def act(role: Role, observed: RoleObservation, bounds: RoleBounds, judged: RoleJ
         need_txt += " — target unattainable with this profile even unloaded"
 
     desired, action = cur, "hold"
+    held, moves = None, False  # since when the moved-sessions guard alone holds a scale-down; one that passed it
     if up_target > cur:
         # a change in flight: wait for it, unless users suffer or demand clearly outgrew it
         jump = need.replicas > cur * cfg.rollout_override_ratio
@@ -766,8 +783,24 @@ def act(role: Role, observed: RoleObservation, bounds: RoleBounds, judged: RoleJ
             # them for the deletion cost; the simulator cancels starting replicas first)
             unsched = observed.replicas.unschedulable
             cancel = cfg.cancel_starting and starting + unsched > 0
-            blocker = _down_blocker(observed, judged, rs, now, cfg, cancel) or ("" if cancel else sizing.down_guard)
-            if blocker:
+            blocker = _down_blocker(observed, judged, rs, now, cfg, cancel)
+            guard = "" if blocker or cancel else sizing.down_guard
+            if guard:
+                held_since = rs.guard_held_since if rs.guard_held_since is not None else now
+                hold = cfg.moved_sessions_hold_s
+                if hold > 0 and now - held_since >= hold and not sizing.down_guard_overload:
+                    # the guard is right about this scale-down's next turns, but holding for ever keeps a fleet
+                    # sized for a peak through every trough: one replica per hold, its sessions re-prefill
+                    target = max(stabilized, cur - cfg.max_scale_down_step)
+                    desired, action, moves = target, "scale_down", True
+                    why = (f"{head}; {need_txt}; {cur} → {target} after the moved-sessions guard held it "
+                           f"{now - held_since:.0f}s ({guard}; the TTFT percentile may breach for about one turn)")
+                else:
+                    held = held_since
+                    why = f"{head}; {need_txt}; holding {cur}: {guard}"
+                    if hold > 0 and not sizing.down_guard_overload:
+                        why += f" (held {now - held_since:.0f}/{hold:.0f}s)"
+            elif blocker:
                 why = f"{head}; {need_txt}; holding {cur}: {blocker}"
             elif cancel:
                 target = max(stabilized, cur - starting - unsched)
@@ -782,7 +815,18 @@ def act(role: Role, observed: RoleObservation, bounds: RoleBounds, judged: RoleJ
                 why = f"{head}; {need_txt}; {cur} → {target} after {cfg.scale_down_stabilization_s:.0f}s below"
     if judged.data == "partial":
         why += f" [partial metrics: {judged.data_why}]"
-    return Acted(Verdict(desired, action, why), rs)
+    return Acted(Verdict(desired, action, why, moves_sessions=moves), replace(rs, guard_held_since=held))
+
+
+def remember(rs: RoleState, v: Verdict, current: int, need: float | None, now: float) -> RoleState:
+    """What the role's state keeps of its final (clamped) verdict: the last scale action gates the next
+    scale-down (cooldown, spacing), and a scale-down is judged if a breach follows (a learned scale-down margin)
+    — unless it passed the moved-sessions guard: that breach was expected, not the model's error."""
+    if v.action != "hold":
+        rs = replace(rs, last_scale_time=now, last_action=v.action)
+    if v.action == "scale_down" and need:
+        rs = replace(rs, last_down_from=current, last_down_need=None if v.moves_sessions else need)
+    return rs
 
 
 # ---------------------------------------------------------------- 6. clamp
