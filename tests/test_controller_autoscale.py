@@ -522,3 +522,29 @@ def test_no_pod_list_before_the_first_decision_while_the_workloads_report_no_pod
     kube.pods = [unschedulable_pod("d-1", "decode")]
     out = scaler.step(pods, SPEC)
     assert len(lists) == 1 and out.conditions[0][0] == "CapacityPending"
+
+
+def test_the_planner_runs_with_the_spec_s_autoscaling_knobs(servers, monkeypatch):
+    """Every spec.autoscaling number reaches the PlannerConfig the controller plans with (none accepted and
+    then ignored): the stabilization windows, the cadence and the moved-sessions hold."""
+    import v41flash.controller.autoscale as autoscale_mod
+    seen = []
+    real = autoscale_mod.plan
+
+    def spy(*args):
+        seen.append(args[-1])
+        return real(*args)
+
+    monkeypatch.setattr(autoscale_mod, "plan", spy)
+    spec = SPEC.model_copy(update={"autoscaling": api.AutoscalingSpec.model_validate({
+        "intervalSeconds": 45, "scaleUpStabilizationSeconds": 30, "scaleDownStabilizationSeconds": 240,
+        "movedSessionsHoldSeconds": 900})})
+    Autoscaler(FakeKube()).step(BODY, spec)
+    assert len(seen) == 1
+    cfg = seen[0]
+    assert (cfg.interval_s, cfg.scale_up_stabilization_s, cfg.scale_down_stabilization_s,
+            cfg.moved_sessions_hold_s) == (45, 30, 240, 900)
+    default = api.AutoscalingSpec()
+    assert default.moved_sessions_hold_seconds == 3600  # defaults.MOVED_SESSIONS_HOLD_SECONDS
+    with pytest.raises(ValueError, match="movedSessionsHoldSeconds"):
+        api.AutoscalingSpec.model_validate({"movedSessionsHoldSeconds": -1})
