@@ -651,8 +651,9 @@ class AutoscalingSpec(Model):
     moved_sessions_hold_seconds: int = Field(
         defaults.MOVED_SESSIONS_HOLD_SECONDS, ge=0, le=604800,
         description="A prefill scale-down moves each removed replica's sessions, whose next turns re-prefill their "
-                    "whole context; when that share is above the TTFT percentile's tail and one such prefill is "
-                    "slower than the TTFT target, the planner holds the scale-down (status.lastDecision says so). "
+                    "whole context; when that share is above the TTFT percentile's tail and one such prefill takes "
+                    "longer than prefill's share of the TTFT target, the planner holds the scale-down "
+                    "(status.lastDecision says so). "
                     "After this many seconds of such a hold it removes one replica anyway (the percentile may "
                     "breach for about one turn) and holds again. 0 = hold for as long as it applies: a fleet "
                     "smaller than 1 / (1 - percentile) replicas then never shrinks.")
