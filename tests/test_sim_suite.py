@@ -6,11 +6,11 @@ import math
 import pytest
 
 from v41flash.cli.main import main
-from v41flash_bench.sim import suite
+from v41flash_bench.sim import suite, traces
 from v41flash_bench.sim.scenario import profiles
 from v41flash_bench.sim.workload import _shape
 
-SEEDS = list(range(1, 49)) + list(range(101, 125))
+SEEDS = list(range(1, 49)) + list(range(101, 125)) + list(range(401, 457))
 
 
 def within(key: str, value: float) -> bool:
@@ -25,10 +25,21 @@ def test_same_seed_same_scenario_and_different_seeds_differ():
     assert len({(d["arrivals"]["peak_rps"], d["deployment"]["cold_start_s"]) for d in a}) == len(a)
 
 
-def test_any_six_consecutive_seeds_cover_every_family():
-    for start in (1, 7, 101, 119):
-        fams = {suite.draw_scenario(s)[0] for s in range(start, start + len(suite.FAMILIES))}
+def test_consecutive_seeds_cover_every_family_and_the_trace_family_starts_at_its_seed():
+    for start in (1, 7, 101, 119, 201, 343):  # before TRACE_FAMILY_FROM: the first six, as they always were
+        fams = {suite.draw_scenario(s)[0] for s in range(start, start + 6)}
+        assert fams == set(suite.FAMILIES[:6])
+    for start in (401, 410, 450):  # from it on: all seven
+        fams = {suite.draw_scenario(s)[0] for s in range(start, start + 7)}
         assert fams == set(suite.FAMILIES)
+    assert "trace" not in {suite.family_of(s) for s in range(1, suite.TRACE_FAMILY_FROM)}
+
+
+def test_seeds_drawn_before_the_trace_family_still_draw_the_scenarios_the_docs_report():
+    # docs/2026-12-01-autoscale-suite.md, tenth pass: held-out seed 336
+    assert suite.draw_scenario(336, "heldout")[1].description == (
+        "steady at 0.93 of peak; B200 low-latency; peak 19.8 req/s; TTFT p95 ≤ 5.63s, e2e p95 ≤ 21s; "
+        "profile error ×1.10; cold start 299s")
 
 
 def test_tuning_and_held_out_seeds_are_disjoint():
@@ -43,7 +54,7 @@ def test_seed_sets_print_as_the_ranges_parse_seeds_reads():
 
 
 def test_drawn_parameters_are_within_their_ranges_and_span_products_and_profiles():
-    products, servings, errors, colds, ttfts = set(), set(), [], [], []
+    products, servings, errors, colds, ttfts, traces_drawn = set(), set(), [], [], [], set()
     for s in SEEDS:
         family, sc = suite.draw_scenario(s)
         dep, slo, arr = sc.deployment, sc.slo, sc.arrivals
@@ -56,7 +67,8 @@ def test_drawn_parameters_are_within_their_ranges_and_span_products_and_profiles
         assert within("cold_start_s", dep.cold_start_s)
         assert within("ttft_s", slo.ttft_s) and within("e2e_p95_s", slo.e2e_p95_s)
         assert within("ttft_percentile", slo.ttft_percentile)
-        peak = arr.peak_rps / (suite.BURST_PEAK_FACTOR if arr.pattern == "bursty" else 1.0)
+        on_off = arr.pattern == "bursty" or (arr.pattern == "trace" and traces.peak_to_mean(arr.trace) > 2.0)
+        peak = arr.peak_rps / (suite.BURST_PEAK_FACTOR if on_off else 1.0)
         assert within("peak_rps", peak)
         assert within("duration_s", sc.duration_s) and within("warmup_s", sc.warmup_s)
         truth, planner = profiles(sc)  # every drawn product/profile pair exists
@@ -74,11 +86,17 @@ def test_drawn_parameters_are_within_their_ranges_and_span_products_and_profiles
                 assert within("surge_length_s", arr.surge_end_s - arr.surge_at_s)
             else:
                 assert arr.surge_end_s is None
+        elif family == "trace":
+            assert arr.pattern == "trace" and arr.trace in traces.shapes()
+            assert within("trace_time_scale", arr.trace_time_scale)
+            assert arr.trace_offset_s + sc.duration_s * arr.trace_time_scale <= traces.span_s(arr.trace)
+            traces_drawn.add(arr.trace)
         else:
             assert arr.pattern == "bursty" and within("burst_every_s", arr.burst_every_s) and within("burst_cv", arr.cv)
             frac = arr.burst_s / dep.cold_start_s
             assert within("burst_short_fraction" if family == "burst_short" else "burst_long_fraction", frac)
     assert products == set(suite.GPU_PRODUCTS) and servings == set(suite.SERVING_PROFILES)
+    assert traces_drawn == set(traces.shapes())
     # the ranges are actually spanned, not one corner of them
     assert min(errors) < 0.8 and max(errors) > 1.25
     assert min(colds) < 300 and max(colds) > 800

@@ -172,3 +172,5 @@ def register(subparsers) -> None:
     add_operator_parser(sub)
     from v41flash_bench.sim.forecastability import add_parser as add_forecastability_parser  # `bench forecastability`
     add_forecastability_parser(sub)
+    from v41flash_bench.sim.traces import add_parser as add_trace_shape_parser  # `bench trace-shape`
+    add_trace_shape_parser(sub)

@@ -15,15 +15,20 @@ Time is compressed: a diurnal period of up to a day is drawn, then played over a
 ``MAX_SIM_PERIOD_S`` simulated seconds (the compression factor is in the scenario's description), so
 a "daily" cycle ramps faster than a real one — harder for a planner, not easier.
 
-Trace replays: the repository holds no real trace (tests/fixtures/sim has 3-request toys), so no
-trace family is drawn; ``--suite-trace PATH`` is not offered rather than accepted and ignored.
+Trace replays (``trace``, seeds from ``TRACE_FAMILY_FROM`` on): a public trace's requests per minute
+(``v41flash_bench.sim.traces``: the Azure LLM inference traces of 2023, code and conversation) drive the
+live agent sessions; the seed draws the trace, the part played (an offset) and how fast (0.8–1.4 trace
+minutes per simulated minute). Seeds below ``TRACE_FAMILY_FROM`` draw from the first six families exactly
+as before the family was added, so every earlier figure still reproduces; from it on the round-robin is
+over all seven (any seven consecutive seeds cover them).
 
 Seeds: ``TUNING_SEEDS`` are the ones planner changes may be tuned on; ``HELD_OUT_SEEDS`` are for
 reporting only (see docs/2026-12-01-autoscale-suite.md). 101–124 were the held-out seeds until 2026-12-02;
 after six passes reported on them (and four of their traces read) they count as tuning seeds, and 201–224,
 first run at 0e39757, are held out; 225–248 joined them before their first run (eight scenarios a family: four
 are too few for a per-family claim); 301–348 joined them before their first run (a second set of eight a family at
-the same planner: how far the held-out figures move between draws).
+the same planner: how far the held-out figures move between draws); 401–456 (eight a family, the trace family
+included) joined them with the trace family, before their first run.
 """
 from __future__ import annotations
 
@@ -37,13 +42,15 @@ from pathlib import Path
 
 import numpy as np
 
+from v41flash_bench.sim import traces
 from v41flash_bench.sim.scenario import POLICIES, AutoscaleScenario, with_router
 
-FAMILIES = ("steady", "diurnal", "surge_stays", "surge_ends", "burst_short", "burst_long")
+FAMILIES = ("steady", "diurnal", "surge_stays", "surge_ends", "burst_short", "burst_long", "trace")
+TRACE_FAMILY_FROM = 401  # seeds below it draw from FAMILIES[:6], as before the trace family existed
 GPU_PRODUCTS = ("H200", "B200", "B300", "GB300")
 SERVING_PROFILES = ("low-latency", "high-throughput")
 TUNING_SEEDS = (*range(1, 49), *range(101, 125))
-HELD_OUT_SEEDS = (*range(201, 249), *range(301, 349))
+HELD_OUT_SEEDS = (*range(201, 249), *range(301, 349), *range(401, 457))
 MAX_SIM_PERIOD_S = 1800.0
 BURST_PEAK_FACTOR = 0.6
 ORACLE_FACTORS = (1.3, 1.7)
@@ -69,6 +76,7 @@ RANGES = {
     "burst_cv": (1.5, 3.0),
     "burst_short_fraction": (0.2, 0.8),   # burst length ÷ cold start
     "burst_long_fraction": (1.2, 2.0),
+    "trace_time_scale": (0.8, 1.4),  # trace minutes per simulated minute (log-uniform)
 }
 
 
@@ -109,9 +117,14 @@ def parse_seeds(text: str) -> list[int]:
     return sorted(seeds)
 
 
+def family_of(seed: int) -> str:
+    families = FAMILIES if seed >= TRACE_FAMILY_FROM else FAMILIES[:6]
+    return families[seed % len(families)]
+
+
 def draw_scenario(seed: int, suite: str = "mixed") -> tuple[str, AutoscaleScenario]:
     """(family, scenario) for one suite seed; the same seed always gives the same scenario."""
-    family = FAMILIES[seed % len(FAMILIES)]
+    family = family_of(seed)
     rng = np.random.default_rng([seed, 4111])
     product = GPU_PRODUCTS[int(rng.integers(len(GPU_PRODUCTS)))]
     serving = SERVING_PROFILES[int(rng.integers(len(SERVING_PROFILES)))]
@@ -143,6 +156,16 @@ def draw_scenario(seed: int, suite: str = "mixed") -> tuple[str, AutoscaleScenar
             arrivals["surge_end_s"] = at + _uniform(rng, "surge_length_s")
         desc = (f"surge {arrivals['base']:.2f} → 1.0 at {at:.0f}s over {arrivals['surge_ramp_s']:.0f}s"
                 + (f", back at {arrivals['surge_end_s']:.0f}s" if family == "surge_ends" else ", stays"))
+    elif family == "trace":
+        name = sorted(traces.shapes())[int(rng.integers(len(traces.shapes())))]
+        scale = _loguniform(rng, *RANGES["trace_time_scale"])
+        offset = float(rng.uniform(0.0, traces.span_s(name) - duration * scale))
+        if traces.peak_to_mean(name) > 2.0:  # on/off traffic: sessions outlive a burst, as for the burst families
+            peak *= BURST_PEAK_FACTOR
+        arrivals.update(pattern="trace", trace=name, trace_offset_s=round(offset, 1),
+                        trace_time_scale=round(scale, 3), cv=float(rng.uniform(1.0, 2.0)))
+        desc = (f"{name} trace, minutes {offset / 60:.0f}–{(offset + duration * scale) / 60:.0f} played "
+                f"×{scale:.2f}")
     else:
         frac = _uniform(rng, "burst_short_fraction" if family == "burst_short" else "burst_long_fraction")
         # sessions outlive a burst, so load ratchets above the burst level: peak sized lower
@@ -277,7 +300,7 @@ def run_suite(suite: str, seeds: list[int], out_dir: Path, policies: tuple[str, 
             progress(_progress_line(rows[-1], len(rows), len(args), t0))
     summary = summarize(rows, policies)
     report = {
-        "suite": suite, "seeds": seeds, "families": list(FAMILIES), "ranges": RANGES,
+        "suite": suite, "seeds": seeds, "families": [f for f in FAMILIES if any(r["family"] == f for r in rows)], "ranges": RANGES,
         "tuning_seeds": seeds_text(TUNING_SEEDS),
         "held_out_seeds": seeds_text(HELD_OUT_SEEDS),
         "policies": list(policies), "planner_overrides": dict(planner_overrides or {}), "router": router,

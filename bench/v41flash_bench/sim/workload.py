@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from v41flash_bench.agentx import AgentSession, SpecDraws, agent_session
 
@@ -117,7 +117,7 @@ class ArrivalSpec(_Spec):
     latency). Sessions start as a renewal process whose rate keeps the live count on target.
     """
 
-    pattern: Literal["steady", "diurnal", "bursty", "surge"] = "steady"
+    pattern: Literal["steady", "diurnal", "bursty", "surge", "trace"] = "steady"
     peak_rps: float = Field(default=100.0, gt=0, description="Requests/s at the pattern's peak.")
     nominal_turn_latency_s: float = Field(
         default=8.0, gt=0, description="Assumed answer time per turn, used only to size concurrency."
@@ -138,6 +138,19 @@ class ArrivalSpec(_Spec):
     surge_at_s: float = 1200.0
     surge_ramp_s: float = Field(default=60.0, gt=0)
     surge_end_s: float | None = None
+    # trace: a public trace's requests per minute (v41flash_bench.sim.traces), 1.0 at the played part's peak
+    trace: str | None = Field(default=None, description="trace: a shape in sim/traces/arrival-shapes.json.")
+    trace_offset_s: float = Field(default=0.0, ge=0, description="trace: trace second played at t = 0.")
+    trace_time_scale: float = Field(default=1.0, gt=0, description="trace: trace seconds per simulated second.")
+
+    @model_validator(mode="after")
+    def _trace_named(self) -> ArrivalSpec:
+        from v41flash_bench.sim import traces
+        if self.pattern == "trace" and self.trace not in traces.shapes():
+            raise ValueError(f"arrivals.trace: {self.trace!r} is not one of {sorted(traces.shapes())}")
+        if self.pattern != "trace" and self.trace is not None:
+            raise ValueError("arrivals.trace is read only with pattern: trace")
+        return self
 
 
 # ------------------------------------------------------------------------------------------ sessions
@@ -263,6 +276,9 @@ def _shape(arr: ArrivalSpec, duration: float, rng: np.random.Generator):
             return level
 
         return surge
+    if arr.pattern == "trace":
+        from v41flash_bench.sim import traces
+        return traces.level(arr.trace, arr.trace_offset_s, arr.trace_time_scale, duration)
     # bursty: bursts at exponential gaps; levels ramp over 30 s so the rate has no infinite jumps
     starts, t = [], float(rng.exponential(arr.burst_every_s))
     while t < duration:
