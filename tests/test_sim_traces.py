@@ -67,3 +67,25 @@ def test_arrival_spec_names_a_shipped_trace_and_only_with_the_trace_pattern():
     arr = ArrivalSpec(pattern="trace", trace="azure-conv-2023", trace_offset_s=120.0, trace_time_scale=1.0)
     f = _shape(arr, 2400.0, None)
     assert float(f(np.array([0.0]))[0]) == pytest.approx(traces.level("azure-conv-2023", 120.0, 1.0, 2400.0)(0.0))
+
+
+def test_a_scenario_replays_a_teams_own_shape_from_the_file_trace_shape_wrote(tmp_path, capsys):
+    from v41flash_bench.sim.scenario import load_scenario
+
+    jl = tmp_path / "ours.jsonl"
+    jl.write_text("\n".join(json.dumps({"timestamp": ms}) for ms in [*range(0, 60_000, 1000), 61_000, 125_000, 190_000]))
+    assert main(["bench", "trace-shape", str(jl), "--name", "ours"]) == 0
+    (tmp_path / "ours.json").write_text(capsys.readouterr().out)
+    (tmp_path / "sc.yaml").write_text(
+        "name: mine\ndurationS: 120\narrivals: {pattern: trace, trace: ours.json, peakRps: 5}\n")
+    sc = load_scenario(tmp_path / "sc.yaml")
+    assert sc.arrivals.trace == str(tmp_path / "ours.json")  # relative to the scenario file
+    f = _shape(sc.arrivals, sc.duration_s, None)
+    assert float(f(30.0)) == pytest.approx(1.0) and float(f(90.0)) == pytest.approx(1 / 60)
+    with pytest.raises(ValueError, match="runs past"):
+        traces.level(str(tmp_path / "ours.json"), 0.0, 1.0, 200.0)
+    (tmp_path / "bad.json").write_text('{"a": {"bin_s": 60}, "b": {}}')
+    with pytest.raises(ValidationError, match="expected one entry"):
+        ArrivalSpec(pattern="trace", trace=str(tmp_path / "bad.json"))
+    with pytest.raises(ValidationError, match="neither a shipped trace"):
+        ArrivalSpec(pattern="trace", trace=str(tmp_path / "missing.json"))

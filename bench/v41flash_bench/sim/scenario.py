@@ -8,6 +8,7 @@ Example (every field but ``name`` has a default; see docs/2026-11-30-autoscale-b
     seed: 7                  # same seed → same sessions → same report
     workload: {kind: agentx} # or {kind: agentx_trace, path: ...} / {kind: mooncake_trace, path: ...}
     arrivals: {pattern: diurnal, peakRps: 100, trough: 0.55}
+                             # or {pattern: trace, trace: azure-code-2023 | mine.json, traceOffsetS, traceTimeScale}
     deployment:
       gpuProduct: H200
       servingProfile: low-latency
@@ -138,6 +139,9 @@ def load_scenario(path: str | Path, base_dir: Path | None = None) -> AutoscaleSc
     wl = data.get("workload") or {}
     if "path" in wl and not Path(wl["path"]).is_absolute():
         wl["path"] = str((base_dir or Path(path).parent) / wl["path"])
+    arr = data.get("arrivals") or {}
+    if str(arr.get("trace", "")).endswith(".json") and not Path(arr["trace"]).is_absolute():
+        arr["trace"] = str((base_dir or Path(path).parent) / arr["trace"])  # a team's own shape, beside the file
     return AutoscaleScenario.model_validate(data)
 
 

@@ -5,8 +5,9 @@ source, licence, attribution and the dataset commit it was derived from). The su
 *arrival rate* onto AgentX agent sessions: the live-session target follows the trace's requests per
 second minute by minute, while prompts, outputs and think times stay the agentic workload this
 deployment serves (the public traces hold 1–8k-token API calls, not 100k-token agent contexts).
-``v41flash bench trace-shape FILE`` derives an entry from a trace file (Azure LLM inference CSV with a
-``TIMESTAMP`` column, or Mooncake JSONL with ``timestamp``/``timestamp_ms`` in milliseconds).
+``v41flash bench trace-shape FILE --name N > N.json`` derives an entry from a trace file (Azure LLM inference
+CSV with a ``TIMESTAMP`` column, or Mooncake JSONL with ``timestamp``/``timestamp_ms`` in milliseconds); a
+scenario's ``arrivals.trace`` takes a shipped name or such a file's path.
 """
 from __future__ import annotations
 
@@ -28,20 +29,38 @@ def shapes() -> dict[str, dict]:
     return json.loads(SHAPES_FILE.read_text(encoding="utf-8"))
 
 
+def shape(name: str) -> dict:
+    """A shipped shape by name, or the one entry of a JSON file ``trace-shape`` wrote (a path: a team's own
+    traffic). Raises ValueError naming what it is not."""
+    if name in shapes():
+        return shapes()[name]
+    p = Path(name)
+    if p.suffix != ".json" or not p.is_file():
+        raise ValueError(f"{name!r} is neither a shipped trace ({', '.join(sorted(shapes()))}) nor a .json file "
+                         f"written by `v41flash bench trace-shape`")
+    data = json.loads(p.read_text(encoding="utf-8"))
+    entries = list(data.values()) if isinstance(data, dict) else []
+    if len(entries) != 1 or not isinstance(entries[0], dict) or not entries[0].get("counts") \
+            or float(entries[0].get("bin_s", 0)) <= 0 or min(entries[0]["counts"]) < 0:
+        raise ValueError(f"{name}: expected one entry {{name: {{bin_s, counts, ...}}}} as `v41flash bench "
+                         f"trace-shape` prints it")
+    return entries[0]
+
+
 def rate(name: str) -> np.ndarray:
-    """Requests per second in each ``BIN_S`` bin of the named shape."""
-    s = shapes()[name]
+    """Requests per second in each bin of the named shape."""
+    s = shape(name)
     return np.asarray(s["counts"], dtype=float) / float(s["bin_s"])
 
 
 def peak_to_mean(name: str) -> float:
-    """The busiest minute's requests ÷ the mean minute's (Azure code 2023: 4.1, conversation: 1.5)."""
+    """The busiest minute's requests ÷ the mean minute's (Azure code 2023: 4.2, conversation: 1.5)."""
     r = rate(name)
     return float(r.max() / r.mean())
 
 
 def span_s(name: str) -> float:
-    s = shapes()[name]
+    s = shape(name)
     return len(s["counts"]) * float(s["bin_s"])
 
 
@@ -50,7 +69,7 @@ def level(name: str, offset_s: float, time_scale: float, duration_s: float):
     ``offset_s + t × time_scale`` (bin centres, linear between them); 1.0 at the played part's busiest
     minute. Raises if the played part runs past the trace's end."""
     r = rate(name)
-    bin_s = float(shapes()[name]["bin_s"])
+    bin_s = float(shape(name)["bin_s"])
     end = offset_s + duration_s * time_scale
     if offset_s < 0 or end > len(r) * bin_s + 1e-6:
         raise ValueError(f"trace {name!r}: playing {offset_s:.0f}–{end:.0f}s runs past its {len(r) * bin_s:.0f}s")

@@ -139,15 +139,19 @@ class ArrivalSpec(_Spec):
     surge_ramp_s: float = Field(default=60.0, gt=0)
     surge_end_s: float | None = None
     # trace: a public trace's requests per minute (v41flash_bench.sim.traces), 1.0 at the played part's peak
-    trace: str | None = Field(default=None, description="trace: a shape in sim/traces/arrival-shapes.json.")
+    trace: str | None = Field(default=None, description="trace: a shape in sim/traces/arrival-shapes.json, or the "
+                              "path of a JSON file `v41flash bench trace-shape` wrote.")
     trace_offset_s: float = Field(default=0.0, ge=0, description="trace: trace second played at t = 0.")
     trace_time_scale: float = Field(default=1.0, gt=0, description="trace: trace seconds per simulated second.")
 
     @model_validator(mode="after")
     def _trace_named(self) -> ArrivalSpec:
         from v41flash_bench.sim import traces
-        if self.pattern == "trace" and self.trace not in traces.shapes():
-            raise ValueError(f"arrivals.trace: {self.trace!r} is not one of {sorted(traces.shapes())}")
+        if self.pattern == "trace":
+            try:
+                traces.shape(self.trace or "")
+            except ValueError as e:
+                raise ValueError(f"arrivals.trace: {e}") from None
         if self.pattern != "trace" and self.trace is not None:
             raise ValueError("arrivals.trace is read only with pattern: trace")
         return self
