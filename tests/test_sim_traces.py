@@ -40,6 +40,13 @@ def test_the_trace_shape_command_prints_an_entry(tmp_path, capsys):
     assert entry["counts"] == [2, 1] and entry["licence"] == "CC0" and entry["bin_s"] == 60.0
 
 
+def test_the_trace_shape_command_refuses_a_trace_shorter_than_one_minute(tmp_path, capsys):
+    jl = tmp_path / "t.jsonl"
+    jl.write_text("\n".join(json.dumps({"timestamp": ms}) for ms in (0, 1_000, 30_000)))
+    assert main(["bench", "trace-shape", str(jl), "--name", "short"]) == 2
+    assert "less than one whole 60s bin" in capsys.readouterr().err
+
+
 def test_level_is_the_played_part_relative_to_its_busiest_minute():
     name = "azure-code-2023"
     r = traces.rate(name)

@@ -300,7 +300,8 @@ def run_suite(suite: str, seeds: list[int], out_dir: Path, policies: tuple[str, 
             progress(_progress_line(rows[-1], len(rows), len(args), t0))
     summary = summarize(rows, policies)
     report = {
-        "suite": suite, "seeds": seeds, "families": [f for f in FAMILIES if any(r["family"] == f for r in rows)], "ranges": RANGES,
+        "suite": suite, "seeds": seeds, "families": [f for f in FAMILIES if any(r["family"] == f for r in rows)],
+        "ranges": RANGES,
         "tuning_seeds": seeds_text(TUNING_SEEDS),
         "held_out_seeds": seeds_text(HELD_OUT_SEEDS),
         "policies": list(policies), "planner_overrides": dict(planner_overrides or {}), "router": router,

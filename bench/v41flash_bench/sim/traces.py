@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import json
+import sys
 from functools import cache
 from pathlib import Path
 
@@ -25,7 +26,8 @@ BIN_S = 60.0
 
 @cache
 def shapes() -> dict[str, dict]:
-    """Every shipped shape by name: {"source", "licence", "attribution", "derived_from", "bin_s", "counts"}."""
+    """Every shipped shape by name: {"source" (URL at the dataset's commit), "licence", "attribution", "bin_s",
+    "counts"}."""
     return json.loads(SHAPES_FILE.read_text(encoding="utf-8"))
 
 
@@ -121,6 +123,9 @@ def add_parser(sub) -> None:
 
 def _cmd(args) -> int:
     counts = counts_per_bin(timestamps(args.path))
+    if not counts or not any(counts):
+        print(f"{args.path}: spans less than one whole {BIN_S:.0f}s bin with requests: no shape", file=sys.stderr)
+        return 2
     print(json.dumps({args.name: {"source": args.source, "licence": args.licence, "attribution": args.attribution,
                                   "bin_s": BIN_S, "counts": counts}}, indent=1))
     return 0
