@@ -86,8 +86,15 @@ class Background:
 
     def __enter__(self) -> Load:
         self.thread.start()
-        wait_for(lambda: self.load.ok > 0, 60, "the first answer through the router")
+        wait_for(self._answered, 60, "the first answer through the router")
         return self.load
+
+    def _answered(self) -> bool:
+        if self.load.ok:
+            return True
+        with self.load.lock:  # what a timeout reports: no answer yet, or every request failing, and how
+            raise AssertionError(f"{self.load.clients} clients in flight, {len(self.load.failed)} failed; "
+                                 f"last failures {self.load.failed[-3:]}")
 
     def __exit__(self, *exc) -> None:
         self.stop_at = time.time()

@@ -43,14 +43,21 @@ def condition(cr: dict, type_: str) -> dict | None:
     return next((c for c in (cr.get("status") or {}).get("conditions", []) if c["type"] == type_), None)
 
 
+class NotReady(Exception):
+    """What the CR said while it was not Ready at its generation (wait_for reports the last one on timeout)."""
+
+
 def wait_ready(cluster, ns: str, name: str, timeout: float = READY_TIMEOUT) -> dict:
     def ready():
         cr = get_cr(cluster, ns, name)
-        c = condition(cr, "Ready")
+        c = condition(cr, "Ready") or {}
         st = cr.get("status") or {}
-        if c and c["status"] == "True" and st.get("observedGeneration") == cr["metadata"]["generation"]:
+        if c.get("status") == "True" and st.get("observedGeneration") == cr["metadata"]["generation"]:
             return cr
-        return None
+        r = st.get("rollout") or {}
+        raise NotReady(f"generation {cr['metadata']['generation']} observed {st.get('observedGeneration')}; "
+                       f"Ready={c.get('status')} {c.get('reason')}: {c.get('message')}; "
+                       f"rollout {r.get('phase')} {r.get('step', 0)}/{r.get('steps', 0)}: {r.get('message')}")
     return wait_for(ready, timeout, f"V41FlashDeployment {ns}/{name} Ready at its generation")
 
 

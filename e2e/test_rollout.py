@@ -30,13 +30,13 @@ import pytest
 import yaml
 
 from e2e.kit import wait_for
+from e2e.test_operator import apply, condition, get_cr, wait_ready
 from v41flash.api.v1alpha1 import DEFAULT_IMAGE
 
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[1]
 REVISION = "v41flash.io/serving-revision"
-READY_TIMEOUT = 240
 # Short, so each Show takes about a minute or two: two steps of 8 s, 5 requests each, a 30 s drain.
 ROLLOUT = {"steps": [50, 100], "stepSeconds": 8, "minRequestsPerStep": 5, "progressDeadlineSeconds": 45,
            "drainDeadlineSeconds": 20}
@@ -49,29 +49,8 @@ def _doc(name: str, example: str = "tp4-h200-low-latency", **rollout) -> dict:
     return doc
 
 
-def _apply(cluster, doc: dict, ns: str) -> None:
-    cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(doc))
-
-
-def _cr(cluster, ns: str, name: str) -> dict:
-    return cluster.kubectl_json("get", "v41f", name, "-n", ns)
-
-
-def _cond(cr: dict, type_: str) -> dict:
-    return next((c for c in (cr.get("status") or {}).get("conditions", []) if c["type"] == type_), {})
-
-
 def _ready(p) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in (p.status.conditions or []))
-
-
-def _wait_ready(cluster, ns: str, name: str) -> dict:
-    def ready():
-        cr = _cr(cluster, ns, name)
-        st = cr.get("status") or {}
-        ok = _cond(cr, "Ready").get("status") == "True" and st.get("observedGeneration") == cr["metadata"]["generation"]
-        return cr if ok else None
-    return wait_for(ready, READY_TIMEOUT, f"{ns}/{name} Ready at its generation")
 
 
 def _engine_pods(cluster, ns: str, name: str) -> list:
@@ -199,23 +178,39 @@ class Load:
         return out
 
 
+class Phases(list):
+    """The status.rollout phases seen, in order; .trail: every (phase, step, message) change, what an assertion
+    on the phases prints (the message: status.rollout's, else the Reconciling condition's, where a live rollout
+    says how it progresses)."""
+
+    def __init__(self):
+        super().__init__()
+        self.trail: list[tuple[str, int, str]] = []
+
+
 def _phases(cluster, ns: str, name: str, until, timeout: float, what: str, give_up: tuple[str, ...] = ()
-            ) -> tuple[dict, list[str]]:
+            ) -> tuple[dict, Phases]:
     """Poll the CR until `until(cr)`, recording each status.rollout phase seen (in order); a phase in
     `give_up` fails at once (a rollback while waiting for completion)."""
-    seen: list[str] = []
+    seen = Phases()
     deadline = time.monotonic() + timeout
     while True:
-        cr = _cr(cluster, ns, name)
-        phase = ((cr.get("status") or {}).get("rollout") or {}).get("phase", "")
+        cr = get_cr(cluster, ns, name)
+        r = (cr.get("status") or {}).get("rollout") or {}
+        phase = r.get("phase", "")
         if not seen or seen[-1] != phase:
             seen.append(phase)
+        row = (phase, r.get("step", 0), r.get("message") or (condition(cr, "Reconciling") or {}).get("message", ""))
+        if not seen.trail or seen.trail[-1] != row:
+            seen.trail.append(row)
         if until(cr):
             return cr, seen
         if phase in give_up or time.monotonic() > deadline:
             raise AssertionError(f"gave up waiting for {what}; phases seen {seen}; status "
-                                 f"{yaml.safe_dump((cr.get('status') or {}).get('rollout'))}")
+                                 f"{yaml.safe_dump(r)}; trail {seen.trail}")
         time.sleep(0.5)
+
+
 
 
 # the engine vllm-router names in its error, in any of its wordings: "Decode request failed to http://IP:PORT/...",
@@ -252,7 +247,7 @@ def _model(doc: dict) -> str:
 
 
 def _until_complete(cluster, ns: str, name: str, old: str, timeout: float, what: str, pods_timeout: float
-                    ) -> tuple[str, list[str]]:
+                    ) -> tuple[str, Phases]:
     """Wait for the rollout away from `old` to complete (a rollback fails at once) and for only the new
     revision's engine pods to be left (the old one's GPUs released); (the new revision, phases seen)."""
     cr, phases = _phases(cluster, ns, name, lambda cr: ((cr.get("status") or {}).get("rollout") or {}).get(
@@ -291,17 +286,17 @@ def test_show1_a_checkpoint_or_image_change_canaries_promotes_and_drains_with_no
                                                                                                 ns, change):
     name = "canary"
     doc = _doc(name)
-    _apply(cluster, doc, ns)
-    old = _wait_ready(cluster, ns, name)["status"]["servingRevision"]
+    apply(cluster, doc, ns)
+    old = wait_ready(cluster, ns, name)["status"]["servingRevision"]
     with Load(cluster, ns, name, _model(doc)) as load:
         load.wait_requests(8)
         change(doc["spec"])
-        _apply(cluster, doc, ns)
+        apply(cluster, doc, ns)
         # the old revision's pods gone (its GPUs released), the new one serving alone
         new, phases = _until_complete(cluster, ns, name, old, 240, "the rollout to complete", 60)
         load.wait_requests(8)
     drained = _promoted_and_drained(cluster, ns, name, phases)
-    cr = _wait_ready(cluster, ns, name)
+    cr = wait_ready(cluster, ns, name)
     assert cr["status"]["rollout"]["servingSlot"] == "a" and cr["status"]["servingRevision"] == new
     killed, failed = _harness_kills(load, cluster, ns)
     assert failed == [], failed
@@ -328,21 +323,21 @@ def test_show1_a_checkpoint_or_image_change_canaries_promotes_and_drains_with_no
 def test_show5_router_and_slo_changes_restart_no_engine(cluster, operator_process, ns):
     name = "steady"
     doc = _doc(name)
-    _apply(cluster, doc, ns)
-    revision = _wait_ready(cluster, ns, name)["status"]["servingRevision"]
+    apply(cluster, doc, ns)
+    revision = wait_ready(cluster, ns, name)["status"]["servingRevision"]
     before = {p.metadata.name: p.metadata.uid for p in _engine_pods(cluster, ns, name)}
     with Load(cluster, ns, name, _model(doc)) as load:
         load.wait_requests(6)
         doc["spec"]["routing"] = {"policy": "round_robin", "decodePolicy": "power_of_two"}
-        _apply(cluster, doc, ns)
-        _wait_ready(cluster, ns, name)
+        apply(cluster, doc, ns)
+        wait_ready(cluster, ns, name)
         doc["spec"]["slo"]["e2eP95Seconds"] = 120
-        _apply(cluster, doc, ns)
-        cr = _wait_ready(cluster, ns, name)
+        apply(cluster, doc, ns)
+        cr = wait_ready(cluster, ns, name)
         load.wait_requests(6)
         time.sleep(6)  # a rollout pass later: nothing replaced behind the Ready status
     assert {p.metadata.name: p.metadata.uid for p in _engine_pods(cluster, ns, name)} == before
-    cr = _cr(cluster, ns, name)
+    cr = get_cr(cluster, ns, name)
     assert cr["status"]["servingRevision"] == revision and "rollout" not in cr["status"]
     killed, failed = _harness_kills(load, cluster, ns)
     assert failed == [], failed
@@ -363,23 +358,23 @@ def _serving_kept_a_replica(load: Load, revision: str) -> None:
 def test_show2_a_candidate_never_ready_is_rolled_back_within_the_deadline(cluster, operator_process, ns):
     name = "never"
     doc = _doc(name, progressDeadlineSeconds=20)
-    _apply(cluster, doc, ns)
-    old = _wait_ready(cluster, ns, name)["status"]["servingRevision"]
+    apply(cluster, doc, ns)
+    old = wait_ready(cluster, ns, name)["status"]["servingRevision"]
     with Load(cluster, ns, name, _model(doc)) as load:
         load.wait_requests(6)
         doc["spec"]["model"]["revision"] = "e2e-broken"
         for role in ("prefill", "decode"):
             doc["spec"][role]["extraEnv"] = [{"name": "V41F_SIM_ARGS", "value": "--v41f-fail-start"}]
-        _apply(cluster, doc, ns)
+        apply(cluster, doc, ns)
         t0 = time.monotonic()
         cr, phases = _phases(cluster, ns, name, _rolled_back, 120, "the rollback")
         took = time.monotonic() - t0
         wait_for(lambda: {p.metadata.labels[REVISION] for p in _engine_pods(cluster, ns, name)} == {old}, 60,
                  "the candidate's pods gone")
         load.wait_requests(6)
-    stalled = _cond(cr, "Stalled")
+    stalled = condition(cr, "Stalled") or {}
     assert stalled.get("status") == "True" and stalled["reason"] == "CandidateNotReady", stalled
-    assert _cond(cr, "Ready").get("status") == "False"
+    assert (condition(cr, "Ready") or {}).get("status") == "False"
     assert cr["status"]["servingRevision"] == old
     # the deadline (20 s) from the candidate's start, plus a pass or two
     assert took < 20 + 45, (took, phases)
@@ -395,17 +390,17 @@ def test_show3_a_candidate_too_slow_is_rolled_back_at_the_gate_naming_figure_and
     name = "slow"
     doc = _doc(name)
     doc["spec"]["slo"]["ttft"] = {"targetSeconds": 1.0, "percentile": 90}
-    _apply(cluster, doc, ns)
-    old = _wait_ready(cluster, ns, name)["status"]["servingRevision"]
+    apply(cluster, doc, ns)
+    old = wait_ready(cluster, ns, name)["status"]["servingRevision"]
     with Load(cluster, ns, name, _model(doc), workers=6) as load:
         load.wait_requests(6)
         doc["spec"]["model"]["revision"] = "e2e-slow"
         doc["spec"]["prefill"]["extraEnv"] = [{"name": "V41F_SIM_ARGS", "value": "--v41f-latency-factor=150"}]
-        _apply(cluster, doc, ns)
+        apply(cluster, doc, ns)
         cr, phases = _phases(cluster, ns, name, _rolled_back, 180, "the gate's rollback")
         wait_for(lambda: {p.metadata.labels[REVISION] for p in _engine_pods(cluster, ns, name)} == {old}, 60,
                  "the candidate's pods gone")
-    stalled = _cond(cr, "Stalled")
+    stalled = condition(cr, "Stalled") or {}
     assert stalled.get("status") == "True" and stalled["reason"] == "GateFailed", stalled
     assert "TTFT p90" in stalled["message"] and "> 1.00s target" in stalled["message"], stalled
     assert "Canary" in phases, phases
@@ -430,24 +425,30 @@ def test_show7_the_operator_sigkilled_mid_rollout_resumes_from_status_without_du
     import signal
     name = "resume"
     doc = _doc(name, steps=[30, 60, 100])
-    _apply(cluster, doc, ns)
-    old = _wait_ready(cluster, ns, name)["status"]["servingRevision"]
+    apply(cluster, doc, ns)
+    old = wait_ready(cluster, ns, name)["status"]["servingRevision"]
     with Load(cluster, ns, name, _model(doc)) as load:
         load.wait_requests(6)
         doc["spec"]["model"]["revision"] = "e2e-resume"
-        _apply(cluster, doc, ns)
+        apply(cluster, doc, ns)
         cr, _ = _phases(cluster, ns, name, lambda cr: ((cr.get("status") or {}).get("rollout") or {}).get("step", 0) >= 2,
                         180, "canary step 2")
         at_kill = dict(cr["status"]["rollout"])
         operator_process.restart(sig=signal.SIGKILL)
         new, phases = _until_complete(cluster, ns, name, old, 240, "the rollout to complete", 60)
     assert at_kill["candidateSlot"] == "a" and at_kill["candidateRevision"] == new, at_kill
-    assert phases[0] in ("Canary", "Paused") and "Starting" not in phases, phases  # resumed, not restarted
+    # resumed, not restarted: it goes on from the step it was killed at. A Starting after the kill is the candidate
+    # growing for the next share (the planner may have scaled the serving slot meanwhile), never step 0 again.
+    trail = phases.trail
+    assert phases[0] in ("Canary", "Paused"), trail
+    assert all(step >= at_kill["step"] for phase, step, _ in trail if phase in ("Starting", "Canary", "Paused")), trail
+    assert all("(growing;" in msg for phase, _, msg in trail if phase == "Starting"), trail
     # no duplicate revision, no third slot, no orphan: exactly slot a's objects and two records
     _only_slot_a_and_two_records(cluster, ns, name, old, new)
     killed, failed = _harness_kills(load, cluster, ns)
     assert failed == [], failed
-    print(f"\n[show7] SIGKILL at step {at_kill['step']}/{at_kill['steps']}; resumed through {phases}; "
+    print(f"\n[show7] SIGKILL at step {at_kill['step']}/{at_kill['steps']}; resumed through "
+          f"{[f'{p} {s}' for p, s in dict.fromkeys((p, s) for p, s, _ in trail)]}; "
           f"{len(load.records)} requests, {len(killed)} failed on a pod the harness stopped at deletion")
 
 
@@ -462,8 +463,8 @@ def test_the_operator_sigkilled_at_random_points_of_a_rollout_converges_to_one_s
     rng = random.Random(int(os.environ.get("V41F_FAULT_SEED", "13")))
     name = "killed"
     doc = _doc(name, steps=[30, 60, 100])
-    _apply(cluster, doc, ns)
-    old = _wait_ready(cluster, ns, name)["status"]["servingRevision"]
+    apply(cluster, doc, ns)
+    old = wait_ready(cluster, ns, name)["status"]["servingRevision"]
     rank = {"Starting": 0, "Canary": 1, "Paused": 1, "Draining": 2, "Complete": 3}
 
     def progress(cr: dict) -> tuple[int, int]:
@@ -476,21 +477,21 @@ def test_the_operator_sigkilled_at_random_points_of_a_rollout_converges_to_one_s
     with Load(cluster, ns, name, _model(doc)) as load:
         load.wait_requests(6)
         doc["spec"]["model"]["revision"] = "e2e-killed"
-        _apply(cluster, doc, ns)
+        apply(cluster, doc, ns)
         for target in targets:
             cr, _ = _phases(cluster, ns, name, lambda cr: progress(cr) >= target, 180, f"rollout at {target}",
                             ("RolledBack",))
             if progress(cr)[1] == rank["Complete"]:
                 break
             time.sleep(rng.uniform(0.0, 3.0))
-            r = (_cr(cluster, ns, name).get("status") or {}).get("rollout") or {}
+            r = (get_cr(cluster, ns, name).get("status") or {}).get("rollout") or {}
             at_kill.append(f"{r.get('phase')} {r.get('step', 0)}/{r.get('steps', 0)}")
             print(f"\n[rollout-kills] target {target} reached at {progress(cr)}; killing at {at_kill[-1]}", flush=True)
             operator_process.restart(sig=signal.SIGKILL)
         new, phases = _until_complete(cluster, ns, name, old, 300, "the rollout to complete", 60)
     assert len(set(at_kill)) >= 3, at_kill  # the kills landed at three or more points of the rollout
     _only_slot_a_and_two_records(cluster, ns, name, old, new)
-    cr = _wait_ready(cluster, ns, name)
+    cr = wait_ready(cluster, ns, name)
     assert cr["status"]["rollout"]["servingSlot"] == "a" and cr["status"]["servingRevision"] == new
     killed, failed = _harness_kills(load, cluster, ns)
     assert failed == [], failed
@@ -505,23 +506,23 @@ def test_show4_no_surge_room_waits_saying_why_and_in_place_completes_never_at_ze
     for role in ("prefill", "decode"):
         doc["spec"][role].update(minReplicas=2, maxReplicas=2)
     doc["spec"]["autoscaling"] = {**doc["spec"].get("autoscaling", {}), "gpuBudget": 16}  # all of it in use
-    _apply(cluster, doc, ns)
-    old = _wait_ready(cluster, ns, name)["status"]["servingRevision"]
+    apply(cluster, doc, ns)
+    old = wait_ready(cluster, ns, name)["status"]["servingRevision"]
     before = {p.metadata.uid for p in _engine_pods(cluster, ns, name)}
     with Load(cluster, ns, name, _model(doc)) as load:
         load.wait_requests(6)
         doc["spec"]["model"]["revision"] = "e2e-tight"
-        _apply(cluster, doc, ns)
+        apply(cluster, doc, ns)
         cr, _ = _phases(cluster, ns, name, lambda cr: ((cr.get("status") or {}).get("rollout") or {}).get(
             "phase") == "WaitingForSurgeRoom", 60, "the rollout waiting for surge room")
-        rec = _cond(cr, "Reconciling")
+        rec = condition(cr, "Reconciling") or {}
         assert rec.get("status") == "True" and rec["reason"] == "WaitingForSurgeRoom", rec
         assert "needs 8 GPUs" in rec["message"] and "gpuBudget 16" in rec["message"], rec
         time.sleep(6)  # a pass later: still waiting, nothing of the serving revision touched
         assert {p.metadata.uid for p in _engine_pods(cluster, ns, name)} == before
         # opt in to in-place replacement: capacity handed over in P/D pairs
         doc["spec"]["rollout"]["whenNoSurgeRoom"] = "InPlace"
-        _apply(cluster, doc, ns)
+        apply(cluster, doc, ns)
         new, phases = _until_complete(cluster, ns, name, old, 300, "the in-place rollout to complete", 60)
     # never a role at zero Ready replicas (of either revision: one of them serves it)
     for sample in load.ready_samples:
@@ -536,12 +537,12 @@ def test_show4_no_surge_room_waits_saying_why_and_in_place_completes_never_at_ze
 def test_show6_the_gb300_example_with_a_leaderworkerset_decode_rolls_out_the_same_way(cluster, operator_process, ns):
     name = "rack"
     doc = _doc(name, "gb300-pd-dep4-dep16")
-    _apply(cluster, doc, ns)
-    old = _wait_ready(cluster, ns, name)["status"]["servingRevision"]
+    apply(cluster, doc, ns)
+    old = wait_ready(cluster, ns, name)["status"]["servingRevision"]
     with Load(cluster, ns, name, _model(doc)) as load:
         load.wait_requests(6)
         doc["spec"]["model"]["revision"] = "e2e-rack"
-        _apply(cluster, doc, ns)
+        apply(cluster, doc, ns)
         new, phases = _until_complete(cluster, ns, name, old, 300, "the rollout to complete", 90)
     lws = {i["metadata"]["name"] for i in cluster.kubectl_json("get", "leaderworkersets", "-n", ns)["items"]}
     assert lws == {f"{name}-decode-a"}, lws  # the candidate's decode LWS serves, the old one is gone
@@ -566,16 +567,16 @@ def test_a_candidate_with_two_prefill_replicas_to_match_grows_before_the_full_sh
     doc = _doc(name)  # 2 prefill + 1 decode of 4 GPUs serve; the default surge: the candidate's full size (12)
     doc["spec"]["prefill"].update(minReplicas=2, maxReplicas=2)
     doc["spec"]["decode"].update(minReplicas=1, maxReplicas=1)
-    _apply(cluster, doc, ns)
-    old = _wait_ready(cluster, ns, name)["status"]["servingRevision"]
+    apply(cluster, doc, ns)
+    old = wait_ready(cluster, ns, name)["status"]["servingRevision"]
     seen: list[tuple] = []  # (phase, share, candidate prefill replicas, new-revision Ready prefill pods)
     with Load(cluster, ns, name, _model(doc)) as load:
         load.wait_requests(6)
         doc["spec"]["model"]["revision"] = "e2e-grow"
-        _apply(cluster, doc, ns)
+        apply(cluster, doc, ns)
         deadline, surge = time.monotonic() + 240, None
         while True:
-            st = _cr(cluster, ns, name).get("status") or {}
+            st = get_cr(cluster, ns, name).get("status") or {}
             r = st.get("rollout") or {}
             cand = r.get("candidateRevision", "")
             ready_new = sum(1 for p in _engine_pods(cluster, ns, name) if _ready(p) and cand
