@@ -10,7 +10,7 @@ from planner_sim import PROFILE, SLO
 from test_planner_steps import BUDGETS, CFG, OK, STABLE, T, act_on, demand
 from v41flash.planner import capacity
 from v41flash.planner.datatypes import PlannerState, RoleBounds, RoleState, Slo
-from v41flash.planner.steps import Learned, Sizing, act, moved_sessions_guard
+from v41flash.planner.steps import Learned, Sizing, act, moved_sessions_checks
 from test_planner_steps import observe
 
 LONG = 150_000.0  # an agent context whose full prefill (~2.9 s on the test profile) exceeds the 1.48 s budget
@@ -21,7 +21,8 @@ def learned(isl: float, k: float = 1.0, rate: float = 10.0) -> Learned:
 
 
 def guard(cur: int, isl: float = LONG, slo: Slo = SLO, role="prefill", disagg=True, cfg=CFG, k=1.0, rate=10.0) -> str:
-    return moved_sessions_guard(role, disagg, cur, learned(isl, k, rate), BUDGETS, PROFILE, slo, cfg)
+    tail, overload = moved_sessions_checks(role, disagg, cur, learned(isl, k, rate), BUDGETS, PROFILE, slo, cfg)
+    return tail or overload
 
 
 def test_the_premise_one_full_context_prefill_is_slower_than_the_budget():

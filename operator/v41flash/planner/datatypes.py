@@ -148,7 +148,7 @@ class PlannerConfig:
     down_breach_window_s: float = 300.0
     scale_up_stabilization_s: float = 0.0  # scale up only to the lowest need of this long (HPA semantics)
     # no scale-down of a role that computes prompts when the sessions it moves (1/N) are more than the TTFT
-    # percentile's tail and one full-context re-prefill exceeds the TTFT budget (steps.moved_sessions_guard)
+    # percentile's tail and one full-context re-prefill exceeds the TTFT budget (steps.moved_sessions_checks)
     guard_moved_sessions: bool = True
     # ... but not for longer than this: once the guard alone has held a scale-down this long, one replica goes
     # (its sessions re-prefill elsewhere; the TTFT percentile may breach for about one turn) and the hold starts

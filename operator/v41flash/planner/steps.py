@@ -447,9 +447,10 @@ class Sizing:
     down_guard_overload: bool = False
 
 
-def moved_sessions_guard(role: Role, disaggregated: bool, current: int, learned: Learned, budgets: Budgets,
-                         profile: CapacityProfile, slo: Slo, config: PlannerConfig) -> str:
-    """Why removing one replica that computes prompts would break the TTFT percentile by itself ("" if it would not).
+def moved_sessions_checks(role: Role, disaggregated: bool, current: int, learned: Learned, budgets: Budgets,
+                          profile: CapacityProfile, slo: Slo, config: PlannerConfig) -> tuple[str, str]:
+    """Why removing one replica that computes prompts would break the TTFT percentile by itself: (the tail check's
+    reason, the overload check's reason), "" where a check passes.
 
     Session affinity keeps each session's prefix on one replica; removing one of N moves 1/N of the sessions,
     and each moved session's next turn re-prefills its whole context. For about one turn, 1/N of the requests
@@ -464,13 +465,6 @@ def moved_sessions_guard(role: Role, disaggregated: bool, current: int, learned:
     ``act`` passes the first after ``moved_sessions_hold_s`` of holding (one replica, then a new hold), never the
     second.
     """
-    tail, overload = _moved_sessions_checks(role, disaggregated, current, learned, budgets, profile, slo, config)
-    return tail or overload
-
-
-def _moved_sessions_checks(role: Role, disaggregated: bool, current: int, learned: Learned, budgets: Budgets,
-                           profile: CapacityProfile, slo: Slo, config: PlannerConfig) -> tuple[str, str]:
-    """(the tail check's reason, the overload check's reason) of moved_sessions_guard; "" where it passes."""
     if not config.guard_moved_sessions or current <= 1 or (role != "prefill" and disaggregated):
         return "", ""
     moved = min(1.0, config.max_scale_down_step / current)
@@ -534,8 +528,8 @@ def size(role: Role, demand_rate: float | None, observed: RoleObservation, disag
         if kv_need > need.replicas:
             need = capacity.Need(kv_need, need.feasible)
             kv_note = f"KV cache {kv:.0%} full ({cfg.kv_cache_target:.0%} target)"
-    tail, overload = _moved_sessions_checks(role, disaggregated, observed.replicas.desired, learned, budgets, profile,
-                                            slo, cfg)
+    tail, overload = moved_sessions_checks(role, disaggregated, observed.replicas.desired, learned, budgets, profile,
+                                           slo, cfg)
     return Sizing(need=need, kv_note=kv_note, down_guard=tail or overload, down_guard_overload=bool(overload))
 
 
