@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -96,6 +97,29 @@ def test_oracle_schedule_helpers():
     assert sch == {"prefill": [2, 3, 3, 3], "decode": [2, 2, 1, 1]}
 
 
+def test_oracle_shape_is_the_present_need_held_and_gap_filled():
+    need = {"prefill": [1, 4, 1, 1, 1, 1, 1, 1, 2], "decode": [2, 1, 1, 1, 1, 1, 1, 1, 1]}
+    truth = SimpleNamespace(prefill=SimpleNamespace(cold_start_seconds=120.0),
+                            decode=SimpleNamespace(cold_start_seconds=60.0))
+    shape = oracle.initial_schedule(need, truth, 60.0, hold_s=120.0)
+    assert shape == {r: oracle.keep_through_gaps(oracle.forward_max(need[r], 2), 60.0, truth_cs)
+                     for r, truth_cs in (("prefill", 120.0), ("decode", 60.0))}
+    assert shape["prefill"][0] == 4  # the hold looks ahead: the oracle orders before the need
+
+
+def test_no_foresight_ceiling_holds_the_highest_need_so_far_and_never_looks_ahead():
+    need = {"prefill": [2, 3, 1, 5, 2, 2], "decode": [1, 1, 4, 1, 1, 9]}
+    bounds = {"prefill": (1, 12), "decode": (2, 6)}
+    c = oracle.no_foresight(need, {"prefill": 1.3}, 1.0, bounds)
+    assert c["prefill"] == [3, 4, 4, 7, 7, 7]  # ceil(1.3 × running max)
+    assert c["decode"] == [2, 2, 4, 4, 4, 6]  # within bounds; factor 1 where none is given
+    h = oracle.no_foresight(need, {"prefill": 1.3}, 1.5, bounds)
+    assert h["prefill"] == [4, 6, 6, 10, 10, 10]
+    # what comes later never changes what is held before it
+    later = {"prefill": need["prefill"][:3] + [12, 12, 12], "decode": need["decode"]}
+    assert oracle.no_foresight(later, {"prefill": 1.3}, 1.0, bounds)["prefill"][:3] == c["prefill"][:3]
+
+
 def _without_speed(report: dict) -> dict:
     r = dict(report)
     r.pop("simulator_speed")
@@ -107,7 +131,7 @@ def test_same_seed_same_report_and_every_policy_scored(tiny, tmp_path):
     a = run_benchmark(sc, tmp_path / "a", progress=lambda m: None, plots=False, jobs=1)
     b = run_benchmark(sc, tmp_path / "b", progress=lambda m: None, plots=False, jobs=3)  # forked workers
     assert json.dumps(_without_speed(a), sort_keys=True) == json.dumps(_without_speed(b), sort_keys=True)
-    assert list(a["policies"]) == ["ours", "dynamo", "keda", "hpa", "static", "oracle"]
+    assert list(a["policies"]) == ["ours", "dynamo", "keda", "hpa", "static", "oracle", "ceiling"]
     for p, s in a["policies"].items():
         assert 0.0 <= s["window_attainment"] <= 1.0, p
         assert s["gpu_hours"] > 0 and s["tokens_per_dollar"] > 0
@@ -115,6 +139,12 @@ def test_same_seed_same_report_and_every_policy_scored(tiny, tmp_path):
     # static runs the oracle's peak all along
     sched = a["oracle"]["schedule"]
     assert a["policies"]["static"]["peak_replicas"] == {"prefill": max(sched["prefill"]), "decode": max(sched["decode"])}
+    # the ceiling replays its own schedule, requested with no lead: it never shrinks, and it is recorded
+    ceil_ = a["oracle"]["ceiling"]
+    assert ceil_["headroom"] == 1.0
+    for r in ("prefill", "decode"):
+        assert ceil_["schedule"][r] == sorted(ceil_["schedule"][r])
+    assert a["policies"]["ceiling"]["peak_replicas"] == {r: max(ceil_["schedule"][r]) for r in ("prefill", "decode")}
     c = run_benchmark(sc.model_copy(update={"seed": 6}), tmp_path / "c", policies=("ours",), progress=lambda m: None,
                       plots=False)
     assert c["policies"]["ours"]["requests"] != a["policies"]["ours"]["requests"]
@@ -131,6 +161,23 @@ def test_cli_bench_autoscale_writes_report_and_plots(tiny, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "win-SLO" in text and "simulator speed" in text
     assert main(["bench", "autoscale", "--scenario", str(tiny), "--out", str(out), "--policies", "nope"]) == 2
+    assert main(["bench", "autoscale", "--scenario", str(tiny), "--out", str(out), "--ceiling-headroom", "0.5"]) == 2
+    assert "--ceiling-headroom: ceiling headroom 0.5: give a number ≥ 1" in capsys.readouterr().err
+
+
+def test_ceiling_headroom_reaches_the_ceiling_and_only_it(tiny, tmp_path):
+    sc = load_scenario(tiny)
+    kw = dict(policies=("static", "oracle", "ceiling"), progress=lambda m: None, plots=False, jobs=1)
+    one = run_benchmark(sc, tmp_path / "one", **kw)
+    two = run_benchmark(sc, tmp_path / "two", ceiling_headroom=2.0, **kw)
+    assert two["oracle"]["ceiling"]["headroom"] == 2.0
+    for p in ("static", "oracle"):
+        assert two["policies"][p] == one["policies"][p]
+    s1, s2 = one["oracle"]["ceiling"]["schedule"], two["oracle"]["ceiling"]["schedule"]
+    assert all(b >= a for r in s1 for a, b in zip(s1[r], s2[r])) and s2 != s1
+    assert two["policies"]["ceiling"]["gpu_hours"] > one["policies"]["ceiling"]["gpu_hours"]
+    with pytest.raises(ValueError, match="ceiling headroom"):
+        run_benchmark(sc, tmp_path / "bad", ceiling_headroom=float("nan"), **kw)
 
 
 def test_planner_set_changes_only_ours_and_is_recorded(tiny, tmp_path, capsys):

@@ -131,6 +131,12 @@ def test_summary_distribution_and_targets():
     assert t["median_windows_ge_99"] is False and t["median_gpu_hours_le_1.10_oracle"] is True
     assert t["median_gpu_hours_below_static_where_static_holds"] == {"steady": True}
     assert t["scenarios_more_than_1pt_below_static"] == ["s1", "s2"]
+    assert "of_which_the_ceiling_misses_too" not in t  # no ceiling in the run
+    for r, c in zip(rows, (1.0, 0.95, 0.995)):
+        r["policies"]["ceiling"] = {"window_attainment": c, "gpu_hours": 100.0}
+    t = suite.targets(rows, suite.summarize(rows, ("ours", "oracle", "static", "ceiling")))
+    assert t["scenarios_more_than_1pt_below_static"] == ["s1", "s2"]
+    assert t["of_which_the_ceiling_misses_too"] == ["s1"]  # s2's 99.5 % is within a point
 
 
 def test_cli_refuses_suite_without_seeds_and_both_modes(tmp_path, capsys):

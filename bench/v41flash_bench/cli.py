@@ -56,7 +56,7 @@ def _suite(args: argparse.Namespace, policies: tuple[str, ...] | None, overrides
     progress(f"suite {args.suite}: {len(seeds)} scenarios (seeds {args.seeds}), jobs {args.jobs}")
     report = run_suite(args.suite, seeds, Path(args.out), policies=policies, jobs=max(1, args.jobs),
                        plots=not args.no_plots, progress=progress, planner_overrides=overrides, router=args.router,
-                       router_session_ttl_s=args.router_session_ttl)
+                       router_session_ttl_s=args.router_session_ttl, ceiling_headroom=args.ceiling_headroom)
     print(format_summary(report))
     if report.get("targets"):
         print("targets (ours): " + ", ".join(f"{k}={v}" for k, v in report["targets"].items()))
@@ -66,6 +66,7 @@ def _suite(args: argparse.Namespace, policies: tuple[str, ...] | None, overrides
 
 def _autoscale(args: argparse.Namespace) -> int:
     from v41flash_bench.sim.autoscale_bench import format_table, run_benchmark
+    from v41flash_bench.sim.oracle import check_headroom
     from v41flash_bench.sim.scenario import POLICIES, load_scenario, with_router
 
     policies = None
@@ -75,6 +76,11 @@ def _autoscale(args: argparse.Namespace) -> int:
         if unknown:
             print(f"error: unknown policies {unknown}; choose from {', '.join(POLICIES)}", file=sys.stderr)
             return 2
+    try:
+        check_headroom(args.ceiling_headroom)
+    except ValueError as exc:
+        print(f"error: --ceiling-headroom: {exc}", file=sys.stderr)
+        return 2
     if args.router_session_ttl is not None and not args.router_session_ttl > 0:
         print(f"error: --router-session-ttl {args.router_session_ttl:g}: give seconds > 0", file=sys.stderr)
         return 2
@@ -111,7 +117,8 @@ def _autoscale(args: argparse.Namespace) -> int:
         print(f"[{time.perf_counter() - started:6.1f}s] {msg}", file=sys.stderr, flush=True)
 
     report = run_benchmark(sc, out, policies=policies, duration=args.duration, progress=progress,
-                           plots=not args.no_plots, jobs=max(1, args.jobs), planner_overrides=overrides)
+                           plots=not args.no_plots, jobs=max(1, args.jobs), planner_overrides=overrides,
+                           ceiling_headroom=args.ceiling_headroom)
     print(f"scenario {sc.name}: {report['duration_s']:.0f} s simulated, SLO TTFT p{sc.slo.ttft_percentile * 100:g} "
           f"≤ {sc.slo.ttft_s:g}s and e2e p95 ≤ {sc.slo.e2e_p95_s:g}s; ${sc.cost_per_gpu_hour:g}/GPU-h; "
           f"tokens = cached + uncached prompt + output")
@@ -135,6 +142,7 @@ def _autoscale(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> None:
+    from v41flash_bench.sim.scenario import POLICIES
     from v41flash_bench.sim.simulator import ROUTERS
 
     bench = subparsers.add_parser("bench", help="Benchmarks (autoscaling simulator, ...).")
@@ -151,7 +159,10 @@ def register(subparsers) -> None:
                    "(families, ranges and seeds: v41flash_bench/sim/suite.py, TUNING_SEEDS and HELD_OUT_SEEDS).")
     a.add_argument("--seeds", help="Suite seeds, one scenario each: 'A-B' or a comma list (with --suite).")
     a.add_argument("--out", required=True, help="Output directory (report.json, *.png).")
-    a.add_argument("--policies", help="Comma-separated subset of: ours,dynamo,keda,hpa,static,oracle.")
+    a.add_argument("--policies", help=f"Comma-separated subset of: {','.join(POLICIES)}.")
+    a.add_argument("--ceiling-headroom", type=float, default=1.0, metavar="H",
+                   help="The no-foresight ceiling's standing headroom: H × the most the oracle's per-minute need "
+                        "has reached so far, never released (default: %(default)s).")
     a.add_argument("--duration", type=float, help="Override the scenario's simulated seconds (quick runs).")
     a.add_argument("--seed", type=int, help="Override the scenario's seed.")
     a.add_argument("--no-plots", action="store_true", help="Skip the PNG plots.")

@@ -38,7 +38,7 @@ from v41flash_bench.sim.policies import (
     StaticPolicy,
     operator_default_config,
 )
-from v41flash_bench.sim.scenario import POLICIES, AutoscaleScenario, profiles
+from v41flash_bench.sim.scenario import HINDSIGHT, POLICIES, AutoscaleScenario, profiles
 from v41flash_bench.sim.workload import Workload, build_workload
 
 
@@ -170,6 +170,8 @@ def make_policy(name: str, ctx: PolicyContext, extra: dict):
         return StaticPolicy(ctx, extra["static"])
     if name == "oracle":
         return SchedulePolicy(ctx, "oracle", extra["schedule"], extra["interval"], extra["lead"])
+    if name == "ceiling":
+        return SchedulePolicy(ctx, "ceiling", extra["schedule"], extra["interval"], {r: 0.0 for r in ROLES})
     raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
 
 
@@ -225,10 +227,12 @@ class _Pool:
 def run_benchmark(sc: AutoscaleScenario, out_dir: Path, policies: tuple[str, ...] | None = None,
                   duration: float | None = None, progress: Callable[[str], None] = print,
                   base_dir: Path | None = None, plots: bool = True, jobs: int = 1,
-                  planner_overrides: dict | None = None) -> dict:
+                  planner_overrides: dict | None = None, ceiling_headroom: float = 1.0) -> dict:
     """Every selected policy on the same workload; returns (and writes) the report.
 
-    ``planner_overrides``: PlannerConfig fields to change for ``ours`` (ablations; recorded in the report)."""
+    ``planner_overrides``: PlannerConfig fields to change for ``ours`` (ablations; recorded in the report).
+    ``ceiling_headroom``: the no-foresight ceiling's standing headroom (``oracle.no_foresight``)."""
+    oracle_mod.check_headroom(ceiling_headroom)
     duration = float(duration or sc.duration_s)
     policies = tuple(policies or sc.policies)
     truth, planner = profiles(sc, base_dir)
@@ -251,8 +255,8 @@ def run_benchmark(sc: AutoscaleScenario, out_dir: Path, policies: tuple[str, ...
     speed: dict[str, dict] = {}
     results: dict[str, RunResult] = {}
     oracle_info: dict = {}
-    online = [p for p in policies if p not in ("oracle", "static")]
-    need_oracle = any(p in policies for p in ("oracle", "static")) or sc.initial is None
+    online = [p for p in policies if p not in HINDSIGHT]
+    need_oracle = any(p in policies for p in HINDSIGHT) or sc.initial is None
     pending = {}
     try:
         initial = dict(sc.initial) if sc.initial else None
@@ -264,11 +268,12 @@ def run_benchmark(sc: AutoscaleScenario, out_dir: Path, policies: tuple[str, ...
             progress(f"reference run (static {ref_repl}) for the oracle's demand ...")
             ref = pool.submit("reference", "reference", ref_repl, ref_repl).result()
             speed["reference"] = ref.speed
-            shape = oracle_mod.initial_schedule(truth, ref.demand, slo, duration, sc.oracle_interval_s, bounds)
+            need = oracle_mod.present_need(truth, ref.demand, slo, duration, sc.oracle_interval_s, bounds)
+            shape = oracle_mod.initial_schedule(need, truth, sc.oracle_interval_s)
             if initial is None:
                 initial = {r: shape[r][0] for r in ROLES}
                 pending = {p: pool.submit("policy", p, {}, initial) for p in online}
-        if need_oracle and any(p in policies for p in ("oracle", "static")):
+        if need_oracle and any(p in policies for p in HINDSIGHT):
             steps = []
 
             def record(label: str, res: RunResult) -> None:
@@ -308,10 +313,19 @@ def run_benchmark(sc: AutoscaleScenario, out_dir: Path, policies: tuple[str, ...
             if "static" in policies:
                 progress(f"static at the oracle's peak {static} ...")
                 pending["static"] = pool.submit("policy", "static", {"static": static}, static)
+            if "ceiling" in policies:
+                ceiling = oracle_mod.no_foresight(need, {"prefill": factor}, ceiling_headroom, bounds)
+                progress(f"no-foresight ceiling ×{ceiling_headroom:g}, peak {({r: max(v) for r, v in ceiling.items()})} ...")
+                # it starts where the online policies start, and orders its first interval's need at once
+                pending["ceiling"] = pool.submit("policy", "ceiling", {"schedule": ceiling, "interval": sc.oracle_interval_s},
+                                                 initial)
             oracle_info = {"interval_s": sc.oracle_interval_s, "prefill_scale": factor, "steps": steps,
                            "schedule": schedule, "pooled_shape": shape,
                            "pooled_lower_bound_gpu_hours": _schedule_gpu_hours(shape, truth, sc, duration),
                            "method": oracle_mod.__doc__.strip()}
+            if "ceiling" in policies:
+                oracle_info["ceiling"] = {"headroom": ceiling_headroom, "schedule": ceiling,
+                                          "method": oracle_mod.no_foresight.__doc__.strip()}
         for name, fut in pending.items():
             res = fut.result()
             results[name] = res

@@ -138,19 +138,48 @@ def keep_through_gaps(need: list[int], interval_s: float, cold_start_s: float) -
     return s
 
 
-def initial_schedule(truth: CapacityProfile, d: Demand, slo: Slo, duration: float, interval_s: float,
-                     bounds: dict[str, tuple[int, int]], hold_s: float = 300.0) -> dict[str, list[int]]:
+def present_need(truth: CapacityProfile, d: Demand, slo: Slo, duration: float, interval_s: float,
+                 bounds: dict[str, tuple[int, int]]) -> dict[str, list[int]]:
+    """Per interval, each role's need for that interval's load alone (steps 2 and 3, no hold, no look-ahead)."""
     n = int(math.ceil(duration / interval_s))
     pre, dec = [], []
     for i in range(n):
         t0, t1 = i * interval_s, (i + 1) * interval_s
         pre.append(prefill_need(truth, d, t0, t1, slo, *bounds["prefill"]))
         dec.append(decode_need(truth, d, t0, t1, slo, slo.ttft_s, *bounds["decode"]))
+    return {"prefill": pre, "decode": dec}
+
+
+def initial_schedule(need: dict[str, list[int]], truth: CapacityProfile, interval_s: float,
+                     hold_s: float = 300.0) -> dict[str, list[int]]:
+    """The schedule's shape from ``present_need``: released only when not needed for ``hold_s``, cold-start
+    gaps kept (step 4)."""
     hold = max(1, int(math.ceil(hold_s / interval_s)))
-    return {
-        "prefill": keep_through_gaps(forward_max(pre, hold), interval_s, truth.prefill.cold_start_seconds),
-        "decode": keep_through_gaps(forward_max(dec, hold), interval_s, truth.decode.cold_start_seconds),
-    }
+    return {r: keep_through_gaps(forward_max(need[r], hold), interval_s, getattr(truth, r).cold_start_seconds)
+            for r in need}
+
+
+def check_headroom(headroom: float) -> float:
+    """The ceiling's headroom, or ValueError: a standing headroom below 1 would hold less than the need seen."""
+    if not (math.isfinite(headroom) and headroom >= 1.0):
+        raise ValueError(f"ceiling headroom {headroom:g}: give a number ≥ 1")
+    return headroom
+
+
+def no_foresight(need: dict[str, list[int]], factor: dict[str, float], headroom: float,
+                 bounds: dict[str, tuple[int, int]]) -> dict[str, list[int]]:
+    """The no-foresight ceiling's schedule: at every interval, ``headroom`` × the most that ``need`` × ``factor``
+    (the oracle's scale) has asked for so far, within bounds; never released. Requested as each interval
+    starts (no lead), so a replica for a new high arrives one cold start after the load that needs it."""
+    out = {}
+    for role, s in need.items():
+        lo, hi = bounds[role]
+        top, col = 0.0, []
+        for v in s:
+            top = max(top, v * factor.get(role, 1.0))
+            col.append(max(lo, min(hi, math.ceil(top * headroom - 1e-9))))
+        out[role] = col
+    return out
 
 
 def forward_max(need: list[int], k: int) -> list[int]:

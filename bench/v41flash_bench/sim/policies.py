@@ -10,6 +10,9 @@
 - ``hpa``: HPA proportional on queue depth (waiting requests per replica), 300 s scale-down window.
 - ``static``: fixed replicas (the benchmark uses the oracle's peak).
 - ``oracle``: a precomputed schedule (see ``oracle.py``), requested a cold start ahead.
+- ``ceiling``: the no-foresight ceiling (``oracle.no_foresight``): the oracle's per-minute need known exactly as
+  each minute starts, the highest so far held (× a standing headroom), requested with no lead: what perfect
+  knowledge of the present buys without a forecast (the windows it misses are the cost of reacting).
 
 Every policy clamps its answer to the scenario's bounds and GPU budget itself (tests check it).
 """

@@ -45,7 +45,8 @@ from v41flash.planner.datatypes import Slo
 from v41flash_bench.sim.simulator import ROUTERS
 from v41flash_bench.sim.workload import AgentSessionSpec, AgentxTraceSpec, ArrivalSpec, MooncakeTraceSpec
 
-POLICIES = ("ours", "dynamo", "keda", "hpa", "static", "oracle")
+POLICIES = ("ours", "dynamo", "keda", "hpa", "static", "oracle", "ceiling")
+HINDSIGHT = ("static", "oracle", "ceiling")  # sized from the reference run's demand: wait for the oracle
 
 
 class _M(BaseModel):
