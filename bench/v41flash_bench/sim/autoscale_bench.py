@@ -313,17 +313,16 @@ def run_benchmark(sc: AutoscaleScenario, out_dir: Path, policies: tuple[str, ...
             if "static" in policies:
                 progress(f"static at the oracle's peak {static} ...")
                 pending["static"] = pool.submit("policy", "static", {"static": static}, static)
+            oracle_info = {"interval_s": sc.oracle_interval_s, "prefill_scale": factor, "steps": steps,
+                           "schedule": schedule, "pooled_shape": shape,
+                           "pooled_lower_bound_gpu_hours": _schedule_gpu_hours(shape, truth, sc, duration),
+                           "method": oracle_mod.__doc__.strip()}
             if "ceiling" in policies:
                 ceiling = oracle_mod.no_foresight(need, {"prefill": factor}, ceiling_headroom, bounds)
                 progress(f"no-foresight ceiling ×{ceiling_headroom:g}, peak {({r: max(v) for r, v in ceiling.items()})} ...")
                 # it starts where the online policies start, and orders its first interval's need at once
                 pending["ceiling"] = pool.submit("policy", "ceiling", {"schedule": ceiling, "interval": sc.oracle_interval_s},
                                                  initial)
-            oracle_info = {"interval_s": sc.oracle_interval_s, "prefill_scale": factor, "steps": steps,
-                           "schedule": schedule, "pooled_shape": shape,
-                           "pooled_lower_bound_gpu_hours": _schedule_gpu_hours(shape, truth, sc, duration),
-                           "method": oracle_mod.__doc__.strip()}
-            if "ceiling" in policies:
                 oracle_info["ceiling"] = {"headroom": ceiling_headroom, "schedule": ceiling,
                                           "method": oracle_mod.no_foresight.__doc__.strip()}
         for name, fut in pending.items():

@@ -25,6 +25,7 @@ Method (each step uses the simulator's *truth* profile, never the planner's):
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -171,15 +172,13 @@ def no_foresight(need: dict[str, list[int]], factor: dict[str, float], headroom:
     """The no-foresight ceiling's schedule: at every interval, ``headroom`` × the most that ``need`` × ``factor``
     (the oracle's scale) has asked for so far, within bounds; never released. Requested as each interval
     starts (no lead), so a replica for a new high arrives one cold start after the load that needs it."""
-    out = {}
-    for role, s in need.items():
-        lo, hi = bounds[role]
-        top, col = 0.0, []
-        for v in s:
-            top = max(top, v * factor.get(role, 1.0))
-            col.append(max(lo, min(hi, math.ceil(top * headroom - 1e-9))))
-        out[role] = col
-    return out
+    return {role: [_times(v, factor.get(role, 1.0) * headroom, bounds[role]) for v in itertools.accumulate(s, max)]
+            for role, s in need.items()}
+
+
+def _times(replicas: float, factor: float, bounds: tuple[int, int]) -> int:
+    """⌈replicas × factor⌉ within (min, max)."""
+    return max(bounds[0], min(bounds[1], math.ceil(replicas * factor - 1e-9)))
 
 
 def forward_max(need: list[int], k: int) -> list[int]:
@@ -211,7 +210,6 @@ def scaled(schedule: dict[str, list[int]], factor: dict[str, float], bounds: dic
     """The schedule × factor per role (rounded up, within bounds), cold-start gaps kept."""
     out = {}
     for role, s in schedule.items():
-        lo, hi = bounds[role]
-        raw = [max(lo, min(hi, math.ceil(v * factor.get(role, 1.0) - 1e-9))) for v in s]
+        raw = [_times(v, factor.get(role, 1.0), bounds[role]) for v in s]
         out[role] = keep_through_gaps(raw, interval_s, cold_start[role])
     return out
