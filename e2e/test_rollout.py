@@ -218,6 +218,10 @@ def _phases(cluster, ns: str, name: str, until, timeout: float, what: str, give_
 # deleted), "Prefill request to http://IP:PORT failed: error sending request ..." (its port already closed). The
 # pod-deletion check in _harness_kills, not the wording, decides whether the failure is the harness's.
 ENGINE_URL = re.compile(r"https?://([0-9.]+):[0-9]+")
+# What llm-d-inference-sim answers once it has been told to stop (a 503, pkg/communication/http.go); vllm-router
+# passes a decode engine's answer through as it is, so this failure names no engine: it is the harness's when an
+# engine pod of the deployment was deleted within 2 s of it.
+SIM_SHUTTING_DOWN = '"message":"server is shutting down"'
 
 
 def _harness_kills(load: Load, cluster, ns: str) -> tuple[list[dict], list[dict]]:
@@ -226,7 +230,8 @@ def _harness_kills(load: Load, cluster, ns: str) -> tuple[list[dict], list[dict]
     Either the router pod the client called is deleted and the connection failed (status 0), or the router
     answered an error naming the engine it sent the request to (ENGINE_URL), and a pod with that IP was seen live
     until at most 2 s before the request failed and terminating or gone by 2 s after it (the sampler reads pods
-    every 0.5 s; IPs come back on new pods, so each pod is kept apart)."""
+    every 0.5 s; IPs come back on new pods, so each pod is kept apart); or the router passed a stopping simulator's
+    own 503 through (SIM_SHUTTING_DOWN, no engine named), and some engine pod's deletion fits the same window."""
     gone = []
     other = []
     for r in load.failures():
@@ -235,9 +240,15 @@ def _harness_kills(load: Load, cluster, ns: str) -> tuple[list[dict], list[dict]
             deleted = p.metadata.deletion_timestamp is not None
         except Exception:  # noqa: BLE001 - 404: the pod is gone
             deleted = True
-        engine = ENGINE_URL.search(r.get("body") or "") if r["status"] >= 500 else None
-        pods = load.engine_ips.get(engine.group(1), {}) if engine else {}
-        engine_deleted = any(left is not None and seen - 2.0 <= r["t1"] <= left + 2.0 for seen, left in pods.values())
+        body = r.get("body") or ""
+        engine = ENGINE_URL.search(body) if r["status"] >= 500 else None
+        if engine:
+            windows = list(load.engine_ips.get(engine.group(1), {}).values())
+        elif r["status"] == 503 and SIM_SHUTTING_DOWN in body:  # some engine of this deployment: which one, unsaid
+            windows = [w for pods in load.engine_ips.values() for w in pods.values()]
+        else:
+            windows = []
+        engine_deleted = any(left is not None and seen - 2.0 <= r["t1"] <= left + 2.0 for seen, left in windows)
         (gone if (deleted and r["status"] == 0) or engine_deleted else other).append(r)
     return gone, other
 
