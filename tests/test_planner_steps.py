@@ -211,6 +211,19 @@ def test_the_hit_level_is_smoothed_and_sizing_uses_it():
     assert fresh.sized == demand  # the first level is the window's own
 
 
+def test_a_breach_sizes_at_the_window_s_hit_level_when_it_is_lower_and_remembers_the_smoothed_one():
+    hurt = {"ttft_s": SLO.ttft_s * 2}
+    _, _, judged, learned = steps_to_learned(observe(10, prefill=3, pw=hurt), PlannerState(prefill=RoleState(hit_level=0.8)))
+    assert judged.prefill.breached
+    assert learned.state.prefill.hit_level == pytest.approx(0.74)  # the level learns as always
+    assert learned.sized.hit_rate == 0.5  # but this window's misses are sized while users wait
+    _, _, _, higher = steps_to_learned(observe(10, prefill=3, pw=hurt), PlannerState(prefill=RoleState(hit_level=0.3)))
+    assert higher.sized.hit_rate == pytest.approx(0.34)  # a better window than the level: still the level
+    off = replace(CFG, breach_hit_level=False)
+    _, _, _, was = steps_to_learned(observe(10, prefill=3, pw=hurt), PlannerState(prefill=RoleState(hit_level=0.8)), off)
+    assert was.sized.hit_rate == pytest.approx(0.74)
+
+
 def test_aggregated_learning_puts_the_prefill_correction_in_prefill_state_and_the_hit_level_in_decode_s():
     _, _, _, learned = steps_to_learned(aggregated(10, replicas=3))
     assert learned.state.prefill.corrections_learned == 1 and learned.state.decode.corrections_learned == 1

@@ -339,7 +339,8 @@ def learn(observed: Observation, judgement: Judgement, demand: Demand, budgets: 
         # replicas do not shorten it, and a tail fit that keeps rising with them orders replicas without end
         kp = min(kp, max(ks, cfg.min_throughput_correction) * cfg.max_tail_over_service)
     # Size for the cache-hit level that will hold when new replicas are Ready, not for one window's miss
-    # storm (a scale-down or a wave of new sessions): the smoothed level, when there is one.
+    # storm (a scale-down or a wave of new sessions): the smoothed level, when there is one — except while users
+    # already wait (the TTFT target breached): then the window's own level if lower, the work the tail fit saw.
     front_role: Role = "prefill" if disagg else "decode"
     frs = new_state.role(front_role)
     hit_level = frs.hit_level
@@ -347,6 +348,9 @@ def learn(observed: Observation, judgement: Judgement, demand: Demand, budgets: 
         w = cfg.hit_smoothing
         hit_level = demand.hit_rate if hit_level is None else w * demand.hit_rate + (1 - w) * hit_level
         new_state = new_state.with_role(front_role, replace(frs, hit_level=hit_level))
+    if (cfg.breach_hit_level and hit_level is not None and judgement.role(front_role).breached
+            and fw.prefix_cache_hit_rate is not None):
+        hit_level = min(hit_level, demand.hit_rate)
     sized = demand if hit_level is None else replace(demand, hit_rate=min(0.999, max(0.0, hit_level)))
     return Learned(state=new_state, prefill_correction=kp, decode_correction=decode_state.correction, sized=sized)
 
