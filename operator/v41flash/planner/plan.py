@@ -46,7 +46,7 @@ def plan(
     demand = workload_demand(observed)
     budgets = split_slo(demand, slo, profile, disagg)
     judged = judge(observed, profile, slo, budgets, now, config)
-    learned = learn(observed, judged, demand, budgets, profile, state, config, now)
+    learned = learn(observed, judged, demand, budgets, profile, state, config)
 
     router = observed.router
     arrivals = router.arrival_rate if router is not None else None

@@ -259,7 +259,7 @@ def _smooth_correction(old: float, sample: float, cfg: PlannerConfig) -> float:
 
 
 def learn(observed: Observation, judgement: Judgement, demand: Demand, budgets: Budgets, profile: CapacityProfile,
-          state: PlannerState, config: PlannerConfig, now: float) -> Learned:
+          state: PlannerState, config: PlannerConfig) -> Learned:
     """Move each role's correction towards observed / predicted latency on trustworthy windows (bounded,
     smoothed in log space), measure prefill's service time, smooth the cache-hit level."""
     cfg = config
@@ -340,9 +340,7 @@ def learn(observed: Observation, judgement: Judgement, demand: Demand, budgets: 
         kp = min(kp, max(ks, cfg.min_throughput_correction) * cfg.max_tail_over_service)
     # Size for the cache-hit level that will hold when new replicas are Ready, not for one window's miss
     # storm (a scale-down or a wave of new sessions): the smoothed level, when there is one — except while users
-    # already wait (the TTFT target breached) and no scale-down of the role within down_breach_window_s explains
-    # the misses (its moved sessions re-prefill for about one turn): then the window's own level if lower, the
-    # work the tail fit saw — a wave of new sessions misses the cache for as long as it lasts.
+    # already wait (the TTFT target breached): then the window's own level if lower, the work the tail fit saw.
     front_role: Role = "prefill" if disagg else "decode"
     frs = new_state.role(front_role)
     hit_level = frs.hit_level
@@ -350,9 +348,7 @@ def learn(observed: Observation, judgement: Judgement, demand: Demand, budgets: 
         w = cfg.hit_smoothing
         hit_level = demand.hit_rate if hit_level is None else w * demand.hit_rate + (1 - w) * hit_level
         new_state = new_state.with_role(front_role, replace(frs, hit_level=hit_level))
-    shed = (frs.last_action == "scale_down" and frs.last_scale_time is not None
-            and now - frs.last_scale_time < cfg.down_breach_window_s)
-    if (cfg.breach_hit_level and hit_level is not None and judgement.role(front_role).breached and not shed
+    if (cfg.breach_hit_level and hit_level is not None and judgement.role(front_role).breached
             and fw.prefix_cache_hit_rate is not None):
         hit_level = min(hit_level, demand.hit_rate)
     sized = demand if hit_level is None else replace(demand, hit_rate=min(0.999, max(0.0, hit_level)))
