@@ -142,9 +142,9 @@ class PlannerConfig:
     # prompt demand ≥ the session proxy's arrival rate (a leading signal), when known; off: in the closed-loop
     # simulator arrivals track completions and it cost the shipped diurnal scenario a window (suite doc)
     use_arrivals: bool = False
-    # while the TTFT target is breached, size prompts at this window's cache-hit level when it is lower than the
-    # smoothed one: a wave of new sessions misses the cache as long as it lasts, and the tail fit learned from this
-    # window's own work (docs/2026-12-01-autoscale-suite.md, thirteenth pass)
+    # while the role that computes prompts is judged in breach, size prompts at this window's cache-hit level when it
+    # is lower than the smoothed one: a wave of new sessions misses the cache for as long as it lasts, and the tail fit
+    # was learned on this window's own work (docs/2026-12-01-autoscale-suite.md, thirteenth pass)
     breach_hit_level: bool = True
     # a scale-down followed by a breach within this long teaches a larger scale-down margin: the ratio of the
     # replicas before it to the need the model saw (re-prefill storms the queueing model does not see)

@@ -340,7 +340,7 @@ def learn(observed: Observation, judgement: Judgement, demand: Demand, budgets: 
         kp = min(kp, max(ks, cfg.min_throughput_correction) * cfg.max_tail_over_service)
     # Size for the cache-hit level that will hold when new replicas are Ready, not for one window's miss
     # storm (a scale-down or a wave of new sessions): the smoothed level, when there is one — except while users
-    # already wait (the TTFT target breached): then the window's own level if lower, the work the tail fit saw.
+    # already wait (the role judged in breach): then the window's own level if lower, the work the tail fit saw.
     front_role: Role = "prefill" if disagg else "decode"
     frs = new_state.role(front_role)
     hit_level = frs.hit_level
