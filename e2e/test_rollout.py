@@ -13,8 +13,9 @@ through the deployment's router Service (docs/2026-12-01-rollouts.md; issue 10's
 The client resolves the router Service to its newest Ready pod, as kube-proxy would to a Ready endpoint.
 The harness stops a pod's processes the moment it is deleted (kubelet would run the engines' preStop drain and
 let a terminating pod finish its requests within the grace period, while the router's discovery drops it); a
-request that fails on a pod deleted while it was in flight — the router pod the client called, or an engine pod
-the router names in its error — is reported as such and counted apart.
+request that fails on a pod deleted while it was in flight — the router pod the client called, an engine pod
+the router names in its error, or a stopping engine whose own 503 the router passed through — is reported as such
+and counted apart (`_harness_kills`, unit-tested in tests/test_e2e_harness.py).
 """
 from __future__ import annotations
 
