@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import ipaddress
 from collections import Counter
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -297,16 +298,7 @@ class _Pods:
     """core.read_namespaced_pod for _harness_kills: the router pod the client called, alive."""
 
     def read_namespaced_pod(self, name, ns):
-        from types import SimpleNamespace
         return SimpleNamespace(metadata=SimpleNamespace(deletion_timestamp=None))
-
-
-class _Load:
-    def __init__(self, records, engine_ips):
-        self.records, self.engine_ips = records, engine_ips
-
-    def failures(self):
-        return [r for r in self.records if r["status"] != 200]
 
 
 def _failure(body, status=503, t1=100.0):
@@ -330,9 +322,9 @@ def _failure(body, status=503, t1=100.0):
      False),
 ])
 def test_rollout_failures_count_as_the_harness_s_only_on_an_engine_deleted_at_the_time(body, engine_ips, harness):
-    from types import SimpleNamespace
-
-    from e2e.test_rollout import _harness_kills
-    load = _Load([_failure(body), {"status": 200}], engine_ips)
-    gone, other = _harness_kills(load, SimpleNamespace(core=_Pods()), "ns1")
+    from e2e.test_rollout import Load, _harness_kills
+    cluster = SimpleNamespace(core=_Pods())
+    load = Load(cluster, "ns1", "d", "m")  # its records and engine IPs as the workers and the sampler leave them
+    load.records, load.engine_ips = [_failure(body), {"status": 200}], engine_ips
+    gone, other = _harness_kills(load, cluster, "ns1")
     assert (len(gone), len(other)) == ((1, 0) if harness else (0, 1))
