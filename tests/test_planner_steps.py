@@ -66,7 +66,7 @@ def steps_to_learned(obs, state=PlannerState(), cfg=CFG):
     demand = workload_demand(obs)
     budgets = split_slo(demand, SLO, PROFILE, obs.prefill is not None)
     judged = judge(obs, PROFILE, SLO, budgets, T, cfg)
-    return demand, budgets, judged, learn(obs, judged, demand, budgets, PROFILE, state, cfg)
+    return demand, budgets, judged, learn(obs, judged, demand, budgets, PROFILE, state, cfg, T)
 
 
 OK = RoleJudgement("prefill", "ok", "", breached=False)
@@ -222,6 +222,31 @@ def test_a_breach_sizes_at_the_window_s_hit_level_when_it_is_lower_and_remembers
     off = replace(CFG, breach_hit_level=False)
     _, _, _, was = steps_to_learned(observe(10, prefill=3, pw=hurt), PlannerState(prefill=RoleState(hit_level=0.8)), off)
     assert was.sized.hit_rate == pytest.approx(0.74)
+
+
+def test_after_a_scale_down_a_breach_sizes_at_the_window_s_hit_level_only_in_a_wave_of_new_sessions():
+    hurt = {"ttft_s": SLO.ttft_s * 2}
+    shed = RoleState(hit_level=0.8, share_level=0.1, last_action="scale_down", last_scale_time=T - 120)
+
+    def learned_at(new_per_s, rs=shed, cfg=CFG):
+        obs = replace(observe(10, prefill=3, pw=hurt),
+                      router=RouterFigures(start=T - 60, end=T, arrival_rate=10.0, new_session_rate=new_per_s))
+        return steps_to_learned(obs, PlannerState(prefill=rs), cfg)[3]
+
+    moved = learned_at(1.0)  # the usual share of new sessions: the misses are the sessions the scale-down moved
+    assert moved.sized.hit_rate == pytest.approx(0.74) and moved.state.prefill.share_level == pytest.approx(0.1)
+    wave = learned_at(2.0)  # a fifth of arrivals are new sessions where a tenth were: a wave
+    assert wave.sized.hit_rate == 0.5
+    assert wave.state.prefill.share_level == pytest.approx(0.8 * 0.1 + 0.2 * 0.2)  # it learns with the hit level
+    # a wave is a share above its level × (1 + proven_share_slack) + 0.01: 0.135 here
+    assert learned_at(1.4).sized.hit_rate == 0.5 and learned_at(1.3).sized.hit_rate == pytest.approx(0.74)
+    # no scale-down within down_breach_window_s, a scale-up, no level learned yet, the gate off: the window's own
+    assert learned_at(1.0, replace(shed, last_scale_time=T - CFG.down_breach_window_s)).sized.hit_rate == 0.5
+    assert learned_at(1.0, replace(shed, last_action="scale_up")).sized.hit_rate == 0.5
+    assert learned_at(1.0, replace(shed, share_level=None)).sized.hit_rate == 0.5
+    assert learned_at(1.0, cfg=replace(CFG, breach_share_gate=False)).sized.hit_rate == 0.5
+    unknown = steps_to_learned(observe(10, prefill=3, pw=hurt), PlannerState(prefill=shed))[3]
+    assert unknown.sized.hit_rate == 0.5 and unknown.state.prefill.share_level == 0.1  # no proxy: no gate, no learning
 
 
 def test_aggregated_learning_puts_the_prefill_correction_in_prefill_state_and_the_hit_level_in_decode_s():

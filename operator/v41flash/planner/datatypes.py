@@ -146,6 +146,9 @@ class PlannerConfig:
     # is lower than the smoothed one: a wave of new sessions misses the cache for as long as it lasts, and the tail fit
     # was learned on this window's own work (docs/2026-12-01-autoscale-suite.md, thirteenth pass)
     breach_hit_level: bool = True
+    # ... except within down_breach_window_s of the role's scale-down when the window's share of new sessions is
+    # no wave (steps.learn): the misses are the moved sessions' one-turn re-prefills. Off: in any breach
+    breach_share_gate: bool = True
     # a scale-down followed by a breach within this long teaches a larger scale-down margin: the ratio of the
     # replicas before it to the need the model saw (re-prefill storms the queueing model does not see)
     learn_down_margin: bool = True
@@ -191,6 +194,7 @@ class RoleState:
     rate_time: float | None = None  # time of the last rate update
     last_waiting: float | None = None  # queued requests at the last update (queue growth → arrivals)
     hit_level: float | None = None  # smoothed prefix-cache hit rate of the role that computes prompts
+    share_level: float | None = None  # smoothed share of new sessions among arrivals (same role, same smoothing)
     demand_history: tuple[tuple[float, float, int], ...] = ()  # (bucket start, mean req/s, samples)
     up_recommendations: tuple[tuple[float, int], ...] = ()  # (time, replicas) within scale-up stabilization
     last_down_from: int | None = None  # replicas before the last scale-down

@@ -25,7 +25,7 @@ from dataclasses import replace
 from v41flash.planner.datatypes import Bounds, Decision, Observation, PlannerConfig, PlannerState, RoleDecision, Slo
 from v41flash.planner.profile import CapacityProfile
 from v41flash.planner.steps import (
-    Claim, act, clamp, cold_start_of, forecast, judge, learn, predict, remember, size, split_slo,
+    Claim, act, clamp, cold_start_of, forecast, judge, learn, new_session_share, predict, remember, size, split_slo,
     workload_demand,
 )
 from v41flash.roles import ROLES, Role
@@ -46,12 +46,10 @@ def plan(
     demand = workload_demand(observed)
     budgets = split_slo(demand, slo, profile, disagg)
     judged = judge(observed, profile, slo, budgets, now, config)
-    learned = learn(observed, judged, demand, budgets, profile, state, config)
+    learned = learn(observed, judged, demand, budgets, profile, state, config, now)
 
-    router = observed.router
-    arrivals = router.arrival_rate if router is not None else None
-    new_share = (router.new_session_rate / arrivals if router is not None and arrivals
-                 and router.new_session_rate is not None else None)
+    arrivals = observed.router.arrival_rate if observed.router is not None else None
+    new_share = new_session_share(observed)
     new_state, claims, rates = learned.state, [], {}
     for role in roles:
         obs, role_bounds, role_profile = getattr(observed, role), getattr(bounds, role), getattr(profile, role)

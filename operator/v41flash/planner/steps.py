@@ -258,8 +258,16 @@ def _smooth_correction(old: float, sample: float, cfg: PlannerConfig) -> float:
     return min(cfg.correction_max, max(cfg.correction_min, k))
 
 
+def new_session_share(observed: Observation) -> float | None:
+    """The window's share of new sessions among arriving requests (the session proxy's counts; None: unknown)."""
+    router = observed.router
+    if router is None or not router.arrival_rate or router.new_session_rate is None:
+        return None
+    return router.new_session_rate / router.arrival_rate
+
+
 def learn(observed: Observation, judgement: Judgement, demand: Demand, budgets: Budgets, profile: CapacityProfile,
-          state: PlannerState, config: PlannerConfig) -> Learned:
+          state: PlannerState, config: PlannerConfig, now: float) -> Learned:
     """Move each role's correction towards observed / predicted latency on trustworthy windows (bounded,
     smoothed in log space), measure prefill's service time, smooth the cache-hit level."""
     cfg = config
@@ -348,8 +356,19 @@ def learn(observed: Observation, judgement: Judgement, demand: Demand, budgets: 
         w = cfg.hit_smoothing
         hit_level = demand.hit_rate if hit_level is None else w * demand.hit_rate + (1 - w) * hit_level
         new_state = new_state.with_role(front_role, replace(frs, hit_level=hit_level))
+    # ... unless the role shed replicas within down_breach_window_s and the window's share of new sessions is no
+    # wave (not above its own smoothed share by proven_share_slack + 0.01): then the misses are the sessions the
+    # scale-down moved, which re-prefill for about one turn, not a wave that misses for as long as it lasts
+    share, share_level = new_session_share(observed), frs.share_level
+    if learn_ok(front_obs, front_status) and share is not None:
+        w = cfg.hit_smoothing
+        new_state = new_state.with_role(front_role, replace(
+            new_state.role(front_role), share_level=share if share_level is None else w * share + (1 - w) * share_level))
+    wave = share is None or share_level is None or share > share_level * (1 + cfg.proven_share_slack) + 0.01
+    shed = (frs.last_action == "scale_down" and frs.last_scale_time is not None
+            and now - frs.last_scale_time < cfg.down_breach_window_s)
     if (cfg.breach_hit_level and hit_level is not None and judgement.role(front_role).breached
-            and fw.prefix_cache_hit_rate is not None):
+            and fw.prefix_cache_hit_rate is not None and (wave or not shed or not cfg.breach_share_gate)):
         hit_level = min(hit_level, demand.hit_rate)
     sized = demand if hit_level is None else replace(demand, hit_rate=min(0.999, max(0.0, hit_level)))
     return Learned(state=new_state, prefill_correction=kp, decode_correction=decode_state.correction, sized=sized)
