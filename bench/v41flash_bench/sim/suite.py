@@ -29,7 +29,8 @@ first run at 0e39757, are held out; 225–248 joined them before their first run
 are too few for a per-family claim); 301–348 joined them before their first run (a second set of eight a family at
 the same planner: how far the held-out figures move between draws); 401–456 (eight a family, the trace family
 included) joined them with the trace family, before their first run; 501–556 (the same) joined them before their
-first run, after one of 401–456's traces (451) had been read to find the thirteenth pass's change.
+first run, after one of 401–456's traces (451) had been read to find the thirteenth pass's change; 601–656 (the
+same) joined them before their first run, after 201–248's 234 had been read to find the fourteenth pass's change.
 """
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ TRACE_FAMILY_FROM = 401  # seeds below it draw from FAMILIES[:6], as before the 
 GPU_PRODUCTS = ("H200", "B200", "B300", "GB300")
 SERVING_PROFILES = ("low-latency", "high-throughput")
 TUNING_SEEDS = (*range(1, 49), *range(101, 125))
-HELD_OUT_SEEDS = (*range(201, 249), *range(301, 349), *range(401, 457), *range(501, 557))
+HELD_OUT_SEEDS = (*range(201, 249), *range(301, 349), *range(401, 457), *range(501, 557), *range(601, 657))
 MAX_SIM_PERIOD_S = 1800.0
 BURST_PEAK_FACTOR = 0.6
 ORACLE_FACTORS = (1.3, 1.7)
