@@ -139,6 +139,26 @@ def test_summary_distribution_and_targets():
     assert t["of_which_the_ceiling_misses_too"] == ["s1"]  # s2's 99.5 % is within a point
 
 
+def test_suite_plots_without_an_oracle_in_the_run(tmp_path):
+    rows = [{"family": "steady", "scenario": f"s{i}",
+             "policies": {"ours": {"window_attainment": 1.0, "gpu_hours": 10.0 + i}}} for i in range(3)]
+    suite.write_suite_plots(tmp_path, rows, ("ours",))  # no ratio to the oracle to put on a log axis
+    assert (tmp_path / "suite.png").stat().st_size > 0
+
+
+def test_cli_suite_names_a_bad_planner_set_and_nothing_else_as_one(tmp_path, capsys, monkeypatch):
+    assert main(["bench", "autoscale", "--suite", "x", "--seeds", "1", "--out", str(tmp_path),
+                 "--planner-set", "no_such_field=1"]) == 2
+    assert "--planner-set" in capsys.readouterr().err
+
+    def broken(*args, **kwargs):
+        raise ValueError("something inside the run")
+
+    monkeypatch.setattr(suite, "run_suite", broken)
+    with pytest.raises(ValueError, match="inside the run"):  # a fault of the run, not of the user's --planner-set
+        main(["bench", "autoscale", "--suite", "x", "--seeds", "1", "--out", str(tmp_path), "--policies", "ours"])
+
+
 def test_cli_refuses_suite_without_seeds_and_both_modes(tmp_path, capsys):
     assert main(["bench", "autoscale", "--suite", "x", "--out", str(tmp_path)]) == 2
     assert main(["bench", "autoscale", "--suite", "x", "--scenario", "a.yaml", "--seeds", "1", "--out", str(tmp_path)]) == 2

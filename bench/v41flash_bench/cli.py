@@ -87,12 +87,13 @@ def _autoscale(args: argparse.Namespace) -> int:
     if (args.scenario is None) == (args.suite is None):
         print("error: give exactly one of --scenario FILE or --suite NAME --seeds A-B", file=sys.stderr)
         return 2
+    try:
+        overrides = planner_overrides(args.planner_set or [])
+    except ValueError as exc:
+        print(f"error: --planner-set: {exc}", file=sys.stderr)
+        return 2
     if args.suite is not None:
-        try:
-            return _suite(args, policies, planner_overrides(args.planner_set or []))
-        except ValueError as exc:
-            print(f"error: --planner-set: {exc}", file=sys.stderr)
-            return 2
+        return _suite(args, policies, overrides)
     if args.seeds is not None:
         print("error: --seeds belongs to --suite (use --seed with --scenario)", file=sys.stderr)
         return 2
@@ -105,11 +106,6 @@ def _autoscale(args: argparse.Namespace) -> int:
         sc = sc.model_copy(update={"seed": args.seed})
     if args.router is not None or args.router_session_ttl is not None:
         sc = with_router(sc, args.router, args.router_session_ttl)
-    try:
-        overrides = planner_overrides(args.planner_set or [])
-    except ValueError as exc:
-        print(f"error: --planner-set: {exc}", file=sys.stderr)
-        return 2
     out = Path(args.out)
     started = time.perf_counter()
 

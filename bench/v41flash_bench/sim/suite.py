@@ -380,7 +380,10 @@ def write_suite_plots(out_dir: Path, rows: list[dict], policies: tuple[str, ...]
         ax.set_xticklabels(fams, rotation=20)
         ax.set_title(title)
         ax.grid(alpha=0.3)
-    axes[1].set_yscale("log")
+    if any(np.isfinite(c.get_offsets()[:, 1]).any() for c in axes[1].collections):
+        axes[1].set_yscale("log")
+    else:  # no oracle in the run: nothing to divide by
+        axes[1].text(0.5, 0.5, "no oracle in this run", ha="center", va="center", transform=axes[1].transAxes)
     axes[0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out_dir / "suite.png", dpi=90)
