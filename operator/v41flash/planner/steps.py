@@ -258,6 +258,23 @@ def _smooth_correction(old: float, sample: float, cfg: PlannerConfig) -> float:
     return min(cfg.correction_max, max(cfg.correction_min, k))
 
 
+def _ewma(level: float | None, sample: float, weight: float) -> float:
+    """The smoothed level after one more sample (the first sample is the level)."""
+    return sample if level is None else weight * sample + (1 - weight) * level
+
+
+def _a_wave(share: float, level: float, cfg: PlannerConfig) -> bool:
+    """A share of new sessions well above ``level`` (by ``proven_share_slack`` + 0.01): whole prompts, dearer work
+    than the cache-hit level of the windows at ``level`` says."""
+    return share > level * (1 + cfg.proven_share_slack) + 0.01
+
+
+def _after_scale_down(rs: RoleState, now: float, cfg: PlannerConfig) -> bool:
+    """The role shed replicas within ``down_breach_window_s``: its moved sessions may still be re-prefilling."""
+    return (rs.last_action == "scale_down" and rs.last_scale_time is not None
+            and now - rs.last_scale_time < cfg.down_breach_window_s)
+
+
 def new_session_share(observed: Observation) -> float | None:
     """The window's share of new sessions among arriving requests (the session proxy's counts; None: unknown)."""
     router = observed.router
@@ -351,24 +368,19 @@ def learn(observed: Observation, judgement: Judgement, demand: Demand, budgets: 
     # already wait (the role judged in breach): then the window's own level if lower, the work the tail fit saw.
     front_role: Role = "prefill" if disagg else "decode"
     frs = new_state.role(front_role)
-    hit_level = frs.hit_level
-    if learn_ok(front_obs, front_status) and fw.prefix_cache_hit_rate is not None:
-        w = cfg.hit_smoothing
-        hit_level = demand.hit_rate if hit_level is None else w * demand.hit_rate + (1 - w) * hit_level
-        new_state = new_state.with_role(front_role, replace(frs, hit_level=hit_level))
+    hit_level, share, share_level = frs.hit_level, new_session_share(observed), frs.share_level
+    if learn_ok(front_obs, front_status):
+        if fw.prefix_cache_hit_rate is not None:
+            hit_level = _ewma(hit_level, demand.hit_rate, cfg.hit_smoothing)
+        learned_share = share_level if share is None else _ewma(share_level, share, cfg.hit_smoothing)
+        new_state = new_state.with_role(front_role, replace(frs, hit_level=hit_level, share_level=learned_share))
     # ... unless the role shed replicas within down_breach_window_s and the window's share of new sessions is no
-    # wave (not above its own smoothed share by proven_share_slack + 0.01): then the misses are the sessions the
-    # scale-down moved, which re-prefill for about one turn, not a wave that misses for as long as it lasts
-    share, share_level = new_session_share(observed), frs.share_level
-    if learn_ok(front_obs, front_status) and share is not None:
-        w = cfg.hit_smoothing
-        new_state = new_state.with_role(front_role, replace(
-            new_state.role(front_role), share_level=share if share_level is None else w * share + (1 - w) * share_level))
-    wave = share is None or share_level is None or share > share_level * (1 + cfg.proven_share_slack) + 0.01
-    shed = (frs.last_action == "scale_down" and frs.last_scale_time is not None
-            and now - frs.last_scale_time < cfg.down_breach_window_s)
+    # wave (_a_wave, against the share level before this window): then the misses are the sessions the scale-down
+    # moved, which re-prefill for about one turn, not a wave that misses for as long as it lasts
+    wave = share is None or share_level is None or _a_wave(share, share_level, cfg)
     if (cfg.breach_hit_level and hit_level is not None and judgement.role(front_role).breached
-            and fw.prefix_cache_hit_rate is not None and (wave or not shed or not cfg.breach_share_gate)):
+            and fw.prefix_cache_hit_rate is not None
+            and (wave or not cfg.breach_share_gate or not _after_scale_down(frs, now, cfg))):
         hit_level = min(hit_level, demand.hit_rate)
     sized = demand if hit_level is None else replace(demand, hit_rate=min(0.999, max(0.0, hit_level)))
     return Learned(state=new_state, prefill_correction=kp, decode_correction=decode_state.correction, sized=sized)
@@ -671,10 +683,8 @@ def proven_cap(observed: RoleObservation, judged: RoleJudgement, demand_rate: fl
         return state, None
     per_request = profile.prefill.request_seconds(learned.sized.new_tokens, learned.sized.cached_tokens)
     proven = tuple(x for x in state.proven if x[0] > now - cfg.proven_history_s)
-    after_down = (state.last_action == "scale_down" and state.last_scale_time is not None
-                  and now - state.last_scale_time < cfg.down_breach_window_s)
     steady = (judged.data == "ok" and w is not None and not observed.rolling_out and rep.ready > 0
-              and not after_down and w.requests >= cfg.min_requests_for_feedback
+              and not _after_scale_down(state, now, cfg) and w.requests >= cfg.min_requests_for_feedback
               and w.request_rate > 0 and per_request > 0)
     if steady:
         ratio = rep.ready / (w.request_rate * per_request)
@@ -684,7 +694,7 @@ def proven_cap(observed: RoleObservation, judged: RoleJudgement, demand_rate: fl
             proven = proven + ((now, ratio, new_share),)
     state = replace(state, proven=proven)
     valid = [x[1] for x in proven if cfg.proven_share_slack <= 0 or new_share is None
-             or (x[2] is not None and new_share <= x[2] * (1 + cfg.proven_share_slack) + 0.01)]
+             or (x[2] is not None and not _a_wave(new_share, x[2], cfg))]
     if len(valid) < cfg.proven_min_windows or demand_rate <= 0:
         return state, None
     ratio = sorted(valid)[cfg.proven_min_windows - 1]
