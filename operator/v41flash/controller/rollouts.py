@@ -62,7 +62,7 @@ def active(status: Mapping[str, Any]) -> bool:
 
 
 def pod_dicts(pods: Sequence[Any]) -> list[dict[str, Any]]:
-    """kubernetes-client V1Pods as API dicts (camelCase), what render/slots.slot_observation reads."""
+    """kubernetes-client V1Pods as API dicts (camelCase), what rollout/slots.slot_observation reads."""
     return [p if isinstance(p, dict) else _SANITIZE.sanitize_for_serialization(p) for p in pods]
 
 
