@@ -1,5 +1,5 @@
 """The data flows one way: the renderer never needs the planner; the planner needs neither the API nor
-the Kubernetes client (it shares facts with them through roles.py, defaults.py and vllm/gpus.py)."""
+the Kubernetes client (it shares facts with them through roles.py, defaults.py and gpus.py)."""
 from __future__ import annotations
 
 import subprocess
