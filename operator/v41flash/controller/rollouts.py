@@ -26,6 +26,7 @@ from ..metrics import parse as m
 from ..metrics.scrape import router_target, scrape, vllm_target
 from ..metrics.window import SnapshotHistory, compute_router_window
 from ..render import labels as L
+from ..render.resolve import resolve
 from ..roles import ROLES
 from ..rollout import machine as M
 
@@ -263,7 +264,6 @@ def planner_budget(spec: Any, status: Mapping[str, Any]) -> int | None:
     the rollout started) - what the candidate holds (status.rollout.candidateReplicas; one replica per
     role plus the in-place hand-over in a status from before) + what InPlace handed over (the planner's count
     includes the replicas the serving slot gave the candidate), so both slots together stay within it."""
-    from ..render.resolve import resolve
     budget = spec.autoscaling.gpu_budget
     if not budget or not candidate_exists(status):
         return budget or None
