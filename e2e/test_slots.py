@@ -1,4 +1,4 @@
-"""Two serving revisions side by side on the real control plane, applied straight from render/slots.py (no
+"""Two serving revisions side by side on the real control plane, applied straight from rollout/slots.py (no
 operator): the front's session proxy splits new sessions between the slots' routers by the routing table,
 every session stays on one revision, and each request's prefill and decode ran on engines of that revision
 (the simulators' own request counters per revision match the front's per-revision counts exactly: a
@@ -20,7 +20,7 @@ from v41flash.api.v1alpha1 import V41FlashDeployment
 from v41flash.proxy.session_proxy import ROUTES_RELOAD_S
 from v41flash.render.revision import revision_of
 from v41flash.render import render
-from v41flash.render.slots import SlotSpec, render_slots
+from v41flash.rollout.slots import SlotSpec, render_slots
 
 pytestmark = pytest.mark.e2e
 

@@ -1,15 +1,24 @@
-"""An in-memory apiserver for the methods reconcile() uses of controller/kube.py's Kube.
+"""The one fake of controller/kube.py's Kube: an in-memory apiserver implementing controller.kube.KubeAPI, what
+reconcile, the autoscaler and the pass scheduler use of Kube (tests/test_fake_kube.py holds both to its names and
+signatures).
 
 It keeps what a real one keeps and refuses what a real one refuses: server-side apply stores the object
 and bumps resourceVersion (and generation, on a spec change) only when something changed; children are
 listed by the instance and managed-by labels AND the owner's uid; the CR's status is replaced under an
 optimistic lock on resourceVersion; a kind the cluster does not serve cannot be applied. Every call is
-recorded, and every write that changed something is recorded in ``writes``.
+recorded in ``calls``, and every write that changed something in ``writes``.
+
+What a test sets up: CRs (add_cr, update_spec), objects someone else made (put), the pods the workloads run
+(``pods``, or settle()), node health (``nodes``), discovery that lags the apiserver (``discovered``), and faults:
+``fail`` raises once per (method, what), ``refuse`` on every apply or create of a kind.
 """
 from __future__ import annotations
 
 import copy
 import itertools
+import json
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from kubernetes import client
@@ -23,32 +32,62 @@ from v41flash.render.resolve import DEPLOYMENT, LEADER_WORKER_SET
 
 LWS = (LWS_API_VERSION, LEADER_WORKER_SET)
 SERVER_FIELDS = ("uid", "resourceVersion", "generation", "creationTimestamp")
+# What FakeKube has beyond KubeAPI: the test's side of the apiserver (tests/test_fake_kube.py keeps this list).
+TEST_SIDE = ("add_cr", "cr", "update_spec", "put", "get", "names", "children", "settle")
 
 
 def api_error(status: int, reason: str, message: str = "") -> ApiException:
     exc = ApiException(status=status, reason=reason)
-    exc.body = f'{{"kind": "Status", "message": "{message}"}}' if message else None
+    exc.body = json.dumps({"kind": "Status", "message": message}) if message else None
     return exc
 
 
+class _CoreV1:
+    """The part of kubernetes' CoreV1Api the controller calls through Kube.core: reading a ConfigMap."""
+
+    def __init__(self, kube: FakeKube):
+        self._kube = kube
+
+    def read_namespaced_config_map(self, name: str, namespace: str, **_: Any) -> client.V1ConfigMap:
+        self._kube.calls.append(("read_namespaced_config_map", name))
+        obj = self._kube.objects.get(("v1", "ConfigMap", namespace, name))
+        if obj is None:
+            raise api_error(404, "Not Found", f'configmaps "{name}" not found')
+        return client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name, namespace=namespace),
+                                  data=copy.deepcopy(obj.get("data")))
+
+
 class FakeKube:
-    def __init__(self, kinds=CHILD_KINDS):
+    def __init__(self, kinds: Iterable[tuple[str, str]] = CHILD_KINDS, *,
+                 discovered: Iterable[tuple[str, str]] | None = None, pods: Iterable[Any] = (),
+                 refuse: dict[str, Exception] | None = None):
         self.kinds = set(kinds) | {CONTROLLER_REVISION}  # what this cluster serves
+        # what discovery says is served (has_kind); None: what is. A CRD removed meanwhile is still discovered.
+        self.discovered = None if discovered is None else set(discovered) | {CONTROLLER_REVISION}
         self.objects: dict[tuple[str, str, str, str], dict[str, Any]] = {}  # (apiVersion, kind, ns, name)
         self.crs: dict[tuple[str, str], dict[str, Any]] = {}
-        self.pods: dict[tuple[str, str], client.V1Pod] = {}  # (ns, name): what the workloads run
-        self.calls: list[tuple[str, str]] = []  # (method, what) for every call reconcile made
+        self.pods: list[Any] = list(pods)  # what the workloads run: V1Pods (or alike), each with its namespace
+        self.nodes: dict[str, bool] = {}  # node name -> Ready; a node not here cannot be told
+        self.calls: list[tuple[str, Any]] = []  # (method, what) for every call the controller made
         self.writes: list[tuple[str, str]] = []  # (verb, Kind/name) for every call that changed state
-        self.fail: dict[tuple[str, str], Exception] = {}  # (method, Kind/name or CR name) → raised once
+        self.events: list[tuple[str, str, str]] = []  # (type, reason, message) of every Event posted
+        self.annotated: list[tuple[str, dict[str, str | None]]] = []  # (pod, annotations) patched
+        self.fail: dict[tuple[str, str], Exception] = {}  # (method, Kind/name, CR or pod name) → raised once
+        self.refuse: dict[str, Exception] = dict(refuse or {})  # kind → raised by every apply or create of it
+        self.core = _CoreV1(self)
+        self.fence: Any = None  # Kube's: handlers set it; nothing here reads it
         self._rv = itertools.count(100)
         self._uid = itertools.count(1)
 
-    # ---------------------------------------------------------------- the test's side (not reconcile's)
+    # ---------------------------------------------------------------- the test's side (not the controller's)
     def add_cr(self, doc: dict[str, Any], namespace: str = "ns") -> dict[str, Any]:
+        """A CR as the apiserver stores it; a uid, generation or resourceVersion the doc has already is kept."""
         body = copy.deepcopy(doc)
         meta = body.setdefault("metadata", {})
-        meta.update(namespace=namespace, uid=f"cr-uid-{next(self._uid)}", generation=1,
-                    resourceVersion=str(next(self._rv)))
+        meta["namespace"] = namespace
+        meta.setdefault("uid", f"cr-uid-{next(self._uid)}")
+        meta.setdefault("generation", 1)
+        meta.setdefault("resourceVersion", str(next(self._rv)))
         self.crs[(namespace, meta["name"])] = body
         return self.cr(meta["name"], namespace)
 
@@ -76,6 +115,11 @@ class FakeKube:
     def names(self, namespace: str = "ns") -> set[str]:
         return {f"{k}/{n}" for (_, k, ns, n) in self.objects if ns == namespace}
 
+    def children(self, namespace: str = "ns") -> dict[ChildRef, dict[str, Any]]:
+        """The objects of the kinds a deployment's children are (what pruning can see), by reference."""
+        return {ChildRef(av, k, n): o for (av, k, ns, n), o in self.objects.items()
+                if ns == namespace and (av, k) in CHILD_KINDS}
+
     def settle(self, namespace: str = "ns", ready: bool = True) -> None:
         """The workload controllers catch up: every Deployment/LWS reports its replicas (Ready or not), and
         its pods (the serving ones: Deployment pods, LWS leaders) are exactly its replicas of its template."""
@@ -85,13 +129,13 @@ class FakeKube:
             n = obj["spec"].get("replicas", 1)
             template = (obj["spec"]["template"] if kind == DEPLOYMENT
                         else obj["spec"]["leaderWorkerTemplate"]["leaderTemplate"])
-            for key in [k for k in self.pods if k[0] == ns and k[1].startswith(f"{name}-pod-")]:
-                del self.pods[key]
+            self.pods = [p for p in self.pods if not (p.metadata.namespace == ns
+                                                      and p.metadata.name.startswith(f"{name}-pod-"))]
             for i in range(n):
                 meta = client.V1ObjectMeta(name=f"{name}-pod-{i}", namespace=ns,
                                            labels=dict(template["metadata"]["labels"]))
-                self.pods[(ns, meta.name)] = client.V1Pod(metadata=meta, status=client.V1PodStatus(
-                    conditions=[client.V1PodCondition(type="Ready", status="True" if ready else "False")]))
+                self.pods.append(client.V1Pod(metadata=meta, status=client.V1PodStatus(
+                    conditions=[client.V1PodCondition(type="Ready", status="True" if ready else "False")])))
             obj["status"] = {"replicas": n, "updatedReplicas": n, "readyReplicas": n if ready else 0,
                              "observedGeneration": obj["metadata"]["generation"]}
             obj["metadata"]["resourceVersion"] = str(next(self._rv))
@@ -101,10 +145,20 @@ class FakeKube:
         if exc is not None:
             raise exc
 
-    # ---------------------------------------------------------------- what reconcile() calls
+    def _refused(self, obj: dict[str, Any]) -> None:
+        exc = self.refuse.get(obj["kind"])
+        if exc is not None:
+            raise exc
+
+    # ---------------------------------------------------------------- KubeAPI: what the controller calls
+    @contextmanager
+    def urgent(self, on: bool = True) -> Iterator[None]:
+        self.calls.append(("urgent", on))
+        yield
+
     def has_kind(self, api_version: str, kind: str) -> bool:
         self.calls.append(("has_kind", kind))
-        return (api_version, kind) in self.kinds
+        return (api_version, kind) in (self.kinds if self.discovered is None else self.discovered)
 
     def list_children(self, namespace: str, instance: str, owner_uid: str) -> list[dict[str, Any]]:
         self.calls.append(("list_children", instance))
@@ -130,6 +184,7 @@ class FakeKube:
         what = f"{obj['kind']}/{obj['metadata']['name']}"
         self.calls.append(("create", what))
         self._failure("create", what)
+        self._refused(obj)
         key = (obj["apiVersion"], obj["kind"], namespace, obj["metadata"]["name"])
         if key in self.objects:
             return None
@@ -142,8 +197,18 @@ class FakeKube:
     def list_pods(self, namespace: str, selector: str) -> list[client.V1Pod]:
         self.calls.append(("list_pods", selector))
         want = dict(term.split("=", 1) for term in selector.split(",") if term)
-        return [copy.deepcopy(p) for (ns, _), p in sorted(self.pods.items())
-                if ns == namespace and want.items() <= (p.metadata.labels or {}).items()]
+        return [copy.deepcopy(p) for p in self.pods
+                if p.metadata.namespace == namespace and want.items() <= (p.metadata.labels or {}).items()]
+
+    def node_ready(self, name: str) -> bool | None:
+        self.calls.append(("node_ready", name))
+        return self.nodes.get(name)
+
+    def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
+        self.calls.append(("patch_pod_annotations", name))
+        self._failure("patch_pod_annotations", name)
+        self.annotated.append((name, annotations))
+        self.writes.append(("annotate", f"Pod/{name}"))
 
     def apply(self, obj: dict[str, Any], namespace: str) -> dict[str, Any]:
         what = f"{obj['kind']}/{obj['metadata']['name']}"
@@ -151,6 +216,7 @@ class FakeKube:
         if (obj["apiVersion"], obj["kind"]) not in self.kinds:
             raise KindNotInstalled(f"{obj['kind']}.{obj['apiVersion']} is not served by this cluster")
         self._failure("apply", what)
+        self._refused(obj)
         key = (obj["apiVersion"], obj["kind"], namespace, obj["metadata"]["name"])
         mine = copy.deepcopy(obj)
         mine["metadata"]["namespace"] = namespace
@@ -220,3 +286,7 @@ class FakeKube:
         body["metadata"]["resourceVersion"] = str(next(self._rv))
         self.writes.append(("status", f"{api.KIND}/{name}"))
         return copy.deepcopy(body)
+
+    def post_event_soon(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        self.calls.append(("post_event_soon", reason))
+        self.events.append((type_, reason, message))

@@ -1,8 +1,10 @@
 from pathlib import Path
 
+import cel
 import pytest
 import yaml
 
+from v41flash import gpus
 from v41flash.api import v1alpha1 as api
 from v41flash.api.crd import crd, crd_yaml
 from v41flash.api.validation import validate
@@ -107,9 +109,6 @@ def test_examples_are_valid(path):
 
 def test_per_gpu_product_cel_gives_each_products_value():
     """The CEL defaults are generated from the GPU table: evaluated per product, they are its values."""
-    import cel
-
-    from v41flash.vllm import gpus
     for value in (lambda p: p.gpus_per_node, lambda p: p.low_latency_tp, gpus.smallest_fitting_dp):
         rule = api.per_gpu_product(value)
         for name, product in gpus.GPU_PRODUCTS.items():

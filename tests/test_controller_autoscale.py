@@ -1,6 +1,6 @@
 """The planner's edge in the controller: real scrapes of loopback /metrics servers, windows cut from the
 history, the pure planner called at its cadence, and its outcome turned into status fields and Events.
-The apiserver is replaced by a fake that only lists pods (the e2e suite covers the real one)."""
+The apiserver is the tests' FakeKube, holding pods (the e2e suite covers the real one)."""
 from __future__ import annotations
 
 import random
@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from fake_kube import FakeKube
 from prereq import unavailable
 from v41flash.api import v1alpha1 as api
 from v41flash.render import labels as L
@@ -77,7 +78,8 @@ def servers():
 
 def pod(name: str, role: str, ready: bool = True) -> SimpleNamespace:
     return SimpleNamespace(
-        metadata=SimpleNamespace(name=name, labels={"v41flash.io/deployment": "x", "v41flash.io/role": role,
+        metadata=SimpleNamespace(name=name, namespace="ns",
+                                 labels={"v41flash.io/deployment": "x", "v41flash.io/role": role,
                                                     **({} if role == "router" else {"v41flash.io/serving": "true"})},
                                  deletion_timestamp=None,
                                  annotations={}, creation_timestamp=datetime.now(timezone.utc),
@@ -86,25 +88,14 @@ def pod(name: str, role: str, ready: bool = True) -> SimpleNamespace:
         status=SimpleNamespace(pod_ip=IPS[role], conditions=[SimpleNamespace(type="Ready", status=str(ready))]))
 
 
-class FakeKube:
-    def __init__(self):
-        self.pods = [pod("p-0", "prefill"), pod("d-0", "decode")]
-        self.annotated: list[tuple[str, dict]] = []
+def cluster() -> FakeKube:
+    """The apiserver of deployment x: one prefill and one decode pod."""
+    return FakeKube(pods=[pod("p-0", "prefill"), pod("d-0", "decode")])
 
-    def list_pods(self, namespace, selector):
-        want = dict(term.split("=", 1) for term in selector.split(","))
-        assert want.get("v41flash.io/deployment") == "x", selector
-        return [p for p in self.pods if all(p.metadata.labels.get(k) == v for k, v in want.items())]
 
-    def patch_pod_annotations(self, namespace, name, annotations):
-        self.annotated.append((name, annotations))
-
-    nodes: dict = {}  # node name → Ready (absent: cannot be told)
-    node_reads: list = []
-
-    def node_ready(self, name):
-        self.node_reads.append(name)
-        return self.nodes.get(name)
+def listed(kube: FakeKube) -> list[str]:
+    """The selectors the autoscaler listed pods with."""
+    return [selector for method, selector in kube.calls if method == "list_pods"]
 
 
 SPEC = api.V41FlashDeploymentSpec.model_validate({
@@ -124,7 +115,7 @@ def seed_history(scaler: Autoscaler, text_by_role: dict[str, str], t: float) -> 
 
 
 def test_first_pass_without_a_window_holds_and_says_why(servers):
-    scaler = Autoscaler(FakeKube())
+    scaler = Autoscaler(cluster())
     out = scaler.step(BODY, SPEC)
     assert out is not None and out.desired == {"prefill": 1, "decode": 1}
     last = out.status["lastDecision"]
@@ -133,8 +124,14 @@ def test_first_pass_without_a_window_holds_and_says_why(servers):
     assert out.status["plannerState"]
 
 
+def test_pods_are_listed_by_their_deployment_s_label(servers):
+    kube = cluster()
+    Autoscaler(kube).step(BODY, SPEC)
+    assert listed(kube) and all("v41flash.io/deployment=x" in selector.split(",") for selector in listed(kube))
+
+
 def test_ttft_breach_scales_prefill_and_reports_observed_figures(servers):
-    scaler = Autoscaler(FakeKube())
+    scaler = Autoscaler(cluster())
     now = time.time()
     seed_history(scaler, {"prefill": busy_page(100, 0.05), "decode": busy_page(100, 0.05)}, now - 60)
     # the next minute: 900 requests at a 4.5 s TTFT (p90 far above the 0.5 s target)
@@ -151,7 +148,7 @@ def test_ttft_breach_scales_prefill_and_reports_observed_figures(servers):
 
 
 def test_planner_runs_at_its_interval_not_every_pass(servers):
-    scaler = Autoscaler(FakeKube())
+    scaler = Autoscaler(cluster())
     body = {**BODY, "status": {**BODY["status"], "lastDecision": {
         "time": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}}}
     assert scaler.step(body, SPEC) is None  # scraped (history grows) but no decision yet
@@ -159,7 +156,7 @@ def test_planner_runs_at_its_interval_not_every_pass(servers):
 
 
 def test_missing_profile_holds_with_a_warning(servers):
-    scaler = Autoscaler(FakeKube())
+    scaler = Autoscaler(cluster())
     spec = SPEC.model_copy(update={"gpu": api.GPUSpec(product="MI355X")})
     out = scaler.step(BODY, spec)
     assert out.desired == {}
@@ -177,7 +174,7 @@ def test_observed_slo_status_prefers_router_latency():
 
 
 def test_a_repeated_hold_keeps_the_recorded_decision_and_state_is_compact(servers):
-    scaler = Autoscaler(FakeKube())
+    scaler = Autoscaler(cluster())
     first = scaler.step(BODY, SPEC)
     body = {**BODY, "status": {**BODY["status"], **first.status}}
     state = scaler.states["u1"]  # as if the interval had passed
@@ -218,7 +215,7 @@ def step_seeing_observation(scaler: Autoscaler, body: dict):
 
 
 def test_unschedulable_pods_are_not_starting_capacity_and_show_in_a_condition_and_event(servers):
-    kube = FakeKube()
+    kube = cluster()
     kube.pods += [unschedulable_pod("p-1", "prefill"), unschedulable_pod("p-2", "prefill")]
     scaler = Autoscaler(kube)
     body = {**BODY, "status": {**BODY["status"], "prefill": {"desiredReplicas": 3, "readyReplicas": 1, "replicas": 3}}}
@@ -237,7 +234,7 @@ def test_unschedulable_pods_are_not_starting_capacity_and_show_in_a_condition_an
 
 
 def test_advisory_mode_decides_and_reports_but_writes_no_replicas(servers):
-    scaler = Autoscaler(FakeKube())
+    scaler = Autoscaler(cluster())
     now = time.time()
     seed_history(scaler, {"prefill": busy_page(100, 0.05), "decode": busy_page(100, 0.05)}, now - 60)
     servers.text[IPS["prefill"]] = busy_page(1000, 4.5)
@@ -297,7 +294,7 @@ def test_router_pods_are_listed_and_scraped_with_their_session_proxy(servers, mo
     # router pods carry no v41flash.io/serving label: the engines' selector alone never lists them
     import v41flash.controller.autoscale as autoscale_mod
     from v41flash.metrics.scrape import proxy_target, router_target
-    kube = FakeKube()
+    kube = cluster()
     router = pod("d-0", "decode")
     router.metadata = SimpleNamespace(**{**vars(router.metadata), "name": "r-0",
                                          "labels": {"v41flash.io/deployment": "x", "v41flash.io/role": "router"},
@@ -322,8 +319,8 @@ def on_node(p: SimpleNamespace, node: str) -> SimpleNamespace:
 
 
 def test_pods_on_a_notready_node_are_neither_serving_nor_starting_and_show_in_a_condition(servers):
-    kube = FakeKube()
-    kube.nodes, kube.node_reads = {"gpu-1": True, "gpu-2": False}, []
+    kube = cluster()
+    kube.nodes = {"gpu-1": True, "gpu-2": False}
     kube.pods = [on_node(pod("p-0", "prefill"), "gpu-1"), on_node(pod("d-0", "decode", ready=False), "gpu-2"),
                  on_node(pod("d-1", "decode", ready=False), "gpu-1")]  # loading weights on a healthy node
     scaler = Autoscaler(kube)
@@ -331,7 +328,7 @@ def test_pods_on_a_notready_node_are_neither_serving_nor_starting_and_show_in_a_
     out, observation = step_seeing_observation(scaler, body)
     rep = observation.decode.replicas
     assert (rep.desired, rep.ready, rep.starting, rep.lost) == (2, 0, 1, 1)
-    assert sorted(kube.node_reads) == ["gpu-1", "gpu-2"]  # each node once
+    assert sorted(node for method, node in kube.calls if method == "node_ready") == ["gpu-1", "gpu-2"]  # each once
     (type_, reason, msg), = [c for c in out.conditions if c[0] == "NodeNotReady"]
     assert reason == "NodeNotReady" and msg.startswith("1 decode pod on NotReady node gpu-2: Kubernetes evicts")
     assert ("Warning", "NodeNotReady", msg) in out.events
@@ -369,7 +366,7 @@ def test_a_flooding_decode_pod_holds_its_role_and_the_reason_names_the_byte_cap(
         unavailable(f"cannot bind {ip}:8000 on loopback: {exc}")
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
-        kube = FakeKube()
+        kube = cluster()
         kube.pods[1].status.pod_ip = ip
         scaler = Autoscaler(kube)
         now = time.time()
@@ -397,7 +394,7 @@ def _labelled(p: SimpleNamespace, name: str, ip: str, **labels) -> SimpleNamespa
 def test_during_a_rollout_the_planner_reads_the_serving_slot_the_front_as_proxy_and_its_router(servers, monkeypatch):
     import v41flash.controller.autoscale as autoscale_mod
     from v41flash.metrics.scrape import proxy_target, router_target
-    kube = FakeKube()  # p-0 / d-0: the serving slot "" (never-rolled layout)
+    kube = cluster()  # p-0 / d-0: the serving slot "" (never-rolled layout)
     router = lambda n, ip, **lb: _labelled(pod("r", "router"), n, ip, **lb)  # noqa: E731
     for p in (_labelled(pod("c", "prefill"), "p-a", f"{_NET}.11", **{L.SLOT_LABEL: "a"}),
               _labelled(pod("c", "decode"), "d-a", f"{_NET}.12", **{L.SLOT_LABEL: "a"})):
@@ -461,7 +458,7 @@ def test_no_planner_status_while_no_engine_pod_is_ready_and_the_first_decision_o
     """Before any engine pod is Ready there is nothing to observe: a first decision would only write "hold,
     waiting for pods" to status (after a burst of 500 CRs whose pods are Pending: 500 status writes). Nothing
     is decided or written until an engine pod is Ready; then the first decision is made as before."""
-    kube = FakeKube()
+    kube = cluster()
     kube.pods = [pod("p-0", "prefill", ready=False), pod("d-0", "decode", ready=False)]
     scaler = Autoscaler(kube)
     starting = {**BODY, "status": {r: {"desiredReplicas": 1, "readyReplicas": 0, "replicas": 1}
@@ -492,7 +489,7 @@ def test_no_planner_status_while_no_engine_pod_is_ready_and_the_first_decision_o
 def test_a_deployment_that_has_decided_before_still_decides_when_no_engine_pod_is_ready(servers):
     """Every engine down after the planner has run: the planner still decides and says what it saw (status.slo and
     lastDecision do not keep figures from when the engines served)."""
-    kube = FakeKube()
+    kube = cluster()
     kube.pods = [pod("p-0", "prefill", ready=False), pod("d-0", "decode", ready=False)]
     scaler = Autoscaler(kube)
     body = {**BODY, "status": {**{r: {"desiredReplicas": 1, "readyReplicas": 0, "replicas": 1}
@@ -506,22 +503,19 @@ def test_a_deployment_that_has_decided_before_still_decides_when_no_engine_pod_i
 def test_no_pod_list_before_the_first_decision_while_the_workloads_report_no_pod(servers):
     """A new CR whose workloads report no pod (status.<role>.replicas 0): nothing to list, nothing decided (at 500
     new CRs a pod list each per tick); once a workload reports pods they are listed (CapacityPending needs them)."""
-    kube = FakeKube()
-    lists = []
-    real = kube.list_pods
-    kube.list_pods = lambda ns, sel: lists.append(sel) or real(ns, sel)
+    kube = cluster()
     scaler = Autoscaler(kube)
     none_yet = {**BODY, "status": {r: {"desiredReplicas": 1, "readyReplicas": 0, "replicas": 0} for r in ("prefill", "decode")}}
-    assert scaler.step(none_yet, SPEC) is None and lists == []
-    assert scaler.step({**BODY, "status": {}}, SPEC) is None and lists == []  # no status at all yet
+    assert scaler.step(none_yet, SPEC) is None and listed(kube) == []
+    assert scaler.step({**BODY, "status": {}}, SPEC) is None and listed(kube) == []  # no status at all yet
     recorded = {**none_yet, "status": {**none_yet["status"], "conditions": [
         {"type": "CapacityPending", "status": "True", "reason": "Unschedulable", "message": "1 prefill pod ..."}]}}
     cleared = scaler.step(recorded, SPEC)  # the pods went: the condition goes
-    assert cleared.conditions == [] and cleared.status == {} and lists == []
+    assert cleared.conditions == [] and cleared.status == {} and listed(kube) == []
     pods = {**BODY, "status": {**none_yet["status"], "decode": {"desiredReplicas": 1, "readyReplicas": 0, "replicas": 1}}}
     kube.pods = [unschedulable_pod("d-1", "decode")]
     out = scaler.step(pods, SPEC)
-    assert len(lists) == 1 and out.conditions[0][0] == "CapacityPending"
+    assert len(listed(kube)) == 1 and out.conditions[0][0] == "CapacityPending"
 
 
 def test_the_planner_runs_with_the_spec_s_autoscaling_knobs(servers, monkeypatch):
@@ -539,7 +533,7 @@ def test_the_planner_runs_with_the_spec_s_autoscaling_knobs(servers, monkeypatch
     spec = SPEC.model_copy(update={"autoscaling": api.AutoscalingSpec.model_validate({
         "intervalSeconds": 45, "scaleUpStabilizationSeconds": 30, "scaleDownStabilizationSeconds": 240,
         "movedSessionsHoldSeconds": 900})})
-    Autoscaler(FakeKube()).step(BODY, spec)
+    Autoscaler(cluster()).step(BODY, spec)
     assert len(seen) == 1
     cfg = seen[0]
     assert (cfg.interval_s, cfg.scale_up_stabilization_s, cfg.scale_down_stabilization_s,

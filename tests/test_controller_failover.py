@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from test_controller_autoscale import BODY, IPS, SPEC, FakeKube, busy_page, seed_history, servers  # noqa: F401
+from test_controller_autoscale import BODY, IPS, SPEC, busy_page, cluster, seed_history, servers  # noqa: F401
 
 from v41flash.controller.autoscale import Autoscaler, durable_state
 from v41flash.controller.reconcile import desired_replicas
@@ -12,7 +12,7 @@ from v41flash.planner.datatypes import PlannerState
 
 
 def test_a_new_leader_resumes_from_status(servers):  # noqa: F811
-    old = Autoscaler(FakeKube())
+    old = Autoscaler(cluster())
     now = time.time()
     seed_history(old, {"prefill": busy_page(100, 0.05), "decode": busy_page(100, 0.05)}, now - 60)
     servers.text[IPS["prefill"]] = busy_page(1000, 4.5)
@@ -24,7 +24,7 @@ def test_a_new_leader_resumes_from_status(servers):  # noqa: F811
               **{role: {**BODY["status"][role], "desiredReplicas": n} for role, n in out.desired.items()}}
     body = {**BODY, "status": status}
 
-    new = Autoscaler(FakeKube())  # the standby, taking over: no history, no in-memory state
+    new = Autoscaler(cluster())  # the standby, taking over: no history, no in-memory state
     assert new.step(body, SPEC) is None  # the interval runs from the old leader's decision
     assert desired_replicas(SPEC, status, None) == desired_replicas(SPEC, BODY["status"], out.desired)
     restored = PlannerState.from_dict(status["plannerState"])

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from test_controller_autoscale import BODY, IPS, SPEC, Autoscaler, FakeKube, busy_page, seed_history, servers  # noqa: F401
+from test_controller_autoscale import BODY, IPS, SPEC, Autoscaler, busy_page, cluster, seed_history, servers  # noqa: F401
 
 from v41flash.planner.datatypes import PlannerConfig
 
@@ -45,7 +45,7 @@ def decide(scaler: Autoscaler):
 
 @pytest.mark.parametrize("fault", ["garbage", "empty", "reset"])
 def test_bad_metrics_never_scale_down(servers, fault):  # noqa: F811
-    scaler = Autoscaler(FakeKube(), config=EAGER)
+    scaler = Autoscaler(cluster(), config=EAGER)
     idle_history(scaler, servers, time.time())
     page = {"garbage": "<html>502 Bad Gateway</html>\n\x00\x01 not prometheus {{{",
             "empty": "",
@@ -61,7 +61,7 @@ def test_bad_metrics_never_scale_down(servers, fault):  # noqa: F811
 
 
 def test_one_role_unreachable_holds_that_role(servers):  # noqa: F811
-    scaler = Autoscaler(FakeKube(), config=EAGER)
+    scaler = Autoscaler(cluster(), config=EAGER)
     idle_history(scaler, servers, time.time())
     servers.text[IPS["prefill"]] = busy_page(14, 0.05)
     servers.text[IPS["decode"]] = "not metrics"
@@ -71,7 +71,7 @@ def test_one_role_unreachable_holds_that_role(servers):  # noqa: F811
 
 def test_control_the_same_quiet_minute_with_good_metrics_scales_down(servers):  # noqa: F811
     """Without a fault the same minute shrinks the deployment: the holds above are the faults' doing."""
-    scaler = Autoscaler(FakeKube(), config=EAGER)
+    scaler = Autoscaler(cluster(), config=EAGER)
     idle_history(scaler, servers, time.time())
     for ip in IPS.values():
         servers.text[ip] = busy_page(14, 0.05)

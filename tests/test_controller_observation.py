@@ -10,6 +10,7 @@ import pytest
 from kubernetes.client import V1ObjectMeta, V1Pod, V1PodCondition, V1PodStatus
 from kubernetes.client.exceptions import ApiException
 
+from fake_kube import FakeKube
 from v41flash.render import labels as L
 from v41flash.api import v1alpha1 as api
 from v41flash.controller.autoscale import (
@@ -190,42 +191,39 @@ def test_a_scale_down_marks_the_least_loaded_pods_and_resets_stale_marks():
 
 
 # ------------------------------------------------------------------ the I/O layer
-class Pods:
-    """Lists pods and fails annotations as told (the apiserver's part the autoscaler uses)."""
+def failing(pod: str, exc: Exception | None, pods: list[V1Pod] | None = None) -> FakeKube:
+    """An apiserver whose annotation of `pod` fails with `exc` (None: succeeds)."""
+    kube = FakeKube(pods=pods or [])
+    if exc is not None:
+        kube.fail[("patch_pod_annotations", pod)] = exc
+    return kube
 
-    def __init__(self, fail: Exception | None = None):
-        self.fail = fail
-        self.annotated: list[str] = []
 
-    def patch_pod_annotations(self, namespace, name, annotations):
-        if self.fail is not None:
-            raise self.fail
-        self.annotated.append(name)
+def annotated(kube: FakeKube) -> list[str]:
+    return [name for name, _ in kube.annotated]
 
 
 def test_a_vanished_pod_is_logged_as_such_and_other_api_errors_with_the_error(caplog):
     caplog.set_level(logging.INFO, logger="v41flash.controller.autoscale")
     marks = [("d-1", {drain.POD_DELETION_COST: "-1"})]
-    Autoscaler(Pods(ApiException(status=404, reason="Not Found")))._annotate("ns", marks)
+    Autoscaler(failing("d-1", ApiException(status=404, reason="Not Found")))._annotate("ns", marks)
     assert [r.levelname for r in caplog.records] == ["INFO"] and "vanished" in caplog.records[0].getMessage()
     caplog.clear()
-    Autoscaler(Pods(ApiException(status=403, reason="Forbidden")))._annotate("ns", marks)
+    Autoscaler(failing("d-1", ApiException(status=403, reason="Forbidden")))._annotate("ns", marks)
     assert [r.levelname for r in caplog.records] == ["WARNING"]
     assert "403 Forbidden" in caplog.records[0].getMessage() and "vanished" not in caplog.records[0].getMessage()
     with pytest.raises(TypeError):  # a bug is not a vanished pod
-        Autoscaler(Pods(TypeError("boom")))._annotate("ns", marks)
-    ok = Pods()
+        Autoscaler(failing("d-1", TypeError("boom")))._annotate("ns", marks)
+    ok = failing("d-1", None)
     Autoscaler(ok)._annotate("ns", marks)
-    assert ok.annotated == ["d-1"]
+    assert annotated(ok) == ["d-1"]
 
 
-class Cluster(Pods):
-    """Two decode pods starting (nothing to scrape) and the annotation behaviour of Pods."""
-
-    def list_pods(self, namespace, selector):
-        return [V1Pod(metadata=V1ObjectMeta(name=f"d-{i}", labels={"v41flash.io/role": "decode",
-                                                                   **L.serving_pods_selector("x")}),
-                      status=V1PodStatus(conditions=[])) for i in range(2)]
+def cluster(exc: Exception | None = None) -> FakeKube:
+    """Two decode pods starting (nothing to scrape); annotating d-0 fails with `exc` (None: succeeds)."""
+    return failing("d-0", exc, [V1Pod(metadata=V1ObjectMeta(name=f"d-{i}", namespace="ns", labels={
+        "v41flash.io/role": "decode", **L.serving_pods_selector("x")}), status=V1PodStatus(conditions=[]))
+        for i in range(2)])
 
 
 def scale_down(monkeypatch):
@@ -242,13 +240,13 @@ BODY = {"metadata": {"name": "x", "namespace": "ns", "uid": "u1"},
 
 def test_the_decision_is_remembered_only_once_its_deletion_costs_are_written(monkeypatch):
     down = scale_down(monkeypatch)
-    broken = Autoscaler(Cluster(ConnectionError("apiserver unreachable")))
+    broken = Autoscaler(cluster(ConnectionError("apiserver unreachable")))
     with pytest.raises(ConnectionError):
         broken.step(BODY, SPEC, now=T)
     assert "u1" not in broken.states  # the next pass decides again instead of waiting a whole interval
-    vanished = Autoscaler(Cluster(ApiException(status=404, reason="Not Found")))
+    vanished = Autoscaler(cluster(ApiException(status=404, reason="Not Found")))
     out = vanished.step(BODY, SPEC, now=T)
     assert out.desired["decode"] == 1 and vanished.states["u1"] == down.state
-    ok = Cluster()
+    ok = cluster()
     Autoscaler(ok).step(BODY, SPEC, now=T)
-    assert ok.annotated == ["d-0"]  # one of the two starting pods is marked to go first
+    assert annotated(ok) == ["d-0"]  # one of the two starting pods is marked to go first

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from fake_kube import FakeKube
 from prom_replay import META, NAMESPACE, WINDOW_S, Replay
 from v41flash.api import v1alpha1 as api
 from v41flash.controller.autoscale import METRICS_UNAVAILABLE, Autoscaler
@@ -27,7 +28,7 @@ def pod(name: str, role: str, owner: str | None = None) -> SimpleNamespace:
     if role != "router":
         labels["v41flash.io/serving"] = "true"
     return SimpleNamespace(
-        metadata=SimpleNamespace(name=name, labels=labels, deletion_timestamp=None, annotations={},
+        metadata=SimpleNamespace(name=name, namespace=NAMESPACE, labels=labels, deletion_timestamp=None, annotations={},
                                  creation_timestamp=datetime.now(timezone.utc),
                                  owner_references=[SimpleNamespace(kind="ReplicaSet", name=owner or f"x-{role}-5d9f",
                                                                    controller=True)]),
@@ -38,19 +39,12 @@ def pod(name: str, role: str, owner: str | None = None) -> SimpleNamespace:
 PROFILE = Path(__file__).resolve().parents[1] / "e2e" / "autoscale" / "sim-profile.yaml"  # the simulators' capacity
 
 
-class FakeKube:
-    def __init__(self, pods=None):
-        self.pods = pods if pods is not None else [pod(n, r) for n, r in ROLE_OF.items()]
-        self.annotated: list[tuple[str, dict]] = []
-        self.core = SimpleNamespace(read_namespaced_config_map=lambda name, ns: SimpleNamespace(
-            data={"profile.yaml": PROFILE.read_text()}))
-
-    def list_pods(self, namespace, selector):
-        want = dict(term.split("=", 1) for term in selector.split(","))
-        return [p for p in self.pods if all(p.metadata.labels.get(k) == v for k, v in want.items())]
-
-    def patch_pod_annotations(self, namespace, name, annotations):
-        self.annotated.append((name, annotations))
+def cluster(pods: list[SimpleNamespace] | None = None) -> FakeKube:
+    """The apiserver of deployment x: its pods, and the ConfigMap of its capacity profile (spec.autoscaling)."""
+    kube = FakeKube(pods=[pod(n, r) for n, r in ROLE_OF.items()] if pods is None else pods)
+    kube.put({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "sim-profile"},
+              "data": {"profile.yaml": PROFILE.read_text()}}, namespace=NAMESPACE)
+    return kube
 
 
 def spec(url: str, ttft_target: float = 0.5) -> api.V41FlashDeploymentSpec:
@@ -83,7 +77,7 @@ def prom():
 
 def test_the_planner_scales_on_prometheus_figures_and_scrapes_no_pod(prom):
     fake = prom(shift=True)
-    scaler = Autoscaler(FakeKube())
+    scaler = Autoscaler(cluster())
     out = scaler.step(BODY, spec(fake.url))  # the recorded TTFT p90 is ~1 s, over the 0.5 s target
     assert fake.seen and {f["time"] for f in fake.seen} == {fake.seen[0]["time"]}  # one round, at the decision time
     assert out.status["slo"]["ttftSeconds"] > 0.5 and out.status["slo"]["requestRate"] > 0
@@ -96,7 +90,7 @@ def test_the_planner_scales_on_prometheus_figures_and_scrapes_no_pod(prom):
 def test_a_pod_that_only_copied_our_labels_is_not_queried(prom):
     fake = prom(shift=True)
     pods = [pod(n, r) for n, r in ROLE_OF.items()] + [pod("intruder", "decode", owner="evil-decode-1")]
-    Autoscaler(FakeKube(pods)).step(BODY, spec(fake.url))
+    Autoscaler(cluster(pods)).step(BODY, spec(fake.url))
     assert all("intruder" not in f["query"] for f in fake.seen)
 
 
@@ -112,7 +106,7 @@ def test_prometheus_trouble_holds_says_why_once_and_never_scales_down(prom, faul
     else:
         url = prom({"stale": "ok"}.get(fault, fault), shift=True, age_s=300 if fault == "stale" else 0).url
     # a quiet target: with good data this window is a scale-down from 2 (the control below)
-    scaler = Autoscaler(FakeKube(), config=EAGER)
+    scaler = Autoscaler(cluster(), config=EAGER)
     out = scaler.step(BODY, spec(url, ttft_target=5.0))
     last = out.status["lastDecision"]
     assert last["action"] == "hold" and out.desired == {"prefill": 2, "decode": 2}, last["reason"]
@@ -131,6 +125,6 @@ def test_prometheus_trouble_holds_says_why_once_and_never_scales_down(prom, faul
 
 def test_control_good_prometheus_data_on_the_same_quiet_target_scales_down(prom):
     fake = prom(shift=True)
-    out = Autoscaler(FakeKube(), config=EAGER).step(BODY, spec(fake.url, ttft_target=5.0))
+    out = Autoscaler(cluster(), config=EAGER).step(BODY, spec(fake.url, ttft_target=5.0))
     assert out.status["lastDecision"]["action"] == "scale_down", out.status["lastDecision"]["reason"]
     assert out.conditions == []

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fake_kube import FakeKube
+from fake_kube import FakeKube, api_error
 from v41flash.controller import reconcile as rec
 from v41flash.controller import rollouts
 from v41flash.controller.reconcile import reconcile
@@ -260,21 +260,13 @@ def test_the_spec_back_at_the_serving_revision_aborts_the_candidate_and_never_to
 
 
 def test_a_record_the_operator_may_not_create_is_said_once_and_serving_goes_on(world, caplog):
-    from fake_kube import api_error
-    kube = FakeKube()
+    kube = FakeKube(refuse={"ControllerRevision": api_error(403, "Forbidden", "controllerrevisions is forbidden")})
     name = kube.add_cr(example())["metadata"]["name"]
-    real = kube.create
-
-    def forbidden(obj, namespace):
-        kube.calls.append(("create", obj["metadata"]["name"]))
-        raise api_error(403, "Forbidden", "controllerrevisions is forbidden")
-    kube.create = forbidden
     out = reconcile(kube, kube.cr(name), Events())
     assert out.stall is None and out.applied  # the children applied all the same
     reconcile(kube, kube.cr(name), Events())
     assert len([c for c in kube.calls if c[0] == "create"]) == 1  # tried once, said once
     assert "cannot record revision" in caplog.text
-    kube.create = real
 
 
 def test_a_retiring_candidate_is_idle_only_from_a_scrape_after_it_left_the_table():
@@ -309,13 +301,11 @@ def test_a_retiring_candidate_that_never_became_ready_is_idle_at_once():
 
 
 def test_no_record_is_attempted_again_nor_warned_about_in_a_namespace_being_deleted(world, caplog):
-    from fake_kube import api_error
-    kube = FakeKube()
-    name = kube.add_cr(example())["metadata"]["name"]
     exc = api_error(403, "Forbidden", "unable to create new content in namespace ns because it is being terminated")
     exc.body = ('{"kind": "Status", "reason": "Forbidden", "message": "unable to create new content in namespace ns '
                 'because it is being terminated", "details": {"causes": [{"reason": "NamespaceTerminating"}]}}')
-    kube.create = lambda obj, namespace: (_ for _ in ()).throw(exc)
+    kube = FakeKube(refuse={"ControllerRevision": exc})
+    name = kube.add_cr(example())["metadata"]["name"]
     from v41flash.controller.kube import namespace_terminating
     assert namespace_terminating(exc)
     rec._record(kube, kube.cr(name), rec.api.V41FlashDeployment.model_validate(

@@ -4,7 +4,6 @@ and the scheduler (one stuck deployment never blocks another; backoff with one l
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import json
 import logging
@@ -15,12 +14,15 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
+from fake_kube import FakeKube, api_error
 from v41flash.controller import handlers
 from v41flash.controller import reconcile as rec
 from v41flash.controller.kube import ChildRef
 from v41flash.controller.reconcile import Pass, capacity_refusal, reconcile
+from v41flash.render import labels as L
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "manifests" / "examples" / "tp4-h200-low-latency.yaml"
+NAME = "tp4-h200-low-latency"
 
 
 def body(uid: str = "u1", generation: int = 1) -> dict:
@@ -29,87 +31,24 @@ def body(uid: str = "u1", generation: int = 1) -> dict:
     return doc
 
 
-def api_error(status: int, message: str) -> ApiException:
-    exc = ApiException(status=status, reason="Internal Server Error" if status == 500 else "Forbidden")
-    exc.body = json.dumps({"kind": "Status", "message": message})
-    return exc
+def cluster(**kw) -> FakeKube:
+    """An apiserver holding the CR of body()."""
+    kube = FakeKube(**kw)
+    kube.add_cr(body())
+    return kube
 
 
-class FakeKube:
-    """Records calls; apply returns the object with a resourceVersion (bumped when it changed)."""
+def called(kube: FakeKube, method: str) -> list:
+    return [what for m, what in kube.calls if m == method]
 
-    def __init__(self, refuse: dict[str, ApiException] | None = None):
-        self.calls: list[tuple] = []
-        self.store: dict[ChildRef, dict] = {}
-        self.refuse = refuse or {}
-        self.status_writes: list[dict] = []
-        self.lock = threading.Lock()
-        self.in_flight = 0
-        self.max_in_flight = 0
 
-    def has_kind(self, api_version, kind):
-        return True
+def api_calls(kube: FakeKube) -> list:
+    """The calls that reach the apiserver (has_kind is answered from Kube's discovery cache)."""
+    return [c for c in kube.calls if c[0] != "has_kind"]
 
-    def post_event_soon(self, obj, type_, reason, message):
-        self.calls.append(("event", reason))
 
-    @contextlib.contextmanager
-    def urgent(self, on=True):
-        self.calls.append(("urgent", on))
-        yield
-
-    def list_children(self, namespace, instance, owner_uid):
-        self.calls.append(("list",))
-        return [copy.deepcopy(o) for o in self.store.values()]
-
-    def apply_many(self, objs, namespace):
-        with self.lock:
-            self.in_flight += len(objs)
-            self.max_in_flight = max(self.max_in_flight, self.in_flight)
-        out = []
-        for obj in objs:
-            self.calls.append(("apply", obj["kind"], obj["metadata"]["name"]))
-            if obj["kind"] in self.refuse:
-                out.append(self.refuse[obj["kind"]])
-                continue
-            ref = ChildRef.of(obj)
-            old = self.store.get(ref)
-            changed = old is None or {k: v for k, v in old.items() if k != "metadata"} != {k: v for k, v in obj.items() if k != "metadata"}
-            rv = str(int(old["metadata"]["resourceVersion"]) + changed) if old else "1"
-            self.store[ref] = {**copy.deepcopy(obj), "metadata": {**obj["metadata"], "resourceVersion": rv}}
-            out.append(copy.deepcopy(self.store[ref]))
-        with self.lock:
-            self.in_flight -= len(objs)
-        return out
-
-    def read(self, ref, namespace):
-        self.calls.append(("get", ref.kind, ref.name))
-        return copy.deepcopy(self.store.get(ref))
-
-    def read_many(self, refs, namespace, cached=False):
-        return [self.read(ref, namespace) for ref in refs]
-
-    def list_pods(self, namespace, selector):
-        self.calls.append(("pods",))
-        return []
-
-    def list_controller_revisions(self, namespace, instance, owner_uid):
-        self.calls.append(("revisions",))
-        return []
-
-    def create(self, obj, namespace):  # a ControllerRevision (create-only)
-        self.calls.append(("create", obj["kind"], obj["metadata"]["name"]))
-        return copy.deepcopy(obj)
-
-    def delete(self, ref, namespace):
-        self.calls.append(("delete", ref.kind, ref.name))
-        self.store.pop(ref, None)
-
-    def patch_status(self, namespace, name, status, resource_version):
-        self.calls.append(("status",))
-        self.status_writes.append(status)
-        return {"metadata": {"uid": "u1", "name": name, "namespace": namespace, "resourceVersion": "11"},
-                "status": status}
+def status_writes(kube: FakeKube) -> list:
+    return [w for w in kube.writes if w[0] == "status"]
 
 
 def no_events(*_):
@@ -128,25 +67,25 @@ def fresh_prepare_cache():
 
 
 def kinds(calls, verb):
-    return [c[1] for c in calls if c[0] == verb]
+    return [what.split("/")[0] for m, what in calls if m == verb]
 
 
 def test_create_lists_nothing_and_applies_references_before_workloads():
-    kube = FakeKube()
+    kube = cluster()
     out = reconcile(kube, body(), no_events, how=Pass(prune=False))
-    assert ("list",) not in kube.calls  # a new uid owns nothing: nothing to prune
+    assert not called(kube, "list_children")  # a new uid owns nothing: nothing to prune
     applied = kinds(kube.calls, "apply")
     workloads = [i for i, k in enumerate(applied) if k == "Deployment"]
     others = [i for i, k in enumerate(applied) if k not in ("Deployment", "RoleBinding")]
     assert workloads and others and max(others) < min(workloads)  # ServiceAccount, Role, ... first
     assert out.status_written and out.stall is None
-    assert out.desired == frozenset(kube.store)
+    assert out.desired == frozenset(kube.children())
 
 
 def test_a_rolebinding_is_applied_after_its_role():
     """The RBAC escalation check resolves the Role when a binding is written (404 before it exists, for any
     writer short of cluster-admin): the binding goes in the second wave."""
-    kube = FakeKube()
+    kube = cluster()
     reconcile(kube, body(), no_events, how=Pass(prune=False))
     waves = rec._waves([{"kind": k} for k in kinds(kube.calls, "apply")])
     first, second = ({o["kind"] for o in w} for w in waves)
@@ -159,31 +98,29 @@ def test_a_namespace_being_deleted_ends_the_pass_without_a_retry():
                                    "unable to create new content in namespace ns because it is being terminated",
                                    "details": {"causes": [{"reason": "NamespaceTerminating"}]}})
     with pytest.raises(rec.NamespaceTerminating):
-        reconcile(FakeKube(refuse={"Deployment": terminating}), body(), no_events, how=Pass(prune=False))
+        reconcile(cluster(refuse={"Deployment": terminating}), body(), no_events, how=Pass(prune=False))
     plain = ApiException(status=403, reason="Forbidden")
     plain.body = json.dumps({"kind": "Status", "code": 403, "message": "forbidden: no RBAC"})
     with pytest.raises(ApiException):  # any other refusal is a failure: retried with backoff, logged
-        reconcile(FakeKube(refuse={"Deployment": plain}), body(), no_events, how=Pass(prune=False))
+        reconcile(cluster(refuse={"Deployment": plain}), body(), no_events, how=Pass(prune=False))
 
 
 def test_an_unchanged_desired_set_is_not_listed_again_and_a_changed_one_is_pruned():
-    kube = FakeKube()
+    kube = cluster()
     first = reconcile(kube, body(), no_events, how=Pass(prune=False))
     kube.calls.clear()
-    reconcile(kube, {**body(), "status": first.status}, no_events, how=Pass(prune=first.desired))
-    assert ("list",) not in kube.calls and not kube.status_writes[1:]  # nothing changed: no list, no write
-    stray = ChildRef("v1", "ConfigMap", "left-over")
-    kube.store[stray] = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "left-over",
-                                                                               "resourceVersion": "1"}}
-    reconcile(kube, {**body(), "status": first.status}, no_events, how=Pass(prune=first.desired - {
-        next(iter(first.desired))}))
-    assert ("list",) in kube.calls and ("delete", "ConfigMap", "left-over") in kube.calls
+    reconcile(kube, kube.cr(NAME), no_events, how=Pass(prune=first.desired))
+    assert not called(kube, "list_children") and not status_writes(kube)[1:]  # nothing changed: no list, no write
+    kube.put({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {  # a child of ours the desired set lost
+        "name": "left-over", "labels": L.owned_selector(NAME), "ownerReferences": [{"uid": "u1"}]}})
+    reconcile(kube, kube.cr(NAME), no_events, how=Pass(prune=first.desired - {next(iter(first.desired))}))
+    assert called(kube, "list_children") and ("delete", "ConfigMap/left-over") in kube.calls
 
 
 def test_an_observe_pass_reads_the_cache_applies_nothing_and_writes_only_a_change():
-    kube = FakeKube()
+    kube = cluster()
     first = reconcile(kube, body(), no_events, how=Pass(prune=False))
-    workloads = {ref: obj for ref, obj in kube.store.items() if ref.kind == "Deployment"}
+    workloads = {ref: obj for ref, obj in kube.children().items() if ref.kind == "Deployment"}
     kube.calls.clear()
     seen = []
 
@@ -191,18 +128,18 @@ def test_an_observe_pass_reads_the_cache_applies_nothing_and_writes_only_a_chang
         seen.append(uid)
         return workloads
 
-    same = reconcile(kube, {**body(), "status": first.status}, no_events, how=Pass(apply=False, workloads=cache))
-    assert seen == ["u1"] and kube.calls == []  # no API call at all
+    same = reconcile(kube, kube.cr(NAME), no_events, how=Pass(apply=False, workloads=cache))
+    assert seen == ["u1"] and api_calls(kube) == []  # no API call at all
     assert not same.status_written
     for obj in workloads.values():  # the workload controller caught up and one replica became ready
         obj["status"] = {"observedGeneration": 1, "replicas": 1, "readyReplicas": 1, "updatedReplicas": 1}
-    moved = reconcile(kube, {**body(), "status": first.status}, no_events, how=Pass(apply=False, workloads=cache))
-    assert kube.calls == [("status",)] and moved.status_written
+    moved = reconcile(kube, kube.cr(NAME), no_events, how=Pass(apply=False, workloads=cache))
+    assert api_calls(kube) == [("patch_status", NAME)] and moved.status_written
 
 
 def test_a_full_service_range_becomes_a_condition_naming_it_and_nothing_after_it_is_applied():
     message = "Internal error occurred: failed to allocate a serviceIP: range is full"
-    kube = FakeKube(refuse={"Service": api_error(500, message)})
+    kube = cluster(refuse={"Service": api_error(500, "Internal Server Error", message)})
     events = []
     out = reconcile(kube, body(), lambda *e: events.append(e), how=Pass(prune=False))
     assert out.capacity and out.stall.reason == "CapacityExhausted"
@@ -213,16 +150,17 @@ def test_a_full_service_range_becomes_a_condition_naming_it_and_nothing_after_it
     assert [e[1] for e in events if e[1] != "Applied"] == ["CapacityExhausted"]
     # the retry refused the same way: the same status (no write) and no second Event
     events.clear()
-    kube.status_writes.clear()
-    again = reconcile(kube, {**body(), "status": out.status}, lambda *e: events.append(e), how=Pass(prune=False))
-    assert again.capacity and not kube.status_writes and events == []
+    kube.writes.clear()
+    again = reconcile(kube, kube.cr(NAME), lambda *e: events.append(e), how=Pass(prune=False))
+    assert again.capacity and not status_writes(kube) and events == []
 
 
 def test_capacity_signs():
-    assert capacity_refusal(api_error(500, "failed to allocate a serviceIP: range is full"))
-    assert capacity_refusal(api_error(403, 'services "x" is forbidden: exceeded quota: q, requested: services=1'))
-    assert not capacity_refusal(api_error(422, "spec.replicas: Invalid value: -1"))
-    assert not capacity_refusal(api_error(500, "etcdserver: request timed out"))
+    assert capacity_refusal(api_error(500, "Internal Server Error", "failed to allocate a serviceIP: range is full"))
+    assert capacity_refusal(api_error(403, "Forbidden",
+                                      'services "x" is forbidden: exceeded quota: q, requested: services=1'))
+    assert not capacity_refusal(api_error(422, "Unprocessable Entity", "spec.replicas: Invalid value: -1"))
+    assert not capacity_refusal(api_error(500, "Internal Server Error", "etcdserver: request timed out"))
 
 
 # -- the scheduler ---------------------------------------------------------------------------------------------
@@ -340,18 +278,18 @@ def test_the_workloads_a_pass_applied_are_known_before_their_watch_events_arrive
     monkeypatch.setattr(handlers, "_request", lambda uid, work: asked.append((uid, work.trigger, work.full)))
     monkeypatch.setattr(handlers, "_children", handlers.ChildCache())
     monkeypatch.setattr(handlers, "_applied_generation", {})
-    kube = FakeKube()
+    kube = cluster()
     monkeypatch.setattr(handlers, "_kube", kube)
     monkeypatch.setitem(handlers._bodies, "u1", body())
     handlers.run_pass("u1", handlers.Work(trigger="create", full=True))
-    workloads = {ref: o for ref, o in kube.store.items() if ref.kind == "Deployment"}
+    workloads = {ref: o for ref, o in kube.children().items() if ref.kind == "Deployment"}
     assert len(workloads) == 3 and set(handlers._children.of("ns", "u1")) == set(workloads)  # prefill, decode, router
     for obj in workloads.values():  # the watch delivers our own creations, late
         asyncio.run(handlers._child_event({"type": "ADDED"}, copy.deepcopy(obj)))
     assert asked == []
     kube.calls.clear()
     handlers.run_pass("u1", handlers.Work(trigger="periodic"))  # observe: from the cache alone
-    assert [c for c in kube.calls if c[0] in ("get", "apply", "list")] == []
+    assert [c for c in kube.calls if c[0] in ("read", "apply", "list_children")] == []
     ref, obj = next(iter(workloads.items()))
     moved = copy.deepcopy(obj)
     moved["metadata"]["resourceVersion"] = str(int(obj["metadata"]["resourceVersion"]) + 1)
@@ -418,12 +356,12 @@ def test_a_holding_planner_pass_and_the_periodic_pass_share_one_prepared_render(
     status records must reuse the periodic pass's result, and vice versa (at 500 deployments, alternating
     misses cost most of a core)."""
     from v41flash.controller.autoscale import PlannerOutcome
-    kube = FakeKube()
+    kube = cluster()
     first = reconcile(kube, body(), no_events, how=Pass(prune=False))
     calls = []
     real = rec.validate
     monkeypatch.setattr(rec, "validate", lambda *a, **k: calls.append(1) or real(*a, **k))
-    settled = {**body(), "status": first.status}
+    settled = kube.cr(NAME)
     held = PlannerOutcome(desired={"prefill": first.status["prefill"]["desiredReplicas"],
                                    "decode": first.status["decode"]["desiredReplicas"]})
     for _ in range(3):
@@ -442,12 +380,13 @@ def test_a_role_turned_off_shares_the_prepared_render_whatever_status_records_fo
     kube = FakeKube()
     agg = body()
     agg["spec"]["prefill"] = {"enabled": False}
+    kube.add_cr(agg)
     first = reconcile(kube, agg, no_events, how=Pass(prune=False))
     assert first.status["prefill"]["desiredReplicas"] == 0  # status records 0 for it; the render has none
     calls = []
     real = rec.validate
     monkeypatch.setattr(rec, "validate", lambda *a, **k: calls.append(1) or real(*a, **k))
-    reconcile(kube, {**agg, "status": first.status}, no_events, how=Pass(apply=False))
+    reconcile(kube, kube.cr(NAME), no_events, how=Pass(apply=False))
     assert calls == []
 
 
@@ -459,21 +398,23 @@ def test_a_deleted_workload_is_no_longer_known_so_its_name_is_checked_again_befo
     monkeypatch.setattr(handlers, "_children", handlers.ChildCache())
     b = body()
     monkeypatch.setitem(handlers._bodies, "u1", b)
-    kube = FakeKube()
+    kube = cluster()
     reconcile(kube, b, no_events, how=Pass(prune=False))
-    ref = next(r for r in kube.store if r.kind == "Deployment")
+    ref = next(r for r in kube.children() if r.kind == "Deployment")
     assert ref in rec._applied_rv["u1"]
-    ours = kube.store.pop(ref)  # deleted by someone ...
+    ours = kube.children()[ref]
+    kube.delete(ref, "ns")  # deleted by someone ...
     asyncio.run(handlers._child_event({"type": "DELETED"}, ours))
     assert ref not in rec._applied_rv["u1"]
     foreign = {**copy.deepcopy(ours), "metadata": {"name": ref.name, "resourceVersion": "99",
                                                    "ownerReferences": [{"kind": "Deployment", "name": "other"}]}}
-    kube.store[ref] = foreign  # ... and the name taken by another object
+    kube.put(foreign)  # ... and the name taken by another object
+    taken = copy.deepcopy(kube.get(ref.kind, ref.name))
     kube.calls.clear()
-    out = reconcile(kube, b, no_events, how=Pass(prune=False))
-    assert ("get", ref.kind, ref.name) in kube.calls
+    out = reconcile(kube, kube.cr(NAME), no_events, how=Pass(prune=False))
+    assert ("read", f"{ref.kind}/{ref.name}") in kube.calls
     assert out.stall is not None and out.stall.reason == "NameCollision" and ref.name in out.stall.message
-    assert kube.store[ref] is foreign and not kinds(kube.calls, "apply")
+    assert kube.get(ref.kind, ref.name) == taken and not kinds(kube.calls, "apply")
 
 
 def test_a_delete_event_older_than_our_recreation_keeps_the_recreated_version(monkeypatch):
@@ -621,7 +562,7 @@ def test_urgent_passes_call_the_apiserver_on_their_own_pool_not_behind_the_share
 
 
 def test_a_pass_is_urgent_on_the_kube_pools_exactly_when_its_trigger_is(monkeypatch):
-    kube = FakeKube()
+    kube = cluster()
     monkeypatch.setattr(handlers, "_kube", kube)
     monkeypatch.setitem(handlers._bodies, "u1", body())
     for trigger, urgent in (("create", True), ("update", True), ("periodic", False), ("planner", False)):
@@ -654,7 +595,7 @@ def test_a_drift_slot_right_after_a_full_pass_only_observes(monkeypatch):
 
 
 def test_a_full_pass_records_when_it_applied_and_forgetting_a_cr_drops_it(monkeypatch):
-    kube = FakeKube()
+    kube = cluster()
     monkeypatch.setattr(handlers, "_kube", kube)
     monkeypatch.setattr(handlers, "_applied_at", {})
     monkeypatch.setitem(handlers._bodies, "u1", body())
@@ -701,8 +642,8 @@ def test_a_cr_whose_pods_do_not_exist_yet_gets_no_planner_pass_or_status_write(m
     async def main():
         await handlers.Planners(workers=1).run("u1")
     asyncio.run(asyncio.wait_for(main(), 30))
-    assert asked == [] and kube.status_writes == []
-    assert ("pods",) not in kube.calls  # its workloads report no pod yet (no status): nothing to list either
+    assert asked == [] and status_writes(kube) == []
+    assert not called(kube, "list_pods")  # its workloads report no pod yet (no status): nothing to list either
 
 
 def test_the_wait_for_a_worker_is_measured_by_priority(monkeypatch):

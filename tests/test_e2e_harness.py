@@ -260,7 +260,7 @@ def test_rollout_front_and_slot_routers_in_the_supervisor():
 
     from e2e.supervisor import has_router, local_routes, resolve_service_url, routes_volume
     from v41flash.api.v1alpha1 import V41FlashDeployment
-    from v41flash.render.slots import SlotSpec, render_slots
+    from v41flash.rollout.slots import SlotSpec, render_slots
     obj = V41FlashDeployment.model_validate({"apiVersion": "v41flash.io/v1alpha1", "kind": "V41FlashDeployment",
                                              "metadata": {"name": "t", "namespace": "ns"}, "spec": {}})
     new = V41FlashDeployment.model_validate({**obj.model_dump(by_alias=True), "spec": {"model": {"revision": "r2"}}})

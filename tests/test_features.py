@@ -5,19 +5,19 @@ import json
 
 import pytest
 
+from v41flash import lanes as agentx
 from v41flash.api import v1alpha1 as api
 from v41flash.cli.manifests import _problems
+from v41flash.gpus import GPU_PRODUCTS
 from v41flash.render.checks import host_memory_gib
 from v41flash.render.engine import engine_config
 from v41flash.render.resolve import resolve
-from v41flash.vllm import lanes as agentx
 from v41flash.vllm.args import (
     EngineConfig, KvTransfer, build_replica, effective_kv_offload, expand_k8s_vars, validate_engine_config,
 )
 from v41flash.vllm.catalog import FEATURE_SETS, feature_configs, preset_configs
 from v41flash.vllm.features import EngineFeatures, KvOffload, SpeculativeDecoding, flag_value, json_flag
 from v41flash.vllm.flags import check_serve_args
-from v41flash.vllm.gpus import GPU_PRODUCTS
 
 M = "deepseek-ai/DeepSeek-V4.1-Flash-1017"
 

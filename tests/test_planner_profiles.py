@@ -8,6 +8,7 @@ import yaml
 from pydantic import ValidationError
 
 from planner_sim import PROFILE
+from v41flash import gpus
 from v41flash.cli.main import main
 from v41flash.planner import capacity
 from v41flash_bench.profiles.fit import build_profile, fit_decode, fit_prefill
@@ -137,8 +138,6 @@ def test_show_lists_every_shipped_profile(capsys):
 
 
 def test_shipped_default_layouts_are_the_gpu_tables_defaults():
-    from v41flash.vllm import gpus
-
     for p in shipped_profiles():
         if p.metadata.name.count("-") > 2:  # layout-specific profiles (gb300-pd-dep4-dep16) are not defaults
             continue

@@ -8,6 +8,7 @@ import yaml
 from vllm_router.launch_router import parse_router_args
 
 from v41flash.api import v1alpha1 as api
+from v41flash.facts import DEFAULT_CHECKPOINT
 from v41flash.api.validation import Problem
 from v41flash.render import render
 from v41flash.render.checks import (
@@ -374,7 +375,7 @@ def test_engine_pod_essentials():
     assert {"name": "dshm", "mountPath": "/dev/shm"} in c["volumeMounts"]
     assert vols["cache"]["emptyDir"] == {"sizeLimit": "200Gi"}
     assert env_of(c)["VLLM_CACHE_ROOT"]["value"] == "/cache/vllm"
-    assert c["command"] == ["vllm", "serve"] and c["args"][0] == api.DEFAULT_CHECKPOINT
+    assert c["command"] == ["vllm", "serve"] and c["args"][0] == DEFAULT_CHECKPOINT
     assert {"name": "http", "containerPort": 8000, "protocol": "TCP"} in c["ports"]
     assert "capabilities" not in c["securityContext"]  # IPC_LOCK only with RDMA (tests/test_pod_security.py)
     assert c["readinessProbe"]["httpGet"] == {"path": "/health", "port": 8000}
@@ -412,7 +413,7 @@ def test_pvc_weights_hub_token_and_persistent_cache():
     assert vols["weights"]["persistentVolumeClaim"] == {"claimName": "weights", "readOnly": True}
     assert {"name": "weights", "mountPath": "/models", "readOnly": True} in c["volumeMounts"]
     assert c["args"][0] == "/models/v41/1017"
-    assert flag(c["args"], "--served-model-name") == api.DEFAULT_CHECKPOINT
+    assert flag(c["args"], "--served-model-name") == DEFAULT_CHECKPOINT
     assert vols["cache"]["persistentVolumeClaim"] == {"claimName": "vllm-cache"}
     assert "HF_TOKEN" not in env_of(c) and "HF_HOME" not in env_of(c)
 

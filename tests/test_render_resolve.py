@@ -4,6 +4,7 @@ import itertools
 import pytest
 
 from v41flash.api import v1alpha1 as api
+from v41flash.facts import DEFAULT_CHECKPOINT
 from v41flash.api.validation import cel_problems, defaulted
 from v41flash.render.resolve import resolve
 
@@ -58,7 +59,7 @@ def test_gpu_facts_per_vendor():
 
 
 def test_served_model_name_defaults_to_checkpoint():
-    assert resolve(spec()).served_model_name == api.DEFAULT_CHECKPOINT
+    assert resolve(spec()).served_model_name == DEFAULT_CHECKPOINT
     assert resolve(spec(model={"servedModelName": "v41"})).served_model_name == "v41"
 
 

@@ -2,6 +2,8 @@
 
 import pytest
 
+from v41flash import facts
+from v41flash.gpus import GPU_PRODUCTS, gpu, smallest_fitting_dp
 from v41flash.vllm import args as A
 from v41flash.vllm.args import (
     EngineConfig,
@@ -15,7 +17,6 @@ from v41flash.vllm.args import (
 )
 from v41flash.vllm.catalog import reference_configs
 from v41flash.vllm.flags import check_serve_args
-from v41flash.vllm.gpus import GPU_PRODUCTS, gpu, smallest_fitting_dp
 
 M = "deepseek-ai/DeepSeek-V4.1-Flash-1017"
 HEAD = [M, "--port", "8000", "--tokenizer-mode", "deepseek_v41"]
@@ -211,10 +212,10 @@ def test_extra_env_overrides_downward_api_env():
     assert cmd.env_from_field == {}
 
 
-def test_constants_come_from_the_parser_snapshot():
-    assert A.EPLB_COMMUNICATORS == ("torch_nccl", "torch_gloo", "torch_xccl", "nixl", "pynccl")
-    assert A.ROUTED_EXPERTS == 384
-    assert A.KV_LOAD_FAILURE_POLICIES == ("recompute", "fail")
+def test_model_facts():
+    assert facts.EPLB_COMMUNICATORS == ("torch_nccl", "torch_gloo", "torch_xccl", "nixl", "pynccl")
+    assert facts.ROUTED_EXPERTS == 384
+    assert facts.KV_LOAD_FAILURE_POLICIES == ("recompute", "fail")
 
 
 def test_gpu_catalog():

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from v41flash import facts
 from v41flash.vllm import flags
 from v41flash.vllm.flags import check_serve_args
 
@@ -152,6 +153,14 @@ def test_eplb_communicators_are_the_0_33_0_literals_without_symm_mem():
     values = flags.literal_values("EPLBConfig", "communicator")
     assert values == ["torch_nccl", "torch_gloo", "torch_xccl", "nixl", "pynccl"]
     assert "symm_mem" not in values
+
+
+def test_the_parser_facts_the_api_uses_are_the_snapshots():
+    """facts.py spells out what the API's enums take from vLLM 0.33.0's parser (it imports nothing, so it cannot
+    read the snapshot): each is the snapshot's, in its order."""
+    assert facts.EPLB_COMMUNICATORS == tuple(flags.literal_values("EPLBConfig", "communicator"))
+    assert facts.KV_LOAD_FAILURE_POLICIES == tuple(flags.literal_values("KVTransferConfig", "kv_load_failure_policy"))
+    assert set(facts.EPLB_SYNC_ONLY_COMMUNICATORS) <= set(facts.EPLB_COMMUNICATORS)
 
 
 def test_json_configs_we_render_have_field_sets():

@@ -1,4 +1,5 @@
-"""`v41flash bench ...`: benchmarks (the evaluation package; registered by v41flash.cli.main). `bench autoscale` compares autoscaling policies in the simulator.
+"""`v41flash bench ...`: benchmarks (the evaluation package; a plugin of the v41flash CLI, pyproject's entry points
+``v41flash.commands``). `bench autoscale` compares autoscaling policies in the simulator.
 
 Other benchmark kinds register further sub-subcommands on the same `bench` parser (see
 ``BENCH_COMMANDS``), so `bench routing` can live next to `bench autoscale`.

@@ -16,13 +16,12 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
-from .. import defaults
+from .. import defaults, gpus, lanes
+from ..facts import (
+    DEFAULT_CHECKPOINT, DSPARK_BLOCK, EPLB_COMMUNICATORS, EPLB_SYNC_ONLY_COMMUNICATORS, KV_LOAD_FAILURE_POLICIES,
+    ROUTED_EXPERTS, SESSION_KEY_MODES,
+)
 from ..roles import ROLES
-from ..proxy import SESSION_KEY_MODES
-from ..vllm import lanes, gpus
-from ..vllm.args import DEFAULT_CHECKPOINT, EPLB_COMMUNICATORS, KV_LOAD_FAILURE_POLICIES, ROUTED_EXPERTS
-from ..vllm.features import DSPARK_BLOCK
-from ..vllm.flags import EPLB_SYNC_ONLY_COMMUNICATORS
 from . import escape_hatch as eh
 from . import formats as F
 
@@ -34,7 +33,7 @@ SINGULAR = "v41flashdeployment"
 SHORT_NAMES = ["v41f"]
 API_VERSION = f"{GROUP}/{VERSION}"
 
-# The GPU table (products, GPUs per node, default parallel sizes) lives in vllm/gpus.py; the enum and
+# The GPU table (products, GPUs per node, default parallel sizes) lives in gpus.py; the enum and
 # the CEL defaults below are generated from it.
 GPUProduct = Literal[tuple(gpus.GPU_PRODUCTS)]  # type: ignore[valid-type]
 ROUTER_POLICIES = (
@@ -44,9 +43,8 @@ ROUTER_POLICIES = (
 DEFAULT_IMAGE = "vllm/vllm-openai:v0.33.0"
 DEFAULT_ROUTER_IMAGE = "v41flash/vllm-router:0.1.17"
 DEFAULT_OPERATOR_IMAGE = "v41flash/operator:0.1.0"  # also runs the router pod's session proxy
-SESSION_KEYS = SESSION_KEY_MODES  # the session proxy's --session-key
 HEADER_KEYED_POLICIES = ("consistent_hash", "sticky_least_loaded")
-# The recipe's InferenceX AgentX lanes (vllm/lanes.py is their home): name -> (GPU product, profile, points).
+# The recipe's InferenceX AgentX lanes (lanes.py is their home): name -> (GPU product, profile, points).
 AGENTX_PRESETS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     name: (lane.gpu_product, lanes.PROFILE_OF_STRATEGY[lane.strategy], tuple(p.name for p in lane.points))
     for name, lane in lanes.PRESETS.items()
@@ -469,7 +467,7 @@ class RoutingSpec(Model):
             "sessionHeader is copied into x-session-id only with sessionKey: derive; with client the session "
             "proxy forwards the client's headers unchanged", field_path=".sessionHeader"),
     ))
-    session_key: Literal[SESSION_KEYS] = Field(  # type: ignore[valid-type]
+    session_key: Literal[SESSION_KEY_MODES] = Field(  # type: ignore[valid-type]
         "derive",
         description="Where the x-session-id the router keys on comes from. derive: a session proxy in the router "
                     "pod (v41flash session-proxy, on the Service port, in front of vllm-router on loopback) keeps "

@@ -1,12 +1,14 @@
-"""`v41flash profile build|show`: fit a capacity profile from a benchmark run, and print what a profile means."""
+"""`v41flash profile show`: print what a capacity profile means.
+
+`v41flash profile build` (fitting a profile from a benchmark run) is evaluation tooling: the bench extra adds it to
+this group (cli/main.py, entry points ``v41flash.commands``).
+"""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
-import yaml
 from pydantic import ValidationError
 
 from v41flash.planner import capacity
@@ -16,13 +18,6 @@ from v41flash.planner.profile import CapacityProfile, load_profile, shipped_prof
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("profile", help="capacity profiles (build from a benchmark run, show)")
     sub = parser.add_subparsers(dest="profile_command", metavar="SUBCOMMAND")
-
-    build = sub.add_parser("build", help="fit a capacity profile from measured (ISL, TTFT, batch, ITL) points")
-    build.add_argument("--from", dest="source", required=True, type=Path, help="benchmark-run JSON (or YAML)")
-    build.add_argument("--out", type=Path, help="profile YAML to write (default: stdout)")
-    build.add_argument("--name", help="metadata.name of the new profile (default: from the run)")
-    build.add_argument("--no-base", action="store_true", help="do not fill unmeasured fields from a shipped profile")
-    build.set_defaults(func=_build)
 
     show = sub.add_parser("show", help="list shipped profiles, or print capacities of some")
     show.add_argument("profiles", nargs="*", help="shipped profile names or YAML files (none: list shipped)")
@@ -35,45 +30,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     show.add_argument("--yaml", action="store_true", help="print the profiles as YAML instead of a table")
     show.set_defaults(func=_show)
     parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
-
-
-def _read_run(path: Path) -> dict:
-    text = path.read_text(encoding="utf-8")
-    return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-
-
-def _build(args: argparse.Namespace) -> int:
-    try:  # fitting is evaluation tooling (numpy): the bench extra, not the image
-        from v41flash_bench.profiles.fit import build_profile
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("v41flash_bench", "numpy"):
-            raise
-        from v41flash.cli.main import missing_extra
-        return missing_extra("v41flash profile build")
-    try:
-        run = _read_run(args.source)
-        if args.name:
-            run["name"] = args.name
-        if args.no_base:
-            run["base"] = None
-        profile, fits = build_profile(run)
-    except (OSError, ValueError, KeyError, ValidationError) as exc:
-        print(f"profile build: {args.source}: {exc}", file=sys.stderr)
-        print("the run format is described in docs/2026-11-30-capacity-profiles.md", file=sys.stderr)
-        return 1
-    header = f"# Capacity profile {profile.metadata.name}: fitted by `v41flash profile build --from {args.source.name}`\n"
-    text = header + profile.to_yaml()
-    if args.out:
-        args.out.write_text(text, encoding="utf-8")
-    else:
-        sys.stdout.write(text)
-    for role, fit in fits.items():
-        print(
-            f"{role}: {fit.points} points, mean |error| {fit.mean_relative_error:.1%}, max {fit.max_relative_error:.1%}"
-            + (f" -> {args.out}" if args.out else ""),
-            file=sys.stderr,
-        )
-    return 0
 
 
 def _resolve(name: str) -> CapacityProfile:

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import argparse
 
-from v41flash.proxy import DEFAULT_MAX_BODY_BYTES, DEFAULT_PROMPT_KEY_CHARS, SESSION_KEY_MODES
+from v41flash.facts import SESSION_KEY_MODES
+from v41flash.proxy import DEFAULT_MAX_BODY_BYTES, DEFAULT_PROMPT_KEY_CHARS
 
 
 def _listen(value: str) -> tuple[str, int]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from datetime import datetime, timezone
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -340,3 +340,43 @@ def namespace_terminating(exc: ApiException) -> bool:
 def is_conflict(exc: Exception) -> bool:
     """A write lost to a concurrent one (stale resourceVersion): retry from a fresh read, not an error."""
     return isinstance(exc, ApiException) and exc.status in (409, 422)
+
+
+# --- KubeAPI: the apiserver as the controller uses it -----------------------------------------------------------
+
+class KubeAPI(Protocol):
+    """What reconcile, the autoscaler and the pass scheduler call on Kube; tests/fake_kube.py's FakeKube implements
+    it too, and tests/test_fake_kube.py holds Kube and FakeKube to these names and signatures."""
+
+    core: Any  # kubernetes' CoreV1Api: the autoscaler reads a capacity-profile ConfigMap through it
+
+    @contextmanager
+    def urgent(self, on: bool = True) -> Iterator[None]: ...
+
+    def has_kind(self, api_version: str, kind: str) -> bool: ...
+
+    def apply_many(self, objs: list[dict[str, Any]], namespace: str) -> list[dict[str, Any] | BaseException]: ...
+
+    def list_children(self, namespace: str, instance: str, owner_uid: str) -> list[dict[str, Any]]: ...
+
+    def list_controller_revisions(self, namespace: str, instance: str, owner_uid: str) -> list[dict[str, Any]]: ...
+
+    def create(self, obj: dict[str, Any], namespace: str) -> dict[str, Any] | None: ...
+
+    def read(self, ref: ChildRef, namespace: str, cached: bool = False) -> dict[str, Any] | None: ...
+
+    def read_many(self, refs: list[ChildRef], namespace: str, cached: bool = False
+                  ) -> list[dict[str, Any] | None | BaseException]: ...
+
+    def delete(self, ref: ChildRef, namespace: str) -> None: ...
+
+    def list_pods(self, namespace: str, selector: str) -> list[client.V1Pod]: ...
+
+    def node_ready(self, name: str) -> bool | None: ...
+
+    def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None: ...
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any], resource_version: str
+                     ) -> dict[str, Any]: ...
+
+    def post_event_soon(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None: ...

@@ -23,7 +23,7 @@ from ..render import render, revision_of
 from ..render.checks import operator_checks
 from ..render.resolve import DEPLOYMENT, LEADER_WORKER_SET, resolve
 from ..render.router import service_address
-from ..render.slots import controller_revision, slot_workload_name
+from ..rollout.slots import controller_revision, slot_workload_name
 from ..roles import ROLES
 from ..rollout import machine as M
 from ..rollout.world import RolloutPass, World, rest_pass, rollout_pass

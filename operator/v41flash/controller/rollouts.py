@@ -26,6 +26,7 @@ from ..metrics import parse as m
 from ..metrics.scrape import router_target, scrape, vllm_target
 from ..metrics.window import SnapshotHistory, compute_router_window
 from ..render import labels as L
+from ..render.resolve import resolve
 from ..roles import ROLES
 from ..rollout import machine as M
 
@@ -62,7 +63,7 @@ def active(status: Mapping[str, Any]) -> bool:
 
 
 def pod_dicts(pods: Sequence[Any]) -> list[dict[str, Any]]:
-    """kubernetes-client V1Pods as API dicts (camelCase), what render/slots.slot_observation reads."""
+    """kubernetes-client V1Pods as API dicts (camelCase), what rollout/slots.slot_observation reads."""
     return [p if isinstance(p, dict) else _SANITIZE.sanitize_for_serialization(p) for p in pods]
 
 
@@ -263,7 +264,6 @@ def planner_budget(spec: Any, status: Mapping[str, Any]) -> int | None:
     the rollout started) - what the candidate holds (status.rollout.candidateReplicas; one replica per
     role plus the in-place hand-over in a status from before) + what InPlace handed over (the planner's count
     includes the replicas the serving slot gave the candidate), so both slots together stay within it."""
-    from ..render.resolve import resolve
     budget = spec.autoscaling.gpu_budget
     if not budget or not candidate_exists(status):
         return budget or None

@@ -35,7 +35,7 @@ from pydantic.alias_generators import to_camel
 
 from v41flash.roles import ROLES
 from v41flash.vllm import features as vfeatures
-from v41flash.vllm.gpus import GPU_PRODUCTS
+from v41flash.gpus import GPU_PRODUCTS
 
 API_VERSION = "v41flash.io/v1alpha1"
 KIND = "CapacityProfile"

@@ -45,7 +45,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 # 64 MiB bounds memory (a 1M-token prompt as JSON is a few MiB); the same defaults as the CLI
-from v41flash.proxy import DEFAULT_MAX_BODY_BYTES, DEFAULT_PROMPT_KEY_CHARS, SESSION_KEY_MODES
+from v41flash.facts import SESSION_KEY_MODES
+from v41flash.proxy import DEFAULT_MAX_BODY_BYTES, DEFAULT_PROMPT_KEY_CHARS
 from v41flash.proxy.revisions import Route, RoutingTable, SessionRouter, parse_table
 
 SESSION_HEADER = "x-session-id"

@@ -20,6 +20,7 @@ from ..api.validation import Problem
 from ..vllm import args as vargs
 from ..vllm import features as vfeatures
 from .engine import engine_config
+from .preflight import node_selector_problems, rendered_problems
 from .resolve import resolve
 
 # EngineConfig fields that are not the role's own: where the user sets them in the spec.
@@ -149,6 +150,5 @@ def host_memory_problems(obj: api.V41FlashDeployment) -> list[Problem]:
 
 
 def operator_checks() -> list[Callable[[api.V41FlashDeployment], list[Problem]]]:
-    from .preflight import node_selector_problems, rendered_problems
     return [engine_problems, gpu_budget_problems, host_memory_problems, rollout_problems, node_selector_problems,
             rendered_problems]

@@ -21,7 +21,7 @@ ROLE_LABEL = f"{GROUP}/role"
 SERVING_LABEL = f"{GROUP}/serving"
 # On every engine workload and pod: the serving revision (render/revision.py) the pod runs.
 REVISION_LABEL = f"{GROUP}/serving-revision"
-# Rollout slots (render/slots.py): on a slot's engine workloads and pods (and in their selectors), and on its
+# Rollout slots (rollout/slots.py): on a slot's engine workloads and pods (and in their selectors), and on its
 # router ("0" for the never-rolled layout's router); the front (session proxy) pods carry FRONT_LABEL.
 SLOT_LABEL = f"{GROUP}/slot"
 FRONT_LABEL = f"{GROUP}/front"

@@ -42,7 +42,7 @@ def network_policies(cr_name: str, namespace: str, roles: list[str], owner: dict
                      operator_namespace: str | None = None, prometheus_scraped_by: Any = None,
                      slot_routers: bool = False) -> list[dict[str, Any]]:
     """``prometheus_scraped_by``: the api.PeerSelector of the user's Prometheus (metrics source Prometheus), else None.
-    ``slot_routers``: each rollout slot has its own vllm-router on ROUTER_INTERNAL_PORT (render/slots.py); only
+    ``slot_routers``: each rollout slot has its own vllm-router on ROUTER_INTERNAL_PORT (rollout/slots.py); only
     the deployment's router pods (the front's session proxy) may reach it there: its admin API has no
     authentication."""
     def engines() -> dict[str, Any]:  # fresh each use: no shared subtrees (YAML anchors) in the output

@@ -13,6 +13,8 @@ from typing import Any
 from ..api import formats as F
 from ..api import v1alpha1 as api
 from ..api.validation import Problem
+from ..vllm.args import InvalidEngineConfig
+from . import render
 
 _LABEL_KEY = re.compile(F.LABEL_KEY)
 _LABEL_VALUE = re.compile(F.LABEL_VALUE)
@@ -65,9 +67,6 @@ def object_problems(objs: list[dict[str, Any]]) -> list[Problem]:
 
 def rendered_problems(obj: api.V41FlashDeployment) -> list[Problem]:
     """Render as the controller would and check the result; a renderer failure is a problem, not a crash."""
-    from ..vllm.args import InvalidEngineConfig
-    from . import render  # the package imports this module's siblings: import late
-
     try:
         objs = render(obj, owner={"apiVersion": api.API_VERSION, "kind": api.KIND, "name": "preflight", "uid": "0"})
     except InvalidEngineConfig:

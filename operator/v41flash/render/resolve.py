@@ -1,7 +1,7 @@
 """Resolve a spec into what the operator decided: effective parallel sizes, GPUs, workload kinds.
 
 This is the same resolution the CRD's CEL rules encode (profile defaults, GPUs per node from the
-product; both take them from the GPU table in vllm/gpus.py), written once more in Python because the
+product; both take them from the GPU table in gpus.py), written once more in Python because the
 renderer, the ConfigMap, the planner's GPU counts and the operator checks all need the numbers, not a
 yes/no. tests/test_render_resolve.py checks that the two agree.
 """
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ..api import v1alpha1 as api
 from ..roles import ROLES
-from ..vllm import gpus
+from .. import gpus
 
 DEPLOYMENT = "Deployment"
 LEADER_WORKER_SET = "LeaderWorkerSet"

@@ -20,9 +20,9 @@ from ..render import render
 from ..render.engine import replica_commands, startup_seconds
 from ..render.resolve import resolve
 from ..render.revision import revision_of
-from ..render.slots import SlotSpec, controller_revision, render_slots, slot_observation, slot_specs, spec_of
 from ..render.timing import PodTiming
 from . import machine as M
+from .slots import SlotSpec, controller_revision, render_slots, slot_observation, slot_specs, spec_of
 
 
 @dataclass(frozen=True)

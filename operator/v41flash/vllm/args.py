@@ -1,5 +1,5 @@
-"""Home of every `vllm serve` flag we render, and of the model facts they rest on (checkpoint, routed experts,
-EPLB communicators): pure argument building for DeepSeek-V4.1-Flash on vLLM 0.33.0.
+"""Home of every `vllm serve` flag we render: pure argument building for DeepSeek-V4.1-Flash on vLLM 0.33.0.
+The model facts they rest on (checkpoint, routed experts, EPLB communicators) live in v41flash/facts.py.
 
 Plain frozen dataclasses in (EngineConfig), plain data out (EngineCommand / ReplicaCommands). The
 settings follow the vLLM 0.33.0 recipe recipes/models/deepseek-ai/DeepSeek-V4.1-Flash.yaml
@@ -8,8 +8,8 @@ pd_cluster) with their per-GPU hardware overrides, and the gb300_agentx_pd prese
 with DEP. Dev-image-only parts of the AgentX lanes (push_as_nixl, VLLM_MAX_ASYNC_KV_ADMITS_PER_STEP,
 the "symm_mem" EPLB communicator) are not rendered: vLLM 0.33.0 does not have them.
 
-Agent features (tool/reasoning parsers, DSpark, text-only), the host KV tier and the AgentX presets come
-from features.py and lanes.py; the order is: recipe rows, P/D rows, preset and point, KV transfer / host
+Agent features (tool/reasoning parsers, DSpark, text-only) and the host KV tier come from features.py, the
+AgentX presets from v41flash/lanes.py; the order is: recipe rows, P/D rows, preset and point, KV transfer / host
 tier, KV events, features (the recipe emits them last), explicit knobs, extra_args.
 
 Every argv built here is checked against the snapshot of vLLM 0.33.0's own parser (flags.py).
@@ -22,25 +22,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from . import lanes, flags
+from .. import lanes
+from ..facts import (
+    DSPARK_BLOCK, EPLB_COMMUNICATORS, EPLB_SYNC_ONLY_COMMUNICATORS, KV_LOAD_FAILURE_POLICIES, ROUTED_EXPERTS,
+)
+from ..gpus import ENGRAM_OFFLOADED_MINIMUM_GB, VRAM_MINIMUM_GB, GpuProduct, gpu
+from . import flags
 from .features import (
-    DSPARK_BLOCK, FEATURE_FLAGS, HOST_KV_GPU_MEMORY_UTILIZATION, KV_OFFLOAD_BACKENDS, EngineFeatures, KvOffload,
+    FEATURE_FLAGS, HOST_KV_GPU_MEMORY_UTILIZATION, KV_OFFLOAD_BACKENDS, EngineFeatures, KvOffload,
     feature_args, offload_connector, with_host_tier,
 )
-from .gpus import ENGRAM_OFFLOADED_MINIMUM_GB, VRAM_MINIMUM_GB, GpuProduct, gpu
 
 Role = Literal["prefill", "decode", "aggregated"]
 EngineProblem = tuple[str, str]  # (field path inside EngineConfig, message)
 
-# The recipe's checkpoint (2026-10-17), the CR's default spec.model.checkpoint.
-DEFAULT_CHECKPOINT = "deepseek-ai/DeepSeek-V4.1-Flash-1017"
-ROUTED_EXPERTS = 384  # recipe: "routing is 6 of 384 experts per token plus one shared expert"
-# EPLBConfig.communicator literals in vLLM 0.33.0 (read from the parser snapshot); the recipe's
-# "symm_mem" is not among them. Those async EPLB refuses: flags.EPLB_SYNC_ONLY_COMMUNICATORS.
-EPLB_COMMUNICATORS: tuple[str, ...] = tuple(flags.literal_values("EPLBConfig", "communicator"))
-KV_LOAD_FAILURE_POLICIES: tuple[str, ...] = tuple(
-    flags.literal_values("KVTransferConfig", "kv_load_failure_policy")
-)
 NIXL_SIDE_CHANNEL_PORT = 5600  # vllm/envs.py VLLM_NIXL_SIDE_CHANNEL_PORT default; + DP rank
 DEFAULT_DP_RPC_PORT = 13345  # vLLM's ParallelConfig.data_parallel_rpc_port default
 # Kubernetes expands $(VAR) in args from the container env; LeaderWorkerSet sets these two.
@@ -693,7 +688,7 @@ def validate_eplb(cfg: EngineConfig) -> list[EngineProblem]:
         problems.append(("eplb.communicator",
                          f"{eplb.communicator!r} is not accepted by vLLM 0.33.0; one of "
                          f"{', '.join(EPLB_COMMUNICATORS)} (or unset for automatic)"))
-    elif eplb.use_async and eplb.communicator in flags.EPLB_SYNC_ONLY_COMMUNICATORS:
+    elif eplb.use_async and eplb.communicator in EPLB_SYNC_ONLY_COMMUNICATORS:
         problems.append(("eplb.communicator",
                          f"{eplb.communicator} conflicts with async EPLB (use_async) in vLLM 0.33.0; "
                          "use nixl or torch_gloo, unset it, or turn use_async off"))

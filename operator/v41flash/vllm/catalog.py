@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import itertools
 
+from ..facts import DEFAULT_CHECKPOINT
+from ..gpus import GPU_PRODUCTS, GpuProduct, smallest_fitting_dp
+from ..lanes import PRESETS
 from ..roles import ROLES
-from .lanes import PRESETS
-from .args import DEFAULT_CHECKPOINT, EngineConfig, EplbConfig, KvEvents, KvTransfer
+from .args import EngineConfig, EplbConfig, KvEvents, KvTransfer
 from .features import EngineFeatures, KvOffload, SpeculativeDecoding
-from .gpus import GPU_PRODUCTS, GpuProduct, smallest_fitting_dp
 
 ENGINE_ROLES = ("aggregated", *ROLES)  # vLLM engine roles: an aggregated engine does both
 

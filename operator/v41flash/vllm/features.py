@@ -15,8 +15,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from ..facts import DSPARK_BLOCK
+
 PARSER = "deepseek_v41"  # recipe features.tool_calling / features.reasoning
-DSPARK_BLOCK = 5  # recipe: "DSpark multi-token drafting, 5 tokens per round (the trained block size)"
 # recipe guide, Memory: "Engram tables (FP8) 196.6B entries, 183.1 GiB stored"
 ENGRAM_TABLES_GIB = 183.1
 # reference (DeepSeek): global KV is 890 bytes per token

@@ -19,13 +19,11 @@ import re
 from importlib import resources
 from typing import Any
 
+from ..facts import EPLB_SYNC_ONLY_COMMUNICATORS
+
 SNAPSHOT_FILE = "vllm_0_33_0_serve_flags.json"
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 _HUMAN_INT = re.compile(r"^\d+$|^\d+(\.\d+)?[kKmMgGtT]$")
-# Pydantic model validators that run while the parser parses the JSON (so a bad combination
-# fails `vllm serve` at startup); transcribed from vllm/config/parallel.py EPLBConfig: NCCL-based
-# communicators conflict with async EPLB.
-EPLB_SYNC_ONLY_COMMUNICATORS = ("torch_nccl", "pynccl")
 
 
 @functools.cache

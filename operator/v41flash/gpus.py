@@ -1,6 +1,7 @@
 """Home of the GPU table: every GPU product, its per-node count, HBM and default parallel sizes.
 
-The API (enum, CEL defaults), the renderer (resolve) and the argument builder all read it from here.
+The API (enum, CEL defaults), the renderer (resolve), the argument builder and the planner's profiles all read
+it from here. A leaf: it imports nothing of the package.
 
 Sources: the vLLM 0.33.0 recipe recipes/models/deepseek-ai/DeepSeek-V4.1-Flash.yaml
 (strategy_overrides.single_node_tp.tp, hardware overrides, hardware notes) and the product brief

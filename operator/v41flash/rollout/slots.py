@@ -23,14 +23,15 @@ from typing import Any
 
 from ..api import v1alpha1 as api
 from ..proxy.revisions import ROUTES_FILE_NAME, Route, table_json
-from . import labels as L
-from .engine import engine_workload, replica_commands
-from .network import network_policies
-from .objects import config_map, pdb, role_service
-from .resolve import resolve
-from .revision import serving_revision, stamp_revision
-from .router import ROUTER_INTERNAL_PORT, SERVICE_PORT, router_args, router_objects, session_proxy_container
-from .timing import PodTiming, drain_seconds
+from ..render import labels as L
+from ..render.engine import engine_workload, replica_commands
+from ..render.network import network_policies
+from ..render.objects import config_map, pdb, role_service
+from ..render.resolve import resolve
+from ..render.revision import serving_revision, stamp_revision
+from ..render.router import ROUTER_INTERNAL_PORT, SERVICE_PORT, router_args, router_objects, session_proxy_container
+from ..render.timing import PodTiming, drain_seconds
+from .machine import RoleObs, SlotObs, SlotPlan
 
 ROUTES_CONFIG_KEY = ROUTES_FILE_NAME
 ROUTES_MOUNT_DIR = "/etc/v41flash/routes"
@@ -288,11 +289,11 @@ def _unschedulable(pod: dict[str, Any]) -> str:
 
 
 def slot_observation(cr_name: str, slot: str, revision: str, workloads: Sequence[dict[str, Any]],
-                     pods: Sequence[dict[str, Any]], routers: Sequence[dict[str, Any]], roles: Sequence[str]):
-    """rollout.SlotObs of one slot, counting only what carries ``revision``: a workload whose template is of
+                     pods: Sequence[dict[str, Any]], routers: Sequence[dict[str, Any]], roles: Sequence[str]
+                     ) -> SlotObs:
+    """The SlotObs of one slot, counting only what carries ``revision``: a workload whose template is of
     another revision has 0 replicas of it; its pods of another revision are not counted (after a candidate
     was replaced, the older candidate's pods still in the slot are not the new one's)."""
-    from ..rollout.machine import RoleObs, SlotObs
     out = {}
     for role in roles:
         name = slot_workload_name(cr_name, role, slot)
@@ -314,9 +315,9 @@ def slot_observation(cr_name: str, slot: str, revision: str, workloads: Sequence
     return SlotObs(out, router_ready=router_ready)
 
 
-def slot_specs(slots, specs: dict[str, api.V41FlashDeploymentSpec],
+def slot_specs(slots: Sequence[SlotPlan], specs: dict[str, api.V41FlashDeploymentSpec],
                serving_replicas: dict[str, int | None] | None) -> list[SlotSpec]:
-    """SlotSpecs for render_slots from the rollout machine's slot plans (rollout.SlotPlan): each revision's
+    """SlotSpecs for render_slots from the rollout machine's slot plans: each revision's
     spec (the ControllerRevision's, the current spec's for the candidate), the serving slot at the planner's
     size less what InPlace handed over (never below one replica), the others at their planned size."""
     out = []

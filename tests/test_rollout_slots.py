@@ -1,4 +1,4 @@
-"""Two revisions side by side (render/slots.py): per-slot engine workloads and routers, the front proxy and
+"""Two revisions side by side (rollout/slots.py): per-slot engine workloads and routers, the front proxy and
 its routing table; the serving slot's engines are exactly what was running."""
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ from v41flash.render import render
 from v41flash.render import labels as L
 from v41flash.render.revision import revision_of
 from v41flash.render.router import ROUTER_INTERNAL_PORT
-from v41flash.render.slots import ROUTES_CONFIG_KEY, SlotSpec, render_slots, slot_router_name
+from v41flash.rollout.machine import SlotPlan
+from v41flash.rollout.slots import (ROUTES_CONFIG_KEY, SlotSpec, controller_revision, render_slots, slot_observation,
+                                    slot_router_name, slot_specs, spec_of)
 
 ROOT = Path(__file__).resolve().parents[1]
 OWNER = {"apiVersion": "v41flash.io/v1alpha1", "kind": "V41FlashDeployment", "name": "x", "uid": "u-1"}
@@ -188,7 +190,6 @@ def test_bad_slot_sets_are_refused(slots, match):
 # --- read back: ControllerRevision and slot observation ----------------------------------------------
 
 def test_controller_revision_round_trips_the_spec():
-    from v41flash.render.slots import controller_revision, spec_of
     old = example()
     cr = controller_revision("x", "ns", "0123456789", old.spec, 3, OWNER)
     assert cr["kind"] == "ControllerRevision" and cr["metadata"]["name"] == "x-0123456789" and cr["revision"] == 3
@@ -221,7 +222,6 @@ def _workload(name, rev, replicas):
 
 
 def test_slot_observation_counts_only_the_slot_and_revision():
-    from v41flash.render.slots import slot_observation
     workloads = [_workload("x-prefill-a", "R2", 1), _workload("x-decode-a", "R2", 2), _workload("x-prefill", "R1", 3)]
     pods = [_pod("p-a-1", "prefill", "a", "R2"),
             _pod("p-a-old", "prefill", "a", "R1"),  # an earlier candidate's pod in the same slot
@@ -244,8 +244,6 @@ def test_slot_observation_counts_only_the_slot_and_revision():
 
 
 def test_slot_specs_from_the_machine_plans():
-    from v41flash.rollout.machine import SlotPlan
-    from v41flash.render.slots import slot_specs
     old, new = example(), changed(example(), revision="n")
     plans = (SlotPlan("", "R1", "serving", 95, True, None, 1), SlotPlan("a", "R2", "candidate", 5, True, {"prefill": 2,
                                                                                                        "decode": 2}))

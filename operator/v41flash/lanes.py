@@ -7,9 +7,12 @@ layout it was measured at, and its args replace the preset's in place (recipe la
 
 Not here: b300_agentx_tp (its `--additional-config {"decode_backend":"latency_specialized"}` needs the
 specialized decode of vllm-project/vllm#61868/#61869, which is not in the 0.33.0 release image), and
-gb300_agentx_pd, which the argument builder applies by itself to GB300 P/D with DEP (args.py).
+gb300_agentx_pd, which the argument builder applies by itself to GB300 P/D with DEP (vllm/args.py).
 Every lane verifies the whole DSpark block (json_args enable_adaptive_verification: false); that is the
 default of spec.features.speculativeDecoding.adaptiveVerification, so presets add nothing there.
+
+Home of the lanes: the API (spec.preset's enum and its CEL rules), the argument builder and the catalog read them
+from here. A leaf: it imports nothing of the package.
 """
 from __future__ import annotations
 
