@@ -1,7 +1,7 @@
 """reconcile() running whole rollouts against the in-memory apiserver (tests/fake_kube.py): the controller
 calls rollout_pass once a revision served and the spec renders another one, creates and prunes the
 ControllerRevisions, writes servingRevision / status.rollout / status.revisions and the kstatus conditions
-from the decision, posts its Events; the step's figures come from controller/rollouts.StepFigures."""
+from the decision, posts its Events; the step's figures come from rollout/progress.StepFigures."""
 from __future__ import annotations
 
 import json
@@ -12,10 +12,10 @@ import yaml
 
 from fake_kube import FakeKube
 from v41flash.controller import reconcile as rec
-from v41flash.controller import rollouts
 from v41flash.controller.reconcile import reconcile
 from v41flash.render import labels as L
 from v41flash.rollout import machine as M
+from v41flash.rollout import progress
 
 ROOT = Path(__file__).resolve().parents[1]
 T0 = 1_796_000_000.0
@@ -46,7 +46,7 @@ def cond(status: dict, type_: str) -> dict | None:
 def world(monkeypatch):
     clock = Clock()
     monkeypatch.setattr(rec.time, "time", clock)
-    figures = {"view": rollouts.StepView(M.Figures(requests=40, ttft_seconds=0.5, e2e_p95_seconds=5.0,
+    figures = {"view": progress.StepView(M.Figures(requests=40, ttft_seconds=0.5, e2e_p95_seconds=5.0,
                                                    error_ratio=0.0), serving_requests=100, old_live_requests=0)}
     seen = []
 
@@ -145,7 +145,7 @@ def test_a_candidate_too_slow_is_rolled_back_at_the_gate_with_figure_and_target_
     clock, figures, _ = world
     kube, name = converged(short(example()))
     old = kube.cr(name)["status"]["servingRevision"]
-    figures["view"] = rollouts.StepView(M.Figures(requests=40, ttft_seconds=9.0, e2e_p95_seconds=5.0,
+    figures["view"] = progress.StepView(M.Figures(requests=40, ttft_seconds=9.0, e2e_p95_seconds=5.0,
                                                   error_ratio=0.0), serving_requests=100)
     spec = kube.cr(name)["spec"]
     spec["decode"]["maxNumSeqs"] = 48
@@ -164,15 +164,15 @@ def test_a_candidate_too_slow_is_rolled_back_at_the_gate_with_figure_and_target_
     assert cond(st, "Ready")["status"] == "False"
     assert ("Warning", "RolledBack") in [e[:2] for e in events]
     # out of the routing table at once, kept while its requests in flight may not be done, then deleted
-    assert st["rollout"]["retiringSlot"] == "a" and rollouts.active(st)
+    assert st["rollout"]["retiringSlot"] == "a" and progress.active(st)
     routes = json.loads(kube.get("ConfigMap", f"{name}-config")["data"]["routes.json"])["revisions"]
     assert [r["revision"] for r in routes] == [old]
     assert engine_names(kube) == {f"{name}-prefill", f"{name}-decode", f"{name}-prefill-a", f"{name}-decode-a"}
-    figures["view"] = rollouts.StepView(retiring_live_requests=0)
+    figures["view"] = progress.StepView(retiring_live_requests=0)
     step(kube, name, clock, 5)
     assert engine_names(kube) == {f"{name}-prefill", f"{name}-decode"}  # the candidate slot is gone
     st = kube.cr(name)["status"]
-    assert "retiringSlot" not in st["rollout"] and not rollouts.active(st)
+    assert "retiringSlot" not in st["rollout"] and not progress.active(st)
     assert cond(st, "Stalled")["status"] == "True"
 
 
@@ -193,8 +193,8 @@ def test_a_rollout_without_the_serving_record_stalls_naming_it(world):
 def test_records_to_delete_keeps_the_live_and_the_newest_other():
     def cr(rev, n):
         return {"metadata": {"name": f"x-{rev}", "labels": {L.REVISION_LABEL: rev}}, "revision": n}
-    assert rollouts.records_to_delete([cr("a", 1), cr("b", 2), cr("c", 3), cr("d", 4)], {"d"}) == ["x-a", "x-b"]
-    assert rollouts.records_to_delete([cr("a", 1)], {"a"}) == []
+    assert progress.records_to_delete([cr("a", 1), cr("b", 2), cr("c", 3), cr("d", 4)], {"d"}) == ["x-a", "x-b"]
+    assert progress.records_to_delete([cr("a", 1)], {"a"}) == []
 
 
 def _until(kube, name, clock, phase: str, n: int = 20, seconds: float = 6):
@@ -280,7 +280,7 @@ def test_a_record_the_operator_may_not_create_is_said_once_and_serving_goes_on(w
 def test_a_retiring_candidate_is_idle_only_from_a_scrape_after_it_left_the_table():
     from v41flash.metrics.parse import parse_metrics
     from v41flash.metrics.window import PodSnapshot
-    figs = rollouts.StepFigures()
+    figs = progress.StepFigures()
     pod = {"metadata": {"name": "x-prefill-a-1", "labels": {L.ROLE_LABEL: "prefill", L.SERVING_LABEL: "true",
                                                              L.SLOT_LABEL: "a", L.REVISION_LABEL: "c" * 10}},
            "status": {"conditions": [{"type": "Ready", "status": "True"}], "podIP": "127.0.0.1"}}
@@ -298,7 +298,7 @@ def test_a_retiring_candidate_is_idle_only_from_a_scrape_after_it_left_the_table
 
 
 def test_a_retiring_candidate_that_never_became_ready_is_idle_at_once():
-    figs = rollouts.StepFigures()
+    figs = progress.StepFigures()
     pod = {"metadata": {"name": "x-prefill-a-1", "labels": {L.ROLE_LABEL: "prefill", L.SERVING_LABEL: "true",
                                                              L.SLOT_LABEL: "a", L.REVISION_LABEL: "c" * 10}},
            "status": {"conditions": [{"type": "Ready", "status": "False"}], "podIP": "127.0.0.1"}}
@@ -385,5 +385,5 @@ def test_at_rest_after_a_rollout_an_observe_pass_lists_and_applies_nothing_and_a
     assert lost.status_written and lost.status["decode"]["readyReplicas"] == 0, lost.status["decode"]
     assert cond(lost.status, "Ready")["status"] == "False"
     # the spec moving on is not "at rest": the full rollout pass takes it
-    assert not rollouts.at_rest(body["status"], "0123456789") and rollouts.at_rest(body["status"],
+    assert not progress.at_rest(body["status"], "0123456789") and progress.at_rest(body["status"],
                                                                                   body["status"]["servingRevision"])

@@ -754,7 +754,7 @@ def test_the_passes_running_and_waiting_are_gauges(monkeypatch):
 
 
 def test_an_active_rollout_gets_its_next_pass_soon_and_one_at_rest_waits_for_the_tick(monkeypatch):
-    from v41flash.controller import rollouts
+    from v41flash.rollout import progress
     passes = []
 
     def fake_pass(uid, work):
@@ -763,7 +763,7 @@ def test_an_active_rollout_gets_its_next_pass_soon_and_one_at_rest_waits_for_the
         return rec.Outcome(status={"conditions": [], "rollout": {"phase": phase}})
 
     monkeypatch.setattr(handlers, "run_pass", fake_pass)
-    monkeypatch.setattr(rollouts, "ROLLOUT_PASS_SECONDS", 0.05)
+    monkeypatch.setattr(progress, "ROLLOUT_PASS_SECONDS", 0.05)
     monkeypatch.setitem(handlers._bodies, "rolling", {"metadata": {}})
     monkeypatch.setitem(handlers._bodies, "rest", {"metadata": {}})
 

@@ -36,10 +36,10 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from ..api import v1alpha1 as api
 from . import reconcile as rec
-from . import rollouts
 from .autoscale import Autoscaler, PlannerOutcome, same_decision
 from ..render import labels as L
 from ..render.engine import LWS_API_VERSION
+from ..rollout import progress
 from .kube import REQUEST_TIMEOUT, ChildRef, Kube, NotLeader
 from .reconcile import Pass, reconcile
 from .redact import RedactingDiffBaseStorage
@@ -432,10 +432,10 @@ class Scheduler:
         exc = None if fut.cancelled() else fut.exception()
         if exc is None:
             outcome = fut.result()
-            if outcome is not None and rollouts.active(outcome.status) and uid not in self.follow_ups:
+            if outcome is not None and progress.active(outcome.status) and uid not in self.follow_ups:
                 # a rollout acts on its own clock (steps, deadlines, drains): its next pass comes soon
                 self.follow_ups.add(uid)
-                asyncio.get_running_loop().call_later(rollouts.ROLLOUT_PASS_SECONDS, self._follow_up, uid)
+                asyncio.get_running_loop().call_later(progress.ROLLOUT_PASS_SECONDS, self._follow_up, uid)
             if self.failures.pop(uid, None):
                 log.info("%s: pass succeeded again", self._name(uid))
             self.not_before.pop(uid, None)

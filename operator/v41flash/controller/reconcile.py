@@ -26,8 +26,8 @@ from ..render.router import service_address
 from ..render.slots import controller_revision, slot_workload_name
 from ..roles import ROLES
 from ..rollout import machine as M
+from ..rollout import progress
 from ..rollout.world import RolloutPass, World, rest_pass, rollout_pass
-from . import rollouts
 from .autoscale import PLANNER_CONDITIONS, PlannerOutcome, iso_time
 from .kube import CONTROLLER_REVISION, ChildRef, Kube, KindNotInstalled, is_conflict, namespace_terminating
 from .status import Stall, WorkloadState, _condition, compute_status, may_run_older_pods, workload_state
@@ -106,7 +106,7 @@ _applied_rv: dict[str, dict[ChildRef, str]] = {}
 # Revisions whose ControllerRevision this process created or found (per uid): one create per revision.
 _recorded: dict[str, set[str]] = {}
 # The rollout's own scrapes (candidate and slot routers), whether or not the planner runs.
-STEP_FIGURES = rollouts.StepFigures()
+STEP_FIGURES = progress.StepFigures()
 
 
 def forget(uid: str) -> None:
@@ -185,13 +185,13 @@ def reconcile(kube: Kube, body: dict[str, Any], emit: Emit, *, now: str | None =
     records: list[dict[str, Any]] = []
     live: dict[ChildRef, dict[str, Any]] = {}
     if obj is not None and not problems and render_stall is None and not how.apply and \
-            rollouts.at_rest(previous, spec_revision):
+            progress.at_rest(previous, spec_revision):
         # A rollout that is over: an observe pass renders the serving slot from spec and status (no lists, no
         # applies); drift passes and spec or annotation changes still take the full rollout pass below.
         rolled = rest_pass(obj, previous, desired_replicas(obj.spec, previous, planner.desired if planner else None),
                            _owner(body), operator_namespace=os.environ.get("POD_NAMESPACE") or None)
         desired_objs = rolled.objects
-    elif obj is not None and not problems and render_stall is None and rollouts.needed(previous, spec_revision):
+    elif obj is not None and not problems and render_stall is None and progress.needed(previous, spec_revision):
         # A rollout (or one to start): every pass lists, decides from what runs, applies and prunes.
         how = replace(how, apply=True, prune=True)
         live = {ChildRef.of(o): o for o in kube.list_children(namespace, name, uid)}
@@ -282,7 +282,7 @@ def _rollout(kube: Kube, body: dict[str, Any], obj: api.V41FlashDeployment, prev
     """One rollout pass from what runs: pods, workloads, ControllerRevisions, the step's figures."""
     meta = body["metadata"]
     name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
-    pods = rollouts.pod_dicts(kube.list_pods(namespace, L.label_selector({L.DEPLOYMENT_LABEL: name})))
+    pods = progress.pod_dicts(kube.list_pods(namespace, L.label_selector({L.DEPLOYMENT_LABEL: name})))
     records = kube.list_controller_revisions(namespace, name, uid)
     _recorded.setdefault(uid, set()).update(
         (r["metadata"].get("labels") or {}).get(L.REVISION_LABEL, "") for r in records)
@@ -332,7 +332,7 @@ def _keep_records(kube: Kube, namespace: str, uid: str, rolled: RolloutPass, rec
         _recorded.setdefault(uid, set()).add(cr["metadata"]["labels"][L.REVISION_LABEL])
     live_revs = {p.revision for p in (rolled.decision.slots if rolled.decision else ())} | {rolled.serving_revision}
     have = {r["metadata"]["name"]: r for r in [*records, *rolled.create]}
-    for cr_name in rollouts.records_to_delete(list(have.values()), live_revs):
+    for cr_name in progress.records_to_delete(list(have.values()), live_revs):
         kube.delete(ChildRef(*CONTROLLER_REVISION, cr_name), namespace)
         rev = (have[cr_name]["metadata"].get("labels") or {}).get(L.REVISION_LABEL, "")
         _recorded.get(uid, set()).discard(rev)
