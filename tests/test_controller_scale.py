@@ -17,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from v41flash.controller import handlers
 from v41flash.controller import reconcile as rec
+from v41flash.controller.children import ChildCache
 from v41flash.controller.kube import ChildRef
 from v41flash.controller.reconcile import Pass, capacity_refusal, reconcile
 
@@ -295,7 +296,7 @@ def test_work_for_one_deployment_coalesces():
 
 
 def test_the_child_cache_reports_only_what_status_reads():
-    cache = handlers.ChildCache()
+    cache = ChildCache()
     dep = {"apiVersion": "apps/v1", "kind": "Deployment",
            "metadata": {"name": "x-decode", "generation": 1, "resourceVersion": "5",
                         "ownerReferences": [{"apiVersion": "v41flash.io/v1alpha1", "kind": "V41FlashDeployment",
@@ -312,7 +313,7 @@ def test_the_child_cache_reports_only_what_status_reads():
 def test_a_workload_changed_by_someone_else_is_reapplied_at_once_and_our_own_change_only_observed(monkeypatch):
     asked = []
     monkeypatch.setattr(handlers, "_request", lambda uid, work: asked.append((uid, work.full)))
-    monkeypatch.setattr(handlers, "_children", handlers.ChildCache())
+    monkeypatch.setattr(handlers, "_children", ChildCache())
     monkeypatch.setitem(handlers._bodies, "u1", body())
     owner = [{"apiVersion": "v41flash.io/v1alpha1", "kind": "V41FlashDeployment", "uid": "u1"}]
 
@@ -338,7 +339,7 @@ def test_the_workloads_a_pass_applied_are_known_before_their_watch_events_arrive
     pass reads nothing, and a later change by the workload controller still asks for an observe pass."""
     asked = []
     monkeypatch.setattr(handlers, "_request", lambda uid, work: asked.append((uid, work.trigger, work.full)))
-    monkeypatch.setattr(handlers, "_children", handlers.ChildCache())
+    monkeypatch.setattr(handlers, "_children", ChildCache())
     monkeypatch.setattr(handlers, "_applied_generation", {})
     kube = FakeKube()
     monkeypatch.setattr(handlers, "_kube", kube)
@@ -456,7 +457,7 @@ def test_a_deleted_workload_is_no_longer_known_so_its_name_is_checked_again_befo
     may be taken by someone else's object before the next pass: that pass must read the name again and refuse
     to adopt it, not force-apply over it as "ours"."""
     monkeypatch.setattr(handlers, "_request", lambda uid, work: None)
-    monkeypatch.setattr(handlers, "_children", handlers.ChildCache())
+    monkeypatch.setattr(handlers, "_children", ChildCache())
     b = body()
     monkeypatch.setitem(handlers._bodies, "u1", b)
     kube = FakeKube()
@@ -480,7 +481,7 @@ def test_a_delete_event_older_than_our_recreation_keeps_the_recreated_version(mo
     """A pass may re-apply a deleted child before its DELETED event is handled: that stale event must not forget
     the version the recreation returned (it would only cost a read, but the record would be wrong)."""
     monkeypatch.setattr(handlers, "_request", lambda uid, work: None)
-    monkeypatch.setattr(handlers, "_children", handlers.ChildCache())
+    monkeypatch.setattr(handlers, "_children", ChildCache())
     monkeypatch.setitem(handlers._bodies, "u1", body())
     owner = [{"apiVersion": "v41flash.io/v1alpha1", "kind": "V41FlashDeployment", "uid": "u1"}]
     ref = ChildRef("apps/v1", "Deployment", "x-decode")

@@ -13,16 +13,13 @@ asks the one scheduler for a pass of the same level-triggered reconcile.
   deployment (staggered) re-applies its children and prunes strays (drift repair).
 * The planner scrapes in its own bounded pool, off the reconcile path; a decision becomes a pass.
 
-Hardened as production kopf operators are: our own annotation prefix and finalizer name, bounded watch
-timeouts, no progress annotations copied anywhere (children are built by the renderer from the spec only),
-handler return values never dumped into status.
+kopf is hardened as production kopf operators are (kopf_setup.py); the series are controller/metrics.py's.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import random
-import threading
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -32,38 +29,21 @@ from typing import Any
 import kopf
 import urllib3
 from kubernetes.client.exceptions import ApiException
-from prometheus_client import Counter, Gauge, Histogram
 
 from ..api import v1alpha1 as api
 from . import reconcile as rec
+from . import kopf_setup
 from .autoscale import Autoscaler, PlannerOutcome, same_decision
+from .children import ChildCache
 from ..render import labels as L
 from ..render.engine import LWS_API_VERSION
 from ..rollout import progress
 from .kube import REQUEST_TIMEOUT, ChildRef, Kube, NotLeader
+from .metrics import (APPLIED, BACKOFFS, PASS_OVERRUNS, PASS_WAIT, PASSES_RUNNING, PERIODIC_CYCLE, PLANNER_ERRORS,
+                      PRUNED, QUEUE_DEPTH, READY, RECONCILE_SECONDS, RECONCILES, STALLED)
 from .reconcile import Pass, reconcile
-from .redact import RedactingDiffBaseStorage
 
 log = logging.getLogger(__name__)
-
-RECONCILES = Counter("v41flash_reconciles_total", "Reconcile passes", ["trigger", "result"])
-RECONCILE_SECONDS = Histogram("v41flash_reconcile_duration_seconds", "Reconcile pass duration", ["trigger"],
-                              buckets=(.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60))
-APPLIED = Counter("v41flash_objects_applied_total", "Child objects created or changed", ["kind"])
-PRUNED = Counter("v41flash_objects_pruned_total", "Child objects deleted as no longer desired", ["kind"])
-STALLED = Gauge("v41flash_deployment_stalled", "1 while a deployment is Stalled", ["namespace", "name"])
-READY = Gauge("v41flash_deployment_ready", "1 while a deployment is Ready", ["namespace", "name"])
-PLANNER_ERRORS = Counter("v41flash_planner_pass_errors_total", "Planner passes that failed (replicas held)")
-PASS_OVERRUNS = Counter("v41flash_pass_deadline_exceeded_total",
-                        "Passes still running at their deadline (the scheduler moved on)", ["stage"])
-BACKOFFS = Counter("v41flash_pass_backoffs_total", "Passes that failed and were rescheduled with backoff", ["cause"])
-PERIODIC_CYCLE = Histogram("v41flash_periodic_cycle_seconds",
-                           "From a periodic tick until every deployment's pass of that tick finished",
-                           buckets=(.1, .25, .5, 1, 2.5, 5, 10, 15, 20, 30, 60, 120))
-QUEUE_DEPTH = Gauge("v41flash_pass_queue_depth", "Deployments waiting for a pass")
-PASSES_RUNNING = Gauge("v41flash_passes_running", "Passes running now (on the pass workers)")
-PASS_WAIT = Histogram("v41flash_pass_wait_seconds", "From the first request of a pass until a worker started it",
-                      ["priority"], buckets=(.001, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120))
 
 TIMER_INTERVAL_SECONDS = 15.0  # status refresh + the planner's scrapes; the planner plans at its own cadence
 # ticks: each deployment's children are re-applied and strays pruned every 5 min, staggered; a workload
@@ -113,60 +93,6 @@ def autoscaler() -> Autoscaler:
 
 # -- what the watches delivered ------------------------------------------------------------------------------
 
-class ChildCache:
-    """Our workloads as the watch last delivered them, by owner uid (only what status needs is kept)."""
-
-    def __init__(self) -> None:
-        self._by_owner: dict[str, dict[ChildRef, dict[str, Any]]] = {}
-        self._lock = threading.Lock()
-
-    @staticmethod
-    def _owner(body: dict[str, Any]) -> str | None:
-        for o in body.get("metadata", {}).get("ownerReferences") or []:
-            if o.get("kind") == api.KIND and o.get("apiVersion", "").startswith(api.GROUP + "/"):
-                return o.get("uid")
-        return None
-
-    def update(self, event_type: str | None, body: dict[str, Any]) -> tuple[str | None, bool]:
-        """Record an event (or "APPLIED": what our apply returned, kept only if newer); returns (owner uid,
-        whether what status reads changed)."""
-        owner = self._owner(body)
-        if owner is None:
-            return None, False
-        meta = body["metadata"]
-        ref = ChildRef(body["apiVersion"], body["kind"], meta["name"])
-        slim = {"apiVersion": body["apiVersion"], "kind": body["kind"],
-                "metadata": {"name": meta["name"], "generation": meta.get("generation"),
-                             "resourceVersion": meta.get("resourceVersion")},
-                "spec": {"replicas": (body.get("spec") or {}).get("replicas")},
-                "status": dict(body.get("status") or {})}
-        with self._lock:
-            children = self._by_owner.setdefault(owner, {})
-            old = children.get(ref)
-            if event_type == "APPLIED" and old is not None and _rv(old) >= _rv(slim):
-                return owner, False  # what an apply returned, older than what the watch delivered meanwhile
-            if event_type == "DELETED":
-                children.pop(ref, None)
-                return owner, True
-            children[ref] = slim
-        strip = lambda o: None if o is None else (o["metadata"]["generation"], o["spec"], o["status"])  # noqa: E731
-        return owner, strip(old) != strip(slim)
-
-    def get(self, body: dict[str, Any]) -> dict[str, Any] | None:
-        owner = self._owner(body)
-        ref = ChildRef(body["apiVersion"], body["kind"], body["metadata"]["name"])
-        with self._lock:
-            return (self._by_owner.get(owner) or {}).get(ref) if owner else None
-
-    def of(self, namespace: str, uid: str) -> dict[ChildRef, dict[str, Any]]:
-        with self._lock:
-            return dict(self._by_owner.get(uid) or {})
-
-    def forget(self, uid: str) -> None:
-        with self._lock:
-            self._by_owner.pop(uid, None)
-
-
 _bodies: dict[str, dict[str, Any]] = {}  # uid -> the newest V41FlashDeployment body we know
 _children = ChildCache()
 _pruned_against: dict[str, frozenset[ChildRef]] = {}  # uid -> the desired set the last full pass converged to
@@ -186,17 +112,9 @@ def _remember(body: dict[str, Any]) -> None:
     _bodies[uid] = body
 
 
-def _rv(obj: dict[str, Any]) -> int:
-    """resourceVersion as a number (etcd's revision, as _remember reads it); -1 when it is not one."""
-    try:
-        return int(obj["metadata"]["resourceVersion"])
-    except (KeyError, TypeError, ValueError):
-        return -1
-
-
 def _seen(workload: dict[str, Any]) -> None:
     """A workload as our apply returned it: known before its watch event, which then asks for no pass."""
-    _children.update("APPLIED", workload)
+    _children.seen(workload)
 
 
 def _forget(uid: str, namespace: str, name: str) -> None:
@@ -573,35 +491,12 @@ def login(settings: kopf.OperatorSettings, **kwargs: Any) -> kopf.ConnectionInfo
     """kopf connects with the very configuration the operator loaded (--kubeconfig, in-cluster, default)."""
     if _kube is None:
         return kopf.login_via_client(settings=settings, **kwargs)
-    return connection_info(_kube.api_client.configuration, settings)
-
-
-def connection_info(cfg: Any, settings: kopf.OperatorSettings) -> kopf.ConnectionInfo:
-    header = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix("authorization")
-    parts = header.split(" ", 1) if header else []
-    scheme, token = (None, None) if not parts else (None, parts[0]) if len(parts) == 1 else (parts[0], parts[1])
-    return kopf.ConnectionInfo(
-        server=cfg.host, ca_path=cfg.ssl_ca_cert, insecure=not cfg.verify_ssl,
-        username=cfg.username or None, password=cfg.password or None, scheme=scheme, token=token,
-        certificate_path=cfg.cert_file, private_key_path=cfg.key_file, trust_env=settings.networking.trust_env)
+    return kopf_setup.connection_info(_kube.api_client.configuration, settings)
 
 
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-    # (kopf stores nothing on our objects: we register no change handlers; these names are ours if it ever does)
-    settings.persistence.finalizer = f"{api.GROUP}/finalizer"
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=api.GROUP)
-    # escape-hatch values as digests: the annotation must not carry extraEnv text (controller/redact.py)
-    settings.persistence.diffbase_storage = RedactingDiffBaseStorage(
-        prefix=api.GROUP, key="last-handled-configuration")
-    settings.watching.server_timeout = 300  # the apiserver ends each watch; kopf re-lists and resumes
-    settings.watching.client_timeout = 330
-    settings.watching.connect_timeout = 30
-    settings.posting.reporting_component = "v41flash-operator"
-    settings.posting.event_name_prefix = "v41flash-"
-    settings.posting.level = logging.WARNING  # kopf posts only failures; ours go through Kube.post_event
-    settings.execution.max_workers = 4  # kopf's own sync handlers only (login); passes have their own pool
-    settings.batching.error_delays = (1, 2, 5, 10, 30, 60)
+    kopf_setup.harden(settings)
 
 
 @kopf.on.event(api.GROUP, api.VERSION, api.PLURAL)

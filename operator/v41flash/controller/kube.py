@@ -20,16 +20,16 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ConflictError, NotFoundError, ResourceNotFoundError
-from prometheus_client import Counter
 
 from ..api import v1alpha1 as api
 from ..render import labels as L
 from ..render.engine import LWS_API_VERSION
 from ..render.resolve import DEPLOYMENT, LEADER_WORKER_SET
+from .metrics import API_REQUESTS
 
 FIELD_MANAGER = "v41flash-operator"
 # (connect, read) seconds for every API call: a hung apiserver connection must not hold a reconcile (and the
-# per-deployment lock) forever. Watches are kopf's, with their own timeouts (handlers.configure).
+# per-deployment lock) forever. Watches are kopf's, with their own timeouts (kopf_setup.harden).
 REQUEST_TIMEOUT = (10, 60)
 log = logging.getLogger(__name__)
 
@@ -80,11 +80,6 @@ REQUEST_TIMEOUT: tuple[float, float] = (5.0, 30.0)
 APPLY_WORKERS = 12  # periodic, watch-driven and planner passes, and Events
 URGENT_APPLY_WORKERS = 32  # create/update/resume passes (a burst of new CRs is all urgent)
 CONNECTION_POOL = 96  # both pools' calls and the passes' own (status writes) share these connections
-
-
-API_REQUESTS = Counter("v41flash_api_requests_total",
-                       "Requests to the apiserver from the operator's own client (kopf's watches not included)",
-                       ["verb"])
 
 
 class TimeoutApiClient(client.ApiClient):
