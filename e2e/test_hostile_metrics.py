@@ -27,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from e2e.kit import wait_for
 from e2e.supervisor import HOSTILE_METRICS_ENV
-from v41flash.controller.handlers import TIMER_INTERVAL_SECONDS
+from v41flash.controller.config import OperatorConfig
 from v41flash.metrics.scrape import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT_S
 
 pytestmark = pytest.mark.e2e
@@ -36,6 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 CHART_VALUES = REPO / "charts" / "v41flash-operator" / "values.yaml"
 GROUP = ("v41flash.io", "v1alpha1")
 PLURAL = "v41flashdeployments"
+TIMER_INTERVAL_SECONDS = OperatorConfig().timer_interval_seconds  # the session operator's (the default)
 OBSERVE_S = 2 * TIMER_INTERVAL_SECONDS + 10  # >= 2 planner intervals (the planner runs on the periodic pass)
 SPEC_BOUND_S = 10.0  # a spec change is an urgent pass: observed in well under a periodic interval
 READY_S = 120

@@ -17,7 +17,7 @@ from prereq import unavailable
 from v41flash.api import v1alpha1 as api
 from v41flash.render import labels as L
 from v41flash.controller.autoscale import Autoscaler, observed_slo_status
-from v41flash.controller.reconcile import desired_replicas
+from v41flash.controller.desired import desired_replicas
 from v41flash.metrics.parse import parse_metrics
 from v41flash.metrics.window import PodSnapshot, SnapshotHistory
 from vllm_exposition import E2E_LE, TTFT_LE, page
@@ -385,7 +385,7 @@ def test_a_flooding_decode_pod_holds_its_role_and_the_reason_names_the_byte_cap(
     assert f"body over {DEFAULT_MAX_BYTES} bytes" in last["reason"], last["reason"]
 
 
-# --- during a rollout (docs/2026-12-01-progress.md §8.4) ---------------------------------------------------
+# --- during a rollout (docs/2026-12-01-rollouts.md §8.4) ---------------------------------------------------
 
 def _labelled(p: SimpleNamespace, name: str, ip: str, **labels) -> SimpleNamespace:
     p.metadata = SimpleNamespace(**{**vars(p.metadata), "name": name,

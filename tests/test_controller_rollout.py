@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+import process_memory
 from fake_kube import FakeKube
+from process_memory import reconcile
 from v41flash.controller import reconcile as rec
-from v41flash.controller.reconcile import reconcile
+from v41flash.controller import revisions
 from v41flash.render import labels as L
 from v41flash.rollout import machine as M
 from v41flash.rollout import progress
@@ -43,7 +45,7 @@ def cond(status: dict, type_: str) -> dict | None:
 
 
 @pytest.fixture
-def world(monkeypatch):
+def world(monkeypatch, memory):
     clock = Clock()
     monkeypatch.setattr(rec.time, "time", clock)
     figures = {"view": progress.StepView(M.Figures(requests=40, ttft_seconds=0.5, e2e_p95_seconds=5.0,
@@ -53,7 +55,7 @@ def world(monkeypatch):
     def observe(uid, state, pods, now, pct, scraper=None):
         seen.append(state.phase)
         return figures["view"]
-    monkeypatch.setattr(rec.STEP_FIGURES, "observe", observe)
+    monkeypatch.setattr(memory.step_figures, "observe", observe)
     return clock, figures, seen
 
 
@@ -180,7 +182,7 @@ def test_a_rollout_without_the_serving_record_stalls_naming_it(world):
     kube, name = converged(example())
     for key in [k for k in kube.objects if k[1] == "ControllerRevision"]:
         del kube.objects[key]
-    rec._recorded.clear()
+    process_memory.MEMORY.of(kube.cr(name)["metadata"]["uid"]).recorded.clear()
     spec = kube.cr(name)["spec"]
     spec["decode"]["maxNumSeqs"] = 48
     kube.update_spec(name, spec)
@@ -232,9 +234,8 @@ def test_an_operator_restart_mid_rollout_resumes_from_status_in_the_same_slot(wo
     out = _until(kube, name, clock, M.CANARY)
     before = {k: v for k, v in out.status["rollout"].items() if k in ("candidateRevision", "candidateSlot", "since")}
     names = set(kube.objects)
-    rec._prepared.clear()  # a new process: nothing in memory
-    rec._applied_rv.clear()
-    rec._recorded.clear()
+    meta = kube.cr(name)["metadata"]
+    process_memory.MEMORY.forget(meta["uid"], meta["namespace"], name)  # a new process: nothing in memory
     out, _ = step(kube, name, clock, 1)
     assert {k: out.status["rollout"][k] for k in before} == before
     assert set(kube.objects) == names  # no duplicate revision, no third slot, no orphan
@@ -318,7 +319,8 @@ def test_no_record_is_attempted_again_nor_warned_about_in_a_namespace_being_dele
     kube.create = lambda obj, namespace: (_ for _ in ()).throw(exc)
     from v41flash.controller.kube import namespace_terminating
     assert namespace_terminating(exc)
-    rec._record(kube, kube.cr(name), rec.api.V41FlashDeployment.model_validate(
+    mem = process_memory.MEMORY.of(kube.cr(name)["metadata"]["uid"])
+    revisions.record(kube, mem, kube.cr(name), rec.api.V41FlashDeployment.model_validate(
         {**kube.cr(name), "apiVersion": rec.api.API_VERSION, "kind": rec.api.KIND}), "0123456789")
     assert "cannot record" not in caplog.text
 

@@ -29,3 +29,23 @@ API_REQUESTS = Counter("v41flash_api_requests_total",
                        "Requests to the apiserver from the operator's own client (kopf's watches not included)",
                        ["verb"])
 
+
+def record_pass(namespace: str, name: str, trigger: str, *, capacity: bool, stalled: bool, ready: bool,
+                applied: list[str], pruned: list[str]) -> None:
+    """A pass that finished (an error is counted where it is raised)."""
+    RECONCILES.labels(trigger, "capacity" if capacity else "stalled" if stalled else "ok").inc()
+    for item in applied:
+        APPLIED.labels(item.split("/")[0]).inc()
+    for item in pruned:
+        PRUNED.labels(item.split("/")[0]).inc()
+    STALLED.labels(namespace, name).set(1 if stalled else 0)
+    READY.labels(namespace, name).set(1 if ready else 0)
+
+
+def forget(namespace: str, name: str) -> None:
+    """A deleted deployment's series."""
+    for gauge in (STALLED, READY):
+        try:
+            gauge.remove(namespace, name)
+        except KeyError:
+            pass

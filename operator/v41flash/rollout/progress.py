@@ -35,9 +35,8 @@ from . import machine as M
 log = logging.getLogger(__name__)
 
 # Phases in which the machine acts on its own clock (steps, deadlines, drains): passes come every
-# ROLLOUT_PASS_SECONDS, each applies, and the step's figures are scraped.
+# OperatorConfig.rollout_pass_seconds, each applies, and the step's figures are scraped.
 ACTIVE_PHASES = (M.STARTING, M.WAITING, M.CANARY, M.PAUSED, M.DRAINING, M.RECREATING)
-ROLLOUT_PASS_SECONDS = 5.0
 _SANITIZE = client.ApiClient()
 
 
