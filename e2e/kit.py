@@ -19,6 +19,10 @@ from v41flash_bench.procs import Proc, free_port, proc_start_ticks, spawn, stop_
 
 T = TypeVar("T")
 
+# The periodic tick of every operator the suite starts (OperatorProcess): the default 15 s would make each wait
+# for "a timer pass later" 15 s or more. Waits on the timer derive from this.
+TIMER_INTERVAL_S = 3.0
+
 
 def kubectl(*args: str, input: str | None = None, check: bool = True, kubeconfig: str | Path | None = None,
             timeout: float = 120) -> subprocess.CompletedProcess:
@@ -126,7 +130,8 @@ class ClusterHandle:
 class OperatorProcess:
     """The operator under test, run as `v41flash operator --kubeconfig PATH` against the e2e cluster, exactly
     as the README runs it: no KUBECONFIG in its environment (issue 13's bug hid behind it). Leader election is
-    on, as in the chart, with a stable identity so a restart takes its Lease back at once."""
+    on, as in the chart, with a stable identity so a restart takes its Lease back at once; its periodic tick is
+    TIMER_INTERVAL_S."""
 
     name = "operator"
 
@@ -151,7 +156,8 @@ class OperatorProcess:
     @property
     def argv(self) -> list[str]:
         return operator_argv(self.handle.kubeconfig, self.metrics_port, self.health_port,
-                             "--leader-election-id", self.identity, *self.extra_args)
+                             "--leader-election-id", self.identity,
+                             "--timer-interval-seconds", f"{TIMER_INTERVAL_S:g}", *self.extra_args)
 
     def start(self) -> "OperatorProcess":
         assert not self.alive, "operator already running"

@@ -53,7 +53,7 @@ PROMPT_WORDS = 1000
 OUTPUT_TOKENS = 64
 IDLE_TIMEOUT_S = 270  # after the load: time allowed for the walk back to min (~190 s in the recorded runs)
 SAMPLE_S = 3.0
-PASS_SLACK_S = 25  # the operator's 15 s periodic pass plus a slow scrape on a busy machine
+PASS_SLACK_S = 25  # a planner pass (INTERVAL_S, on the operator's periodic tick) plus a slow scrape on a busy machine
 WORDS = [f"w{i}" for i in range(5000)]
 
 

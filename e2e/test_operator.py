@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from e2e.corpus import invalid_cases
-from e2e.kit import wait_for
+from e2e.kit import TIMER_INTERVAL_S, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -268,7 +268,7 @@ def test_reapplying_the_same_spec_writes_nothing(cluster, operator_process, ns):
     time.sleep(3)  # let the last status write land
     before, cr_before = _versions(cluster, ns, name), get_cr(cluster, ns, name)
     apply(cluster, doc, ns)
-    time.sleep(35)  # > 2 timer passes: every pass re-applies every child and recomputes status
+    time.sleep(2 * TIMER_INTERVAL_S + 5)  # > 2 timer passes: each recomputes status (and may re-apply children)
     after = _versions(cluster, ns, name)
     assert after == before, ("a no-op re-apply or timer pass wrote something", _cr_diff(cr_before, get_cr(cluster, ns, name)))
     # every write of ours names the operator as its field manager (not the client library's default)

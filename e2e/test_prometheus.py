@@ -27,7 +27,7 @@ pytestmark = pytest.mark.e2e
 
 NAME = "slo-autoscale"  # e2e.test_autoscale.deployment()'s
 WINDOW_S = 15  # short windows on Prometheus' 1 s scrapes: a breach shows within one planner pass
-INTERVAL_S = 5  # the planner decides on every operator pass (15 s)
+INTERVAL_S = 5  # the planner decides on the first operator pass (e2e.kit.TIMER_INTERVAL_S apart) 5 s after the last
 LOAD_MAX_S = 60  # the scale-up came 16 s into the load in the recorded run; the hold needs no load
 
 

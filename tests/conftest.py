@@ -24,9 +24,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
 
 
 @pytest.fixture(autouse=True)
-def _fresh_rollout_records():
-    """The controller remembers per CR uid which ControllerRevisions exist; the fakes reuse uids across tests."""
-    from v41flash.controller import reconcile as rec
-    rec._recorded.clear()
-    yield
-    rec._recorded.clear()
+def memory():
+    """What the operator process remembers between passes (tests/process_memory.py): a new process per test."""
+    import process_memory
+    return process_memory.new_process()

@@ -7,7 +7,9 @@ else (CRD copies, RBAC derived from the code) runs without helm.
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
+from dataclasses import fields
 from pathlib import Path
 
 import kubernetes_validate
@@ -17,6 +19,8 @@ import yaml
 from prereq import require_tool
 from v41flash.api import v1alpha1 as api
 from v41flash.cli.main import build_parser
+from v41flash.cli.operator import flag, tunables
+from v41flash.controller.config import OperatorConfig, floats
 from v41flash.controller.kube import CHILD_KINDS
 from v41flash.render import render
 
@@ -62,8 +66,21 @@ def leader_election_role(objs: list[dict]) -> dict:
     named = [r for r in role["rules"] if set(r["verbs"]) & {"get", "update"}]
     assert all(r.get("resourceNames") == ["v41flash-operator"] for r in named)
     return role
+def camel(field_name: str) -> str:
+    """The chart's key of an OperatorConfig field: timer_interval_seconds -> timerIntervalSeconds."""
+    head, *rest = field_name.split("_")
+    return head + "".join(word.title() for word in rest)
+
+
+# every tunable off its default
+TUNED = OperatorConfig(timer_interval_seconds=3, drift_every=6, drift_recent_ticks=2, pass_workers=8, urgent_workers=2,
+                       pass_deadline_seconds=30, backoff_seconds=(1, 2.5), rollout_pass_seconds=2, planner_workers=4,
+                       planner_deadline_seconds=10, apply_workers=6, urgent_apply_workers=16, connection_pool=48,
+                       request_timeout_seconds=(2, 10))
+
 VALUE_SETS = {
     "defaults": [],
+    "tuned": ["--set-json", "controller=" + json.dumps({camel(f.name): getattr(TUNED, f.name) for f in fields(TUNED)})],
     "namespaced": ["--set", "watchNamespaces={team-a,team-b}"],
     "namespaced-no-observer": ["--set", "watchNamespaces={team-a}", "--set", "rbac.clusterObservation=false"],
     "everything-on": ["--set", "serviceMonitor.enabled=true", "--set", "podMonitor.enabled=true",
@@ -291,6 +308,25 @@ def test_operator_args_are_what_the_cli_accepts(helm, values, namespaces):
     assert args.log_format == "json" and args.namespace == namespaces
 
 
+def test_every_tunable_reaches_the_operator_as_its_flag(helm):
+    """values.controller -> container args -> the operator's own argparse -> the same OperatorConfig; with none
+    set, no tunable flag at all (the default render stays as it was)."""
+    assert all(getattr(TUNED, f.name) != f.default for f in fields(OperatorConfig))  # each one shows
+    _, c = _operator(template(helm, *VALUE_SETS["tuned"]))
+    assert tunables(build_parser().parse_args(c["args"])) == TUNED
+    _, plain = _operator(template(helm))
+    assert not {a.split("=")[0] for a in plain["args"]} & {flag(f.name) for f in fields(OperatorConfig)}
+
+
+def test_the_values_schema_has_every_tunable_and_only_those():
+    schema = json.loads((CHART / "values.schema.json").read_text())["properties"]["controller"]["properties"]
+    types = {int: "integer", float: "number", floats: "array"}
+    assert {key: s["type"] for key, s in schema.items()} == \
+        {camel(f.name): types[f.metadata["parse"]] for f in fields(OperatorConfig)}
+    described = (CHART / "values.yaml").read_text()
+    assert [camel(f.name) for f in fields(OperatorConfig) if camel(f.name) not in described] == []
+
+
 def test_metrics_service_selects_the_operator_pod(helm):
     objs = template(helm)
     deploy, _ = _operator(objs)
@@ -340,6 +376,8 @@ def test_top_level_kustomization_includes_every_example():
     (["--set", "watchNamspaces={a}"], "watchNamspaces"),  # a typo must not silently mean cluster-wide
     (["--set", "watchNamespaces={Team_A}"], "/watchNamespaces/0"),
     (["--set", "image.digest=latest"], "/image/digest"),
+    (["--set", "controller.timerInterval=3"], "timerInterval"),  # a typo must not silently mean the default
+    (["--set", "controller.passWorkers=0"], "/controller/passWorkers"),
 ])
 def test_values_schema_refuses_mistakes(helm, bad, message):
     r = subprocess.run([str(helm), "template", "x", str(CHART), *bad], capture_output=True, text=True)

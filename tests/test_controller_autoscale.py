@@ -18,7 +18,7 @@ from prereq import unavailable
 from v41flash.api import v1alpha1 as api
 from v41flash.render import labels as L
 from v41flash.controller.autoscale import Autoscaler, observed_slo_status
-from v41flash.controller.reconcile import desired_replicas
+from v41flash.controller.desired import desired_replicas
 from v41flash.metrics.parse import parse_metrics
 from v41flash.metrics.window import PodSnapshot, SnapshotHistory
 from vllm_exposition import E2E_LE, TTFT_LE, page
@@ -425,33 +425,33 @@ def test_during_a_rollout_the_planner_reads_the_serving_slot_the_front_as_proxy_
 
 
 def test_while_a_candidate_exists_scale_downs_are_held_and_the_budget_counts_its_gpus():
-    from v41flash.controller import rollouts
+    from v41flash.rollout import progress
     from v41flash.planner.datatypes import Decision, PlannerState, RoleDecision
     d = Decision(time=0.0, decode=RoleDecision("decode", 3, 2, "scale_down", "idle"),
                  prefill=RoleDecision("prefill", 1, 2, "scale_up", "ttft"), state=PlannerState())
-    held = rollouts.hold_scale_downs(d, "a rollout's candidate abc exists")
+    held = progress.hold_scale_downs(d, "a rollout's candidate abc exists")
     assert (held.decode.desired, held.decode.action) == (3, "hold") and "candidate abc" in held.decode.reason
     assert held.prefill == d.prefill and held.action == "scale_up"  # a scale-up of the serving slot still goes
     spec = SPEC.model_copy(update={"autoscaling": SPEC.autoscaling.model_copy(update={"gpu_budget": 16})})
     canary = {"rollout": {"phase": "Canary", "candidateSlot": "a"}}
-    assert rollouts.planner_budget(spec, {}) == 16
-    assert rollouts.planner_budget(spec, canary) == 16  # a status without surgeGPUs: one replica per role
+    assert progress.planner_budget(spec, {}) == 16
+    assert progress.planner_budget(spec, canary) == 16  # a status without surgeGPUs: one replica per role
     # the default surge is the candidate's full size when the rollout started (status.rollout.surgeGPUs): 2 + 2
     # replicas of 4 GPUs then; the candidate holds 1 + 1 now, so serving may have 16 + 16 - 8 = 24
     grown = {"rollout": {**canary["rollout"], "surgeGPUs": 16, "candidateReplicas": {"prefill": 1, "decode": 1}}}
-    assert rollouts.planner_budget(spec, grown) == 24
+    assert progress.planner_budget(spec, grown) == 24
     surge = spec.model_copy(update={"rollout": spec.rollout.model_copy(update={"max_surge_gpus": 4})})
-    assert rollouts.planner_budget(surge, canary) == 12  # 16 + 4 - 8 held by the candidate
+    assert progress.planner_budget(surge, canary) == 12  # 16 + 4 - 8 held by the candidate
     # a candidate grown to 2 replicas per role holds 16: the serving slot may have 16 + 4 - 16 = 4
-    assert rollouts.planner_budget(surge, {"rollout": {**canary["rollout"],
+    assert progress.planner_budget(surge, {"rollout": {**canary["rollout"],
                                                        "candidateReplicas": {"prefill": 2, "decode": 2}}}) == 4
     # InPlace: one pair handed over (the planner's count still includes it), the candidate at one per role:
     # serving N x 8 - 8 + 8 <= 16 + 4, so N x 8 <= 20
-    assert rollouts.planner_budget(surge, {"rollout": {**canary["rollout"], "inPlace": 1,
+    assert progress.planner_budget(surge, {"rollout": {**canary["rollout"], "inPlace": 1,
                                                        "candidateReplicas": {"prefill": 1, "decode": 1}}}) == 20
     # a status from before candidates were sized: one replica per role plus the hand-over (2 per role)
-    assert rollouts.planner_budget(surge, {"rollout": {**canary["rollout"], "inPlace": 1}}) == 12
-    assert rollouts.planner_budget(surge, {"rollout": {"phase": "Complete", "servingSlot": "a"}}) == 16
+    assert progress.planner_budget(surge, {"rollout": {**canary["rollout"], "inPlace": 1}}) == 12
+    assert progress.planner_budget(surge, {"rollout": {"phase": "Complete", "servingSlot": "a"}}) == 16
 
 
 def test_no_planner_status_while_no_engine_pod_is_ready_and_the_first_decision_once_one_is(servers):

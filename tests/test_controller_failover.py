@@ -7,7 +7,7 @@ import time
 from test_controller_autoscale import BODY, IPS, SPEC, busy_page, cluster, seed_history, servers  # noqa: F401
 
 from v41flash.controller.autoscale import Autoscaler, durable_state
-from v41flash.controller.reconcile import desired_replicas
+from v41flash.controller.desired import desired_replicas
 from v41flash.planner.datatypes import PlannerState
 
 

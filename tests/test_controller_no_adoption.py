@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 
 from fake_kube import FakeKube
-from v41flash.controller.reconcile import reconcile
+from process_memory import reconcile
 
 
 def cr(name="app", spec=None):

@@ -16,7 +16,7 @@ from fake_kube import FakeKube
 from prom_replay import META, NAMESPACE, WINDOW_S, Replay
 from v41flash.api import v1alpha1 as api
 from v41flash.controller.autoscale import METRICS_UNAVAILABLE, Autoscaler
-from v41flash.controller.reconcile import _planner_conditions
+from v41flash.controller.status import _planner_conditions
 from v41flash.planner.datatypes import PlannerConfig
 
 ROLE_OF = {**{p: "prefill" for p in META["expected"]["prefill"]}, **{p: "decode" for p in META["expected"]["decode"]},

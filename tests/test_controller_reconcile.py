@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from fake_kube import LWS, FakeKube, api_error
+from process_memory import reconcile
 from v41flash.controller.autoscale import PlannerOutcome
 from v41flash.controller.kube import CHILD_KINDS
-from v41flash.controller.reconcile import reconcile
 from v41flash.render import labels as L
 
 ROOT = Path(__file__).resolve().parents[1]

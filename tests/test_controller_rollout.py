@@ -1,7 +1,7 @@
 """reconcile() running whole rollouts against the in-memory apiserver (tests/fake_kube.py): the controller
 calls rollout_pass once a revision served and the spec renders another one, creates and prunes the
 ControllerRevisions, writes servingRevision / status.rollout / status.revisions and the kstatus conditions
-from the decision, posts its Events; the step's figures come from controller/rollouts.StepFigures."""
+from the decision, posts its Events; the step's figures come from rollout/progress.StepFigures."""
 from __future__ import annotations
 
 import json
@@ -10,12 +10,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+import process_memory
 from fake_kube import FakeKube, api_error
+from process_memory import reconcile
 from v41flash.controller import reconcile as rec
-from v41flash.controller import rollouts
-from v41flash.controller.reconcile import reconcile
+from v41flash.controller import revisions
 from v41flash.render import labels as L
 from v41flash.rollout import machine as M
+from v41flash.rollout import progress
 
 ROOT = Path(__file__).resolve().parents[1]
 T0 = 1_796_000_000.0
@@ -43,17 +45,17 @@ def cond(status: dict, type_: str) -> dict | None:
 
 
 @pytest.fixture
-def world(monkeypatch):
+def world(monkeypatch, memory):
     clock = Clock()
     monkeypatch.setattr(rec.time, "time", clock)
-    figures = {"view": rollouts.StepView(M.Figures(requests=40, ttft_seconds=0.5, e2e_p95_seconds=5.0,
+    figures = {"view": progress.StepView(M.Figures(requests=40, ttft_seconds=0.5, e2e_p95_seconds=5.0,
                                                    error_ratio=0.0), serving_requests=100, old_live_requests=0)}
     seen = []
 
     def observe(uid, state, pods, now, pct, scraper=None):
         seen.append(state.phase)
         return figures["view"]
-    monkeypatch.setattr(rec.STEP_FIGURES, "observe", observe)
+    monkeypatch.setattr(memory.step_figures, "observe", observe)
     return clock, figures, seen
 
 
@@ -145,7 +147,7 @@ def test_a_candidate_too_slow_is_rolled_back_at_the_gate_with_figure_and_target_
     clock, figures, _ = world
     kube, name = converged(short(example()))
     old = kube.cr(name)["status"]["servingRevision"]
-    figures["view"] = rollouts.StepView(M.Figures(requests=40, ttft_seconds=9.0, e2e_p95_seconds=5.0,
+    figures["view"] = progress.StepView(M.Figures(requests=40, ttft_seconds=9.0, e2e_p95_seconds=5.0,
                                                   error_ratio=0.0), serving_requests=100)
     spec = kube.cr(name)["spec"]
     spec["decode"]["maxNumSeqs"] = 48
@@ -164,15 +166,15 @@ def test_a_candidate_too_slow_is_rolled_back_at_the_gate_with_figure_and_target_
     assert cond(st, "Ready")["status"] == "False"
     assert ("Warning", "RolledBack") in [e[:2] for e in events]
     # out of the routing table at once, kept while its requests in flight may not be done, then deleted
-    assert st["rollout"]["retiringSlot"] == "a" and rollouts.active(st)
+    assert st["rollout"]["retiringSlot"] == "a" and progress.active(st)
     routes = json.loads(kube.get("ConfigMap", f"{name}-config")["data"]["routes.json"])["revisions"]
     assert [r["revision"] for r in routes] == [old]
     assert engine_names(kube) == {f"{name}-prefill", f"{name}-decode", f"{name}-prefill-a", f"{name}-decode-a"}
-    figures["view"] = rollouts.StepView(retiring_live_requests=0)
+    figures["view"] = progress.StepView(retiring_live_requests=0)
     step(kube, name, clock, 5)
     assert engine_names(kube) == {f"{name}-prefill", f"{name}-decode"}  # the candidate slot is gone
     st = kube.cr(name)["status"]
-    assert "retiringSlot" not in st["rollout"] and not rollouts.active(st)
+    assert "retiringSlot" not in st["rollout"] and not progress.active(st)
     assert cond(st, "Stalled")["status"] == "True"
 
 
@@ -180,7 +182,7 @@ def test_a_rollout_without_the_serving_record_stalls_naming_it(world):
     kube, name = converged(example())
     for key in [k for k in kube.objects if k[1] == "ControllerRevision"]:
         del kube.objects[key]
-    rec._recorded.clear()
+    process_memory.MEMORY.of(kube.cr(name)["metadata"]["uid"]).recorded.clear()
     spec = kube.cr(name)["spec"]
     spec["decode"]["maxNumSeqs"] = 48
     kube.update_spec(name, spec)
@@ -193,8 +195,8 @@ def test_a_rollout_without_the_serving_record_stalls_naming_it(world):
 def test_records_to_delete_keeps_the_live_and_the_newest_other():
     def cr(rev, n):
         return {"metadata": {"name": f"x-{rev}", "labels": {L.REVISION_LABEL: rev}}, "revision": n}
-    assert rollouts.records_to_delete([cr("a", 1), cr("b", 2), cr("c", 3), cr("d", 4)], {"d"}) == ["x-a", "x-b"]
-    assert rollouts.records_to_delete([cr("a", 1)], {"a"}) == []
+    assert progress.records_to_delete([cr("a", 1), cr("b", 2), cr("c", 3), cr("d", 4)], {"d"}) == ["x-a", "x-b"]
+    assert progress.records_to_delete([cr("a", 1)], {"a"}) == []
 
 
 def _until(kube, name, clock, phase: str, n: int = 20, seconds: float = 6):
@@ -232,9 +234,8 @@ def test_an_operator_restart_mid_rollout_resumes_from_status_in_the_same_slot(wo
     out = _until(kube, name, clock, M.CANARY)
     before = {k: v for k, v in out.status["rollout"].items() if k in ("candidateRevision", "candidateSlot", "since")}
     names = set(kube.objects)
-    rec._prepared.clear()  # a new process: nothing in memory
-    rec._applied_rv.clear()
-    rec._recorded.clear()
+    meta = kube.cr(name)["metadata"]
+    process_memory.MEMORY.forget(meta["uid"], meta["namespace"], name)  # a new process: nothing in memory
     out, _ = step(kube, name, clock, 1)
     assert {k: out.status["rollout"][k] for k in before} == before
     assert set(kube.objects) == names  # no duplicate revision, no third slot, no orphan
@@ -272,7 +273,7 @@ def test_a_record_the_operator_may_not_create_is_said_once_and_serving_goes_on(w
 def test_a_retiring_candidate_is_idle_only_from_a_scrape_after_it_left_the_table():
     from v41flash.metrics.parse import parse_metrics
     from v41flash.metrics.window import PodSnapshot
-    figs = rollouts.StepFigures()
+    figs = progress.StepFigures()
     pod = {"metadata": {"name": "x-prefill-a-1", "labels": {L.ROLE_LABEL: "prefill", L.SERVING_LABEL: "true",
                                                              L.SLOT_LABEL: "a", L.REVISION_LABEL: "c" * 10}},
            "status": {"conditions": [{"type": "Ready", "status": "True"}], "podIP": "127.0.0.1"}}
@@ -290,7 +291,7 @@ def test_a_retiring_candidate_is_idle_only_from_a_scrape_after_it_left_the_table
 
 
 def test_a_retiring_candidate_that_never_became_ready_is_idle_at_once():
-    figs = rollouts.StepFigures()
+    figs = progress.StepFigures()
     pod = {"metadata": {"name": "x-prefill-a-1", "labels": {L.ROLE_LABEL: "prefill", L.SERVING_LABEL: "true",
                                                              L.SLOT_LABEL: "a", L.REVISION_LABEL: "c" * 10}},
            "status": {"conditions": [{"type": "Ready", "status": "False"}], "podIP": "127.0.0.1"}}
@@ -308,7 +309,8 @@ def test_no_record_is_attempted_again_nor_warned_about_in_a_namespace_being_dele
     name = kube.add_cr(example())["metadata"]["name"]
     from v41flash.controller.kube import namespace_terminating
     assert namespace_terminating(exc)
-    rec._record(kube, kube.cr(name), rec.api.V41FlashDeployment.model_validate(
+    mem = process_memory.MEMORY.of(kube.cr(name)["metadata"]["uid"])
+    revisions.record(kube, mem, kube.cr(name), rec.api.V41FlashDeployment.model_validate(
         {**kube.cr(name), "apiVersion": rec.api.API_VERSION, "kind": rec.api.KIND}), "0123456789")
     assert "cannot record" not in caplog.text
 
@@ -375,5 +377,5 @@ def test_at_rest_after_a_rollout_an_observe_pass_lists_and_applies_nothing_and_a
     assert lost.status_written and lost.status["decode"]["readyReplicas"] == 0, lost.status["decode"]
     assert cond(lost.status, "Ready")["status"] == "False"
     # the spec moving on is not "at rest": the full rollout pass takes it
-    assert not rollouts.at_rest(body["status"], "0123456789") and rollouts.at_rest(body["status"],
+    assert not progress.at_rest(body["status"], "0123456789") and progress.at_rest(body["status"],
                                                                                   body["status"]["servingRevision"])

@@ -10,15 +10,28 @@ import logging
 import threading
 from pathlib import Path
 
+import kopf
 import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
+import process_memory
 from fake_kube import FakeKube, api_error
-from v41flash.controller import handlers
+from process_memory import reconcile
+from v41flash.controller import apply as apply_mod
+from v41flash.controller import desired as desired_mod
+from v41flash.controller import handlers, planners, scheduler
+from v41flash.controller import passes as passes_mod
 from v41flash.controller import reconcile as rec
+from v41flash.controller.apply import capacity_refusal
+from v41flash.controller.children import ChildCache
+from v41flash.controller.config import OperatorConfig
 from v41flash.controller.kube import ChildRef
-from v41flash.controller.reconcile import Pass, capacity_refusal, reconcile
+from v41flash.controller.passes import run_pass
+from v41flash.controller.periodic import periodic_work
+from v41flash.controller.reconcile import Pass
+from v41flash.controller.runtime import Runtime
+from v41flash.controller.scheduler import CapacityRefused, Scheduler, Work
 from v41flash.render import labels as L
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "manifests" / "examples" / "tp4-h200-low-latency.yaml"
@@ -55,15 +68,23 @@ def no_events(*_):
     pass
 
 
-@pytest.fixture(autouse=True)
-def fresh_prepare_cache():
-    rec._prepared.clear()
-    rec._applied_rv.clear()
-    rec._recorded.clear()
-    yield
-    rec._prepared.clear()
-    rec._applied_rv.clear()
-    rec._recorded.clear()
+def runtime(kube=None, **config) -> Runtime:
+    return Runtime(kube=kube, config=OperatorConfig(**config), memory=process_memory.MEMORY)
+
+
+def memo(rt: Runtime) -> kopf.Memo:
+    """What kopf hands every handler (cli/operator.py passes the runtime to kopf.run)."""
+    return kopf.Memo(runtime=rt)
+
+
+def schedule(run, **config) -> Scheduler:
+    """A scheduler running `run` as each pass, on this test's memory."""
+    return Scheduler(run, process_memory.MEMORY, OperatorConfig(**config))
+
+
+def known(uid: str, body: dict) -> None:
+    """The watch delivered this body."""
+    process_memory.MEMORY.of(uid).body = body
 
 
 def kinds(calls, verb):
@@ -87,7 +108,7 @@ def test_a_rolebinding_is_applied_after_its_role():
     writer short of cluster-admin): the binding goes in the second wave."""
     kube = cluster()
     reconcile(kube, body(), no_events, how=Pass(prune=False))
-    waves = rec._waves([{"kind": k} for k in kinds(kube.calls, "apply")])
+    waves = apply_mod._waves([{"kind": k} for k in kinds(kube.calls, "apply")])
     first, second = ({o["kind"] for o in w} for w in waves)
     assert "Role" in first and "ServiceAccount" in first and "RoleBinding" in second and "Role" not in second
 
@@ -97,7 +118,7 @@ def test_a_namespace_being_deleted_ends_the_pass_without_a_retry():
     terminating.body = json.dumps({"kind": "Status", "code": 403, "reason": "Forbidden", "message": "is forbidden: "
                                    "unable to create new content in namespace ns because it is being terminated",
                                    "details": {"causes": [{"reason": "NamespaceTerminating"}]}})
-    with pytest.raises(rec.NamespaceTerminating):
+    with pytest.raises(apply_mod.NamespaceTerminating):
         reconcile(cluster(refuse={"Deployment": terminating}), body(), no_events, how=Pass(prune=False))
     plain = ApiException(status=403, reason="Forbidden")
     plain.body = json.dumps({"kind": "Status", "code": 403, "message": "forbidden: no RBAC"})
@@ -176,13 +197,13 @@ def test_one_stuck_deployment_never_delays_another(monkeypatch):
             other_done.set()
             release.set()
 
-    monkeypatch.setattr(handlers, "run_pass", fake_pass)
 
     async def main():
-        sched = handlers.Scheduler(workers=1, deadline=0.05, reserved=0)  # ONE worker: only the deadline frees it
+        # ONE worker: only the deadline frees it
+        sched = schedule(fake_pass, pass_workers=1, pass_deadline_seconds=0.05, urgent_workers=0)
         sched.start()
-        sched.request("stuck", handlers.Work(trigger="create", full=True))
-        sched.request("other", handlers.Work(trigger="create", full=True))
+        sched.request("stuck", Work(trigger="create", full=True))
+        sched.request("other", Work(trigger="create", full=True))
         while not other_done.is_set() or sched.running:  # both passes finished (their callbacks ran)
             await asyncio.sleep(0.01)
         sched.stop()
@@ -197,25 +218,23 @@ def test_a_capacity_refusal_backs_off_with_one_line_per_step_and_skips_ticks(mon
 
     def refused(uid, work):
         attempts.append(work.trigger)
-        raise handlers.CapacityRefused("the cluster refused Service/x-router for capacity: range is full")
+        raise CapacityRefused("the cluster refused Service/x-router for capacity: range is full")
 
-    monkeypatch.setattr(handlers, "run_pass", refused)
-    monkeypatch.setattr(handlers, "BACKOFF_SECONDS", (0.05, 0.1, 0.2))
-    monkeypatch.setitem(handlers._bodies, "u1", body())
+    known("u1", body())
 
     async def main():
-        sched = handlers.Scheduler(workers=2, reserved=0)
+        sched = schedule(refused, pass_workers=2, urgent_workers=0, backoff_seconds=(0.05, 0.1, 0.2))
         sched.start()
-        sched.request("u1", handlers.Work(trigger="create", full=True))
+        sched.request("u1", Work(trigger="create", full=True))
         while len(attempts) < 3:
             await asyncio.sleep(0.01)
         assert sched.not_before["u1"] > 0
-        sched.request("u1", handlers.Work(trigger="periodic"))  # a tick during backoff: dropped
+        sched.request("u1", Work(trigger="periodic"))  # a tick during backoff: dropped
         assert "u1" not in sched.pending
         sched.stop()
         return sched
 
-    with caplog.at_level(logging.WARNING, logger=handlers.log.name):
+    with caplog.at_level(logging.WARNING, logger=scheduler.log.name):
         sched = asyncio.run(asyncio.wait_for(main(), 30))
     assert attempts[:3] == ["create", "retry", "retry"]
     lines = [r for r in caplog.records if "range is full" in r.getMessage()]
@@ -225,15 +244,15 @@ def test_a_capacity_refusal_backs_off_with_one_line_per_step_and_skips_ticks(mon
 
 
 def test_work_for_one_deployment_coalesces():
-    a = handlers.Work(trigger="periodic", requested=2.0)
-    b = handlers.Work(trigger="child", full=False, requested=1.0)
-    c = handlers.Work(trigger="update", full=True, prune=True)
+    a = Work(trigger="periodic", requested=2.0)
+    b = Work(trigger="child", full=False, requested=1.0)
+    c = Work(trigger="update", full=True, prune=True)
     merged = a.merge(b).merge(c)
     assert merged.trigger == "child" and merged.full and merged.prune
 
 
 def test_the_child_cache_reports_only_what_status_reads():
-    cache = handlers.ChildCache()
+    cache = ChildCache()
     dep = {"apiVersion": "apps/v1", "kind": "Deployment",
            "metadata": {"name": "x-decode", "generation": 1, "resourceVersion": "5",
                         "ownerReferences": [{"apiVersion": "v41flash.io/v1alpha1", "kind": "V41FlashDeployment",
@@ -249,9 +268,9 @@ def test_the_child_cache_reports_only_what_status_reads():
 
 def test_a_workload_changed_by_someone_else_is_reapplied_at_once_and_our_own_change_only_observed(monkeypatch):
     asked = []
-    monkeypatch.setattr(handlers, "_request", lambda uid, work: asked.append((uid, work.full)))
-    monkeypatch.setattr(handlers, "_children", handlers.ChildCache())
-    monkeypatch.setitem(handlers._bodies, "u1", body())
+    rt = runtime()
+    monkeypatch.setattr(rt, "request", lambda uid, work: asked.append((uid, work.full)))
+    known("u1", body())
     owner = [{"apiVersion": "v41flash.io/v1alpha1", "kind": "V41FlashDeployment", "uid": "u1"}]
 
     def dep(generation, rv, ready=0):
@@ -259,9 +278,9 @@ def test_a_workload_changed_by_someone_else_is_reapplied_at_once_and_our_own_cha
                 "metadata": {"name": "x-decode", "generation": generation, "resourceVersion": rv,
                              "ownerReferences": owner},
                 "spec": {"replicas": 1}, "status": {"readyReplicas": ready}}
-    run = lambda kind, obj: asyncio.run(handlers._child_event({"type": kind}, obj))  # noqa: E731
+    run = lambda kind, obj: asyncio.run(handlers.child_event({"type": kind}, obj, memo(rt)))  # noqa: E731
     run("ADDED", dep(1, "5"))
-    monkeypatch.setitem(rec._applied_rv, "u1", {ChildRef("apps/v1", "Deployment", "x-decode"): "7"})
+    process_memory.MEMORY.of("u1").applied_rv.update({ChildRef("apps/v1", "Deployment", "x-decode"): "7"})
     run("MODIFIED", dep(2, "7"))  # our own apply (the version it returned): status only
     run("MODIFIED", dep(2, "8", ready=1))  # the workload controller's status: status only
     run("MODIFIED", dep(3, "9", ready=1))  # someone edited its spec: re-apply
@@ -275,30 +294,28 @@ def test_the_workloads_a_pass_applied_are_known_before_their_watch_events_arrive
     from the apiserver. What our apply returned is recorded: its own ADDED event asks for nothing, an observe
     pass reads nothing, and a later change by the workload controller still asks for an observe pass."""
     asked = []
-    monkeypatch.setattr(handlers, "_request", lambda uid, work: asked.append((uid, work.trigger, work.full)))
-    monkeypatch.setattr(handlers, "_children", handlers.ChildCache())
-    monkeypatch.setattr(handlers, "_applied_generation", {})
     kube = cluster()
-    monkeypatch.setattr(handlers, "_kube", kube)
-    monkeypatch.setitem(handlers._bodies, "u1", body())
-    handlers.run_pass("u1", handlers.Work(trigger="create", full=True))
+    rt = runtime(kube)
+    monkeypatch.setattr(rt, "request", lambda uid, work: asked.append((uid, work.trigger, work.full)))
+    known("u1", body())
+    run_pass(rt, "u1", Work(trigger="create", full=True))
     workloads = {ref: o for ref, o in kube.children().items() if ref.kind == "Deployment"}
-    assert len(workloads) == 3 and set(handlers._children.of("ns", "u1")) == set(workloads)  # prefill, decode, router
+    assert len(workloads) == 3 and set(process_memory.MEMORY.children.of("ns", "u1")) == set(workloads)  # prefill, decode, router
     for obj in workloads.values():  # the watch delivers our own creations, late
-        asyncio.run(handlers._child_event({"type": "ADDED"}, copy.deepcopy(obj)))
+        asyncio.run(handlers.child_event({"type": "ADDED"}, copy.deepcopy(obj), memo(rt)))
     assert asked == []
     kube.calls.clear()
-    handlers.run_pass("u1", handlers.Work(trigger="periodic"))  # observe: from the cache alone
+    run_pass(rt, "u1", Work(trigger="periodic"))  # observe: from the cache alone
     assert [c for c in kube.calls if c[0] in ("read", "apply", "list_children")] == []
     ref, obj = next(iter(workloads.items()))
     moved = copy.deepcopy(obj)
     moved["metadata"]["resourceVersion"] = str(int(obj["metadata"]["resourceVersion"]) + 1)
     moved["status"] = {"observedGeneration": 1, "replicas": 1}
-    asyncio.run(handlers._child_event({"type": "MODIFIED"}, moved))
+    asyncio.run(handlers.child_event({"type": "MODIFIED"}, moved, memo(rt)))
     assert asked == [("u1", "child", False)]
     # an apply's result older than what the watch delivered meanwhile does not replace it
-    handlers._seen(copy.deepcopy(obj))
-    assert handlers._children.of("ns", "u1")[ref]["status"] == moved["status"]
+    process_memory.MEMORY.children.seen(copy.deepcopy(obj))
+    assert process_memory.MEMORY.children.of("ns", "u1")[ref]["status"] == moved["status"]
 
 
 def test_a_planner_hold_decided_on_an_older_body_keeps_the_recorded_decision(monkeypatch):
@@ -309,16 +326,15 @@ def test_a_planner_hold_decided_on_an_older_body_keeps_the_recorded_decision(mon
     older = {**recorded, "time": "2026-12-01T10:00:00Z"}
     seen = []
 
-    def fake_reconcile(kube, body, emit, *, planner=None, how=None, now=None):
+    def fake_reconcile(kube, body, emit, *, memory, planner=None, how=None, now=None):
         seen.append(planner.status["lastDecision"])
         return rec.Outcome(status={"conditions": []})
-    monkeypatch.setattr(handlers, "reconcile", fake_reconcile)
-    monkeypatch.setattr(handlers, "_kube", FakeKube())
+    monkeypatch.setattr(passes_mod, "reconcile", fake_reconcile)
     b = body()
     b["status"] = {"lastDecision": recorded}
-    monkeypatch.setitem(handlers._bodies, "u1", b)
-    monkeypatch.setitem(handlers._applied_generation, "u1", 1)
-    handlers.run_pass("u1", handlers.Work(trigger="planner", planner=PlannerOutcome(status={"lastDecision": older})))
+    known("u1", b)
+    process_memory.MEMORY.of("u1").applied_generation = 1
+    run_pass(runtime(FakeKube()), "u1", Work(trigger="planner", planner=PlannerOutcome(status={"lastDecision": older})))
     assert seen == [recorded]
 
 
@@ -331,17 +347,16 @@ def test_a_new_cr_goes_before_the_periodic_refreshes_already_queued(monkeypatch)
             assert gate.wait(30)
         order.append(uid)
 
-    monkeypatch.setattr(handlers, "run_pass", fake_pass)
 
     async def main():
-        sched = handlers.Scheduler(workers=1, reserved=0)  # the shared queue's order alone
+        sched = schedule(fake_pass, pass_workers=1, urgent_workers=0)  # the shared queue's order alone
         sched.start()
-        sched.request("busy", handlers.Work(trigger="periodic"))
+        sched.request("busy", Work(trigger="periodic"))
         await asyncio.sleep(0.05)  # the one worker is now busy
         for uid in ("a", "b", "c"):
-            sched.request(uid, handlers.Work(trigger="periodic"))
-        sched.request("b", handlers.Work(trigger="child"))  # merged, still background
-        sched.request("new", handlers.Work(trigger="create", full=True))
+            sched.request(uid, Work(trigger="periodic"))
+        sched.request("b", Work(trigger="child"))  # merged, still background
+        sched.request("new", Work(trigger="create", full=True))
         gate.set()
         while len(order) < 5:
             await asyncio.sleep(0.01)
@@ -359,8 +374,8 @@ def test_a_holding_planner_pass_and_the_periodic_pass_share_one_prepared_render(
     kube = cluster()
     first = reconcile(kube, body(), no_events, how=Pass(prune=False))
     calls = []
-    real = rec.validate
-    monkeypatch.setattr(rec, "validate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = desired_mod.validate
+    monkeypatch.setattr(desired_mod, "validate", lambda *a, **k: calls.append(1) or real(*a, **k))
     settled = kube.cr(NAME)
     held = PlannerOutcome(desired={"prefill": first.status["prefill"]["desiredReplicas"],
                                    "decode": first.status["decode"]["desiredReplicas"]})
@@ -384,8 +399,8 @@ def test_a_role_turned_off_shares_the_prepared_render_whatever_status_records_fo
     first = reconcile(kube, agg, no_events, how=Pass(prune=False))
     assert first.status["prefill"]["desiredReplicas"] == 0  # status records 0 for it; the render has none
     calls = []
-    real = rec.validate
-    monkeypatch.setattr(rec, "validate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = desired_mod.validate
+    monkeypatch.setattr(desired_mod, "validate", lambda *a, **k: calls.append(1) or real(*a, **k))
     reconcile(kube, kube.cr(NAME), no_events, how=Pass(apply=False))
     assert calls == []
 
@@ -394,18 +409,18 @@ def test_a_deleted_workload_is_no_longer_known_so_its_name_is_checked_again_befo
     """A child we applied is known (its collision read is skipped). Once its watch reports it DELETED, the name
     may be taken by someone else's object before the next pass: that pass must read the name again and refuse
     to adopt it, not force-apply over it as "ours"."""
-    monkeypatch.setattr(handlers, "_request", lambda uid, work: None)
-    monkeypatch.setattr(handlers, "_children", handlers.ChildCache())
+    rt = runtime()
+    monkeypatch.setattr(rt, "request", lambda uid, work: None)
     b = body()
-    monkeypatch.setitem(handlers._bodies, "u1", b)
+    known("u1", b)
     kube = cluster()
     reconcile(kube, b, no_events, how=Pass(prune=False))
     ref = next(r for r in kube.children() if r.kind == "Deployment")
-    assert ref in rec._applied_rv["u1"]
+    assert ref in process_memory.MEMORY.of("u1").applied_rv
     ours = kube.children()[ref]
     kube.delete(ref, "ns")  # deleted by someone ...
-    asyncio.run(handlers._child_event({"type": "DELETED"}, ours))
-    assert ref not in rec._applied_rv["u1"]
+    asyncio.run(handlers.child_event({"type": "DELETED"}, ours, memo(rt)))
+    assert ref not in process_memory.MEMORY.of("u1").applied_rv
     foreign = {**copy.deepcopy(ours), "metadata": {"name": ref.name, "resourceVersion": "99",
                                                    "ownerReferences": [{"kind": "Deployment", "name": "other"}]}}
     kube.put(foreign)  # ... and the name taken by another object
@@ -420,16 +435,16 @@ def test_a_deleted_workload_is_no_longer_known_so_its_name_is_checked_again_befo
 def test_a_delete_event_older_than_our_recreation_keeps_the_recreated_version(monkeypatch):
     """A pass may re-apply a deleted child before its DELETED event is handled: that stale event must not forget
     the version the recreation returned (it would only cost a read, but the record would be wrong)."""
-    monkeypatch.setattr(handlers, "_request", lambda uid, work: None)
-    monkeypatch.setattr(handlers, "_children", handlers.ChildCache())
-    monkeypatch.setitem(handlers._bodies, "u1", body())
+    rt = runtime()
+    monkeypatch.setattr(rt, "request", lambda uid, work: None)
+    known("u1", body())
     owner = [{"apiVersion": "v41flash.io/v1alpha1", "kind": "V41FlashDeployment", "uid": "u1"}]
     ref = ChildRef("apps/v1", "Deployment", "x-decode")
-    monkeypatch.setitem(rec._applied_rv, "u1", {ref: "20"})  # recreated at 20
+    process_memory.MEMORY.of("u1").applied_rv[ref] = "20"  # recreated at 20
     gone = {"apiVersion": "apps/v1", "kind": "Deployment", "spec": {"replicas": 1}, "status": {},
             "metadata": {"name": "x-decode", "generation": 1, "resourceVersion": "12", "ownerReferences": owner}}
-    asyncio.run(handlers._child_event({"type": "DELETED"}, gone))
-    assert rec._applied_rv["u1"][ref] == "20"
+    asyncio.run(handlers.child_event({"type": "DELETED"}, gone, memo(rt)))
+    assert process_memory.MEMORY.of("u1").applied_rv[ref] == "20"
 
 
 def test_a_new_cr_runs_at_once_while_every_shared_worker_is_busy_with_background_passes(monkeypatch):
@@ -443,17 +458,16 @@ def test_a_new_cr_runs_at_once_while_every_shared_worker_is_busy_with_background
         if uid.startswith("bg"):
             assert gate.wait(30)
 
-    monkeypatch.setattr(handlers, "run_pass", fake_pass)
 
     async def main():
-        sched = handlers.Scheduler(workers=4, reserved=1)
+        sched = schedule(fake_pass, pass_workers=4, urgent_workers=1)
         sched.start()
         for i in range(6):
-            sched.request(f"bg{i}", handlers.Work(trigger="periodic"))
+            sched.request(f"bg{i}", Work(trigger="periodic"))
         await asyncio.sleep(0.1)
         assert sorted(started) == ["bg0", "bg1", "bg2"]  # background never takes the reserved worker
-        sched.request("new", handlers.Work(trigger="create", full=True))
-        sched.request("edited", handlers.Work(trigger="update", full=True))
+        sched.request("new", Work(trigger="create", full=True))
+        sched.request("edited", Work(trigger="update", full=True))
         for _ in range(100):
             if "edited" in started:
                 break
@@ -480,7 +494,6 @@ def test_a_stale_urgent_entry_does_not_run_background_work_on_a_reserved_worker(
         if uid in gates:
             assert gates[uid].wait(30)
 
-    monkeypatch.setattr(handlers, "run_pass", fake_pass)
 
     async def until(cond):
         for _ in range(300):
@@ -490,18 +503,18 @@ def test_a_stale_urgent_entry_does_not_run_background_work_on_a_reserved_worker(
         raise AssertionError(ran)
 
     async def main():
-        sched = handlers.Scheduler(workers=2, reserved=1)
+        sched = schedule(fake_pass, pass_workers=2, urgent_workers=1)
         sched.start()
-        sched.request("bg", handlers.Work(trigger="periodic"))  # the shared worker
+        sched.request("bg", Work(trigger="periodic"))  # the shared worker
         await until(lambda: ("bg", "periodic") in ran)
-        sched.request("u0", handlers.Work(trigger="create", full=True))  # the reserved worker
+        sched.request("u0", Work(trigger="create", full=True))  # the reserved worker
         await until(lambda: ("u0", "create") in ran)
-        sched.request("a", handlers.Work(trigger="create", full=True))  # in both queues
+        sched.request("a", Work(trigger="create", full=True))  # in both queues
         gates["bg"].set()  # the shared worker takes "a"; its copy stays in the urgent queue
         await until(lambda: ("a", "create") in ran and "a" not in sched.running)
-        sched.request("bg2", handlers.Work(trigger="periodic"))  # the shared worker is busy again
+        sched.request("bg2", Work(trigger="periodic"))  # the shared worker is busy again
         await until(lambda: ("bg2", "periodic") in ran)
-        sched.request("a", handlers.Work(trigger="child"))  # background work for "a"
+        sched.request("a", Work(trigger="child"))  # background work for "a"
         gates["u0"].set()  # the reserved worker is free and finds the stale copy of "a"
         await asyncio.sleep(0.2)
         assert ("a", "child") not in ran  # it waits for a shared worker
@@ -515,13 +528,14 @@ def test_a_stale_urgent_entry_does_not_run_background_work_on_a_reserved_worker(
 @pytest.mark.parametrize("reserved, workers", [(-1, 4), (4, 4), (5, 4)])
 def test_reserved_workers_must_leave_one_for_background_passes(reserved, workers):
     with pytest.raises(ValueError, match="reserved"):
-        handlers.Scheduler(workers=workers, reserved=reserved)
+        schedule(lambda uid, work: None, pass_workers=workers, urgent_workers=reserved)
 
 
 def test_urgent_passes_call_the_apiserver_on_their_own_pool_not_behind_the_shared_one(monkeypatch):
     """The shared pool (applies, reads, lists of every pass) can hold a backlog; an urgent pass's calls go to
     their own pool, and only within Kube.urgent() on the calling thread."""
     from v41flash.controller import kube as kube_mod
+    DEFAULTS = OperatorConfig()
     kube = kube_mod.Kube()
     gate = threading.Event()
     seen = []
@@ -545,17 +559,17 @@ def test_urgent_passes_call_the_apiserver_on_their_own_pool_not_behind_the_share
     backlog.start()  # 40 blocked applies: every shared thread is taken
     try:
         for _ in range(500):
-            if in_flight["bg"] >= kube_mod.APPLY_WORKERS:
+            if in_flight["bg"] >= DEFAULTS.apply_workers:
                 break
             threading.Event().wait(0.01)
         with kube.urgent():
             out = kube.apply_many([obj("new-a"), obj("new-b")], "ns")
         assert [o["metadata"]["name"] for o in out] == ["new-a", "new-b"]
         assert {t for n, t in seen if n.startswith("new")} <= {f"apply-urgent_{i}"
-                                                                for i in range(kube_mod.URGENT_APPLY_WORKERS)}
+                                                                for i in range(DEFAULTS.urgent_apply_workers)}
         assert all(t.startswith("apply_") for n, t in seen if n.startswith("bg"))
         # background calls in flight are bounded by the smaller pool (what an urgent call waits behind)
-        assert in_flight["bg_max"] == kube_mod.APPLY_WORKERS < kube_mod.URGENT_APPLY_WORKERS
+        assert in_flight["bg_max"] == DEFAULTS.apply_workers < DEFAULTS.urgent_apply_workers
     finally:
         gate.set()
         backlog.join(30)
@@ -563,64 +577,61 @@ def test_urgent_passes_call_the_apiserver_on_their_own_pool_not_behind_the_share
 
 def test_a_pass_is_urgent_on_the_kube_pools_exactly_when_its_trigger_is(monkeypatch):
     kube = cluster()
-    monkeypatch.setattr(handlers, "_kube", kube)
-    monkeypatch.setitem(handlers._bodies, "u1", body())
+    rt = runtime(kube)
+    known("u1", body())
     for trigger, urgent in (("create", True), ("update", True), ("periodic", False), ("planner", False)):
         kube.calls.clear()
-        handlers.run_pass("u1", handlers.Work(trigger=trigger, full=True))
+        run_pass(rt, "u1", Work(trigger=trigger, full=True))
         assert kube.calls[0] == ("urgent", urgent)
 
 
-def _slot_tick(uid: str) -> int:
+def _slot_tick(uid: str, every: int) -> int:
     import zlib
-    return next(t for t in range(1, handlers.DRIFT_EVERY + 1) if (zlib.crc32(uid.encode()) + t) % handlers.DRIFT_EVERY == 0)
+    return next(t for t in range(1, every + 1) if (zlib.crc32(uid.encode()) + t) % every == 0)
 
 
 def test_a_drift_slot_right_after_a_full_pass_only_observes(monkeypatch):
     """After a burst of new CRs their staggered drift slots came up while their create passes were barely done:
     each re-applied and listed everything again (hundreds of full passes queued behind the burst)."""
-    monkeypatch.setattr(handlers, "_applied_at", {})
-    interval = 15.0
-    tick = _slot_tick("u1")
-    off_slot = handlers.periodic_work("u1", tick + 1, interval, now=1000.0)
+    config = OperatorConfig()
+    interval = config.timer_interval_seconds
+    tick = _slot_tick("u1", config.drift_every)
+    off_slot = periodic_work("u1", tick + 1, float("-inf"), config, now=1000.0)
     assert (off_slot.full, off_slot.prune) == (False, False)
-    never = handlers.periodic_work("u1", tick, interval, now=1000.0)  # never applied by this process
+    never = periodic_work("u1", tick, float("-inf"), config, now=1000.0)  # never applied by this process
     assert (never.full, never.prune) == (True, True)
-    handlers._applied_at["u1"] = 1000.0 - interval  # the create pass, one tick ago
-    just = handlers.periodic_work("u1", tick, interval, now=1000.0)
+    just = periodic_work("u1", tick, 1000.0 - interval, config, now=1000.0)  # the create pass, one tick ago
     assert (just.full, just.prune, just.trigger) == (False, False, "periodic")
-    handlers._applied_at["u1"] = 1000.0 - handlers.DRIFT_RECENT_TICKS * interval  # long enough ago
-    due = handlers.periodic_work("u1", tick, interval, now=1000.0)
+    due = periodic_work("u1", tick, 1000.0 - config.drift_recent_ticks * interval, config,  # long enough ago
+                        now=1000.0)
     assert (due.full, due.prune) == (True, True)
 
 
 def test_a_full_pass_records_when_it_applied_and_forgetting_a_cr_drops_it(monkeypatch):
     kube = cluster()
-    monkeypatch.setattr(handlers, "_kube", kube)
-    monkeypatch.setattr(handlers, "_applied_at", {})
-    monkeypatch.setitem(handlers._bodies, "u1", body())
-    handlers.run_pass("u1", handlers.Work(trigger="create", full=True))
-    assert "u1" in handlers._applied_at
-    handlers._forget("u1", "ns", "x")
-    assert "u1" not in handlers._applied_at
+    known("u1", body())
+    run_pass(runtime(kube), "u1", Work(trigger="create", full=True))
+    assert process_memory.MEMORY.of("u1").applied_at > float("-inf")
+    process_memory.MEMORY.forget("u1", "ns", "x")
+    assert process_memory.MEMORY.body("u1") is None and process_memory.MEMORY.of("u1").applied_at == float("-inf")
 
 
 def test_the_planner_waits_until_the_current_generation_was_applied(monkeypatch):
     """A planner pass for a CR whose first pass has not run compared its decision with a status that has no
     replicas yet: 'moved', one more full pass queued behind the burst, for every new CR."""
     planned, asked = [], []
-    monkeypatch.setattr(handlers, "_plan", lambda body: planned.append(body["metadata"]["uid"]) or None)
-    monkeypatch.setattr(handlers, "_request", lambda uid, work: asked.append(uid))
-    monkeypatch.setattr(handlers, "_applied_generation", {})
-    monkeypatch.setitem(handlers._bodies, "u1", body(generation=2))
+    monkeypatch.setattr(planners, "plan", lambda rt, body: planned.append(body["metadata"]["uid"]) or None)
+    rt = runtime(planner_workers=1)
+    monkeypatch.setattr(rt, "request", lambda uid, work: asked.append(uid))
+    known("u1", body(generation=2))
 
     async def main():
-        planners = handlers.Planners(workers=1)
-        await planners.run("u1")  # never applied
-        handlers._applied_generation["u1"] = 1
-        await planners.run("u1")  # generation 2 not applied yet
-        handlers._applied_generation["u1"] = 2
-        await planners.run("u1")
+        each = planners.Planners(rt)
+        await each.run("u1")  # never applied
+        process_memory.MEMORY.of("u1").applied_generation = 1
+        await each.run("u1")  # generation 2 not applied yet
+        process_memory.MEMORY.of("u1").applied_generation = 2
+        await each.run("u1")
     asyncio.run(asyncio.wait_for(main(), 30))
     assert planned == ["u1"] and asked == []
 
@@ -629,18 +640,17 @@ def test_a_cr_whose_pods_do_not_exist_yet_gets_no_planner_pass_or_status_write(m
     """After a burst the planner's first decision for each new CR was "hold, waiting for pods", one status write
     per CR while its pods were Pending (the benchmark: 460 of them in the one-more phase). With no engine pod
     Ready and no decision recorded there is nothing to observe: no planner pass is queued, nothing written."""
-    from v41flash.controller.autoscale import Autoscaler
     kube = FakeKube()
     asked = []
-    monkeypatch.setattr(handlers, "_autoscaler", Autoscaler(kube))
-    monkeypatch.setattr(handlers, "_request", lambda uid, work: asked.append(work))
-    monkeypatch.setattr(handlers, "_applied_generation", {"u1": 1})
+    rt = runtime(kube, planner_workers=1)  # its Autoscaler is made on this kube
+    monkeypatch.setattr(rt, "request", lambda uid, work: asked.append(work))
     cr = body()
     cr["spec"]["autoscaling"]["enabled"] = True  # as the apiserver stores it (the CRD's default)
-    monkeypatch.setitem(handlers._bodies, "u1", cr)
+    known("u1", cr)
+    process_memory.MEMORY.of("u1").applied_generation = 1
 
     async def main():
-        await handlers.Planners(workers=1).run("u1")
+        await planners.Planners(rt).run("u1")
     asyncio.run(asyncio.wait_for(main(), 30))
     assert asked == [] and status_writes(kube) == []
     assert not called(kube, "list_pods")  # its workloads report no pod yet (no status): nothing to list either
@@ -649,19 +659,19 @@ def test_a_cr_whose_pods_do_not_exist_yet_gets_no_planner_pass_or_status_write(m
 def test_the_wait_for_a_worker_is_measured_by_priority(monkeypatch):
     from prometheus_client import REGISTRY
     gate = threading.Event()
-    monkeypatch.setattr(handlers, "run_pass", lambda uid, work: gate.wait(30) if uid == "busy" else None)
+    fake_pass = lambda uid, work: gate.wait(30) if uid == "busy" else None  # noqa: E731
     count = lambda p: REGISTRY.get_sample_value("v41flash_pass_wait_seconds_count", {"priority": p}) or 0  # noqa: E731
     slow = lambda p: count(p) - (REGISTRY.get_sample_value(  # noqa: E731
         "v41flash_pass_wait_seconds_bucket", {"priority": p, "le": "0.1"}) or 0)
     before = {p: (count(p), slow(p)) for p in ("urgent", "background")}
 
     async def main():
-        sched = handlers.Scheduler(workers=2, reserved=1)
+        sched = schedule(fake_pass, pass_workers=2, urgent_workers=1)
         sched.start()
-        sched.request("busy", handlers.Work(trigger="periodic"))
+        sched.request("busy", Work(trigger="periodic"))
         await asyncio.sleep(0.05)
-        sched.request("late", handlers.Work(trigger="child"))  # waits for the one shared worker
-        sched.request("new", handlers.Work(trigger="create", full=True))  # the reserved worker at once
+        sched.request("late", Work(trigger="child"))  # waits for the one shared worker
+        sched.request("new", Work(trigger="create", full=True))  # the reserved worker at once
         await asyncio.sleep(0.3)
         gate.set()
         await asyncio.sleep(0.1)
@@ -675,15 +685,15 @@ def test_the_passes_running_and_waiting_are_gauges(monkeypatch):
     """What `v41flash bench operator` reads to tell an operator at rest (nothing queued, nothing running)."""
     from prometheus_client import REGISTRY
     gate = threading.Event()
-    monkeypatch.setattr(handlers, "run_pass", lambda uid, work: gate.wait(30))
+    fake_pass = lambda uid, work: gate.wait(30)  # noqa: E731
     gauge = lambda name: REGISTRY.get_sample_value(name)  # noqa: E731
     seen = {}
 
     async def main():
-        sched = handlers.Scheduler(workers=2, reserved=1)
+        sched = schedule(fake_pass, pass_workers=2, urgent_workers=1)
         sched.start()
         for uid in ("a", "b", "c"):
-            sched.request(uid, handlers.Work(trigger="periodic"))
+            sched.request(uid, Work(trigger="periodic"))
         await asyncio.sleep(0.1)
         seen["busy"] = (gauge("v41flash_passes_running"), gauge("v41flash_pass_queue_depth"))
         gate.set()
@@ -695,7 +705,6 @@ def test_the_passes_running_and_waiting_are_gauges(monkeypatch):
 
 
 def test_an_active_rollout_gets_its_next_pass_soon_and_one_at_rest_waits_for_the_tick(monkeypatch):
-    from v41flash.controller import rollouts
     passes = []
 
     def fake_pass(uid, work):
@@ -703,16 +712,14 @@ def test_an_active_rollout_gets_its_next_pass_soon_and_one_at_rest_waits_for_the
         phase = "Canary" if uid == "rolling" else "Complete"
         return rec.Outcome(status={"conditions": [], "rollout": {"phase": phase}})
 
-    monkeypatch.setattr(handlers, "run_pass", fake_pass)
-    monkeypatch.setattr(rollouts, "ROLLOUT_PASS_SECONDS", 0.05)
-    monkeypatch.setitem(handlers._bodies, "rolling", {"metadata": {}})
-    monkeypatch.setitem(handlers._bodies, "rest", {"metadata": {}})
+    known("rolling", {"metadata": {}})
+    known("rest", {"metadata": {}})
 
     async def main():
-        sched = handlers.Scheduler(workers=2, reserved=1)
+        sched = schedule(fake_pass, pass_workers=2, urgent_workers=1, rollout_pass_seconds=0.05)
         sched.start()
-        sched.request("rolling", handlers.Work(trigger="update", full=True))
-        sched.request("rest", handlers.Work(trigger="update", full=True))
+        sched.request("rolling", Work(trigger="update", full=True))
+        sched.request("rest", Work(trigger="update", full=True))
         await asyncio.sleep(0.4)
         sched.stop()
 
@@ -724,14 +731,14 @@ def test_an_active_rollout_gets_its_next_pass_soon_and_one_at_rest_waits_for_the
 
 def test_a_changed_rollout_action_annotation_asks_for_a_pass_and_other_metadata_does_not(monkeypatch):
     asked = []
-    monkeypatch.setattr(handlers, "_request", lambda uid, work: asked.append(work.trigger))
-    monkeypatch.setattr(handlers, "_bodies", {})
+    rt = runtime()
+    monkeypatch.setattr(rt, "request", lambda uid, work: asked.append(work.trigger))
 
     def body(rv, annotations=None, generation=1):
         return {"metadata": {"uid": "u9", "name": "x", "namespace": "ns", "resourceVersion": str(rv),
                              "generation": generation, "annotations": annotations or {}}, "spec": {}}
-    asyncio.run(handlers.track(event={"type": "ADDED"}, body=body(1)))
-    asyncio.run(handlers.track(event={"type": "MODIFIED"}, body=body(2, {"other": "x"})))
+    asyncio.run(handlers.track(event={"type": "ADDED"}, body=body(1), memo=memo(rt)))
+    asyncio.run(handlers.track(event={"type": "MODIFIED"}, body=body(2, {"other": "x"}), memo=memo(rt)))
     asyncio.run(handlers.track(event={"type": "MODIFIED"},
-                               body=body(3, {"v41flash.io/rollout-action": "pause/0123456789"})))
+                               body=body(3, {"v41flash.io/rollout-action": "pause/0123456789"}), memo=memo(rt)))
     assert asked == ["create", "update"]

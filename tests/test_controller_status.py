@@ -1,5 +1,5 @@
 from v41flash.api import v1alpha1 as api
-from v41flash.controller.reconcile import desired_replicas
+from v41flash.controller.desired import desired_replicas
 from v41flash.controller.status import Stall, WorkloadState, compute_status, workload_state
 
 NOW, LATER = "2026-11-30T06:00:00Z", "2026-11-30T06:05:00Z"

@@ -4,13 +4,17 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from unittest.mock import MagicMock
 
-from v41flash.controller.kube import REQUEST_TIMEOUT, ChildRef, Kube
+from v41flash.controller.config import OperatorConfig
+from v41flash.controller.kube import ChildRef, Kube
+
+REQUEST_TIMEOUT = OperatorConfig().request_timeout_seconds
 
 
 def _kube():
     k = object.__new__(Kube)
     k.core, k.custom, k.dynamic = MagicMock(), MagicMock(), MagicMock()
     k.fence = None
+    k.request_timeout = REQUEST_TIMEOUT
     k._shared_pool = k._urgent_pool = ThreadPoolExecutor(2)
     k._lane = threading.local()
     return k

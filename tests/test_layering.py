@@ -208,8 +208,7 @@ def test_the_local_imports_allowlist_names_only_modules_that_need_it():
 
 @pytest.mark.parametrize("package", [
     "v41flash.render",
-    pytest.param("v41flash.controller", marks=pytest.mark.xfail(
-        strict=True, reason="controller/rollouts.py moves into rollout/ in edge-ctrl")),
+    "v41flash.controller",
 ])
 def test_rollout_code_lives_only_in_rollout(package):
     stray = [m for m in package_modules(package) if any(w in m.rpartition(".")[2] for w in ("slot", "rollout"))]

@@ -451,7 +451,8 @@ class Bench:
             b = phase("burst", burst)
             b["api_requests_per_deployment"] = sum(b["api_requests"].values()) / n
 
-            from v41flash.controller.handlers import TIMER_INTERVAL_SECONDS as tick_s
+            from v41flash.controller.config import OperatorConfig
+            tick_s = OperatorConfig().timer_interval_seconds  # the operator above runs with the default
 
             def probes(prefix: str, at_rest: bool):
                 lat_obs, lat_kids, rest_waits, delays = [], [], [], []
@@ -459,7 +460,7 @@ class Bench:
                 for i in range(PROBES):
                     if at_rest:
                         rest_waits.append(self.wait_at_rest(port, self.args.timeout))
-                        # at rest the operator still ticks (500 observe passes every TIMER_INTERVAL_SECONDS):
+                        # at rest the operator still ticks (500 observe passes every timer interval):
                         # an apply right after the quiet stretch would always miss the next tick's cycle
                         delays.append(rng.uniform(0.0, tick_s))
                         time.sleep(delays[-1])

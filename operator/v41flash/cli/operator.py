@@ -9,6 +9,7 @@ image: every thread and connection of the old term is gone) and stands by again.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import socket
@@ -16,6 +17,8 @@ import sys
 import threading
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from ..controller.config import OperatorConfig
 
 log = logging.getLogger("v41flash.operator")
 
@@ -67,11 +70,17 @@ def cmd_operator(args: argparse.Namespace) -> int:
                    else kopf.LogFormat.FULL)
     if not args.verbose:  # "Handler 'track' succeeded." for every watch event is no news at 500 deployments
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
-    from ..controller import handlers  # importing registers the kopf handlers (and our login handler)
+    from ..controller import handlers  # noqa: F401  (importing registers the kopf handlers)
     from ..controller.kube import Kube, load_config
+    from ..controller.runtime import Runtime
 
-    api_client = load_config(args.kubeconfig)  # the path is passed, never left to $KUBECONFIG
-    handlers._kube = Kube(api_client)
+    try:
+        config = tunables(args)
+    except ValueError as exc:
+        log.error("invalid tunable: %s", exc)
+        return 2
+    api_client = load_config(args.kubeconfig, config)  # the path is passed, never left to $KUBECONFIG
+    runtime = Runtime(kube=Kube(api_client, config), config=config)
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.bind_address)
         log.info("metrics on %s:%d/metrics", args.bind_address, args.metrics_port)
@@ -92,7 +101,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
         if health is not None:
             health.shutdown()
             health.server_close()
-        handlers.set_fence(elector.is_leading)  # our writes stop the moment the term may have ended
+        runtime.kube.fence = elector.is_leading  # our writes stop the moment the term may have ended
         elector.keep(on_lost=_reexec)
     namespaces = args.namespace or []
     try:
@@ -101,6 +110,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
             clusterwide=not namespaces,
             namespaces=namespaces,
             liveness_endpoint=liveness,
+            memo=kopf.Memo(runtime=runtime),  # every handler's way to the runtime
         )
     finally:
         if elector is not None:
@@ -124,4 +134,28 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="this replica's identity in the Lease (default: $POD_NAME, else host name + random)")
     p.add_argument("--log-format", choices=("text", "json"), default="text", help="log format")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    add_tunables(p)
     p.set_defaults(func=cmd_operator)
+
+
+def flag(field_name: str) -> str:
+    """The flag of an OperatorConfig field: timer_interval_seconds -> --timer-interval-seconds."""
+    return "--" + field_name.replace("_", "-")
+
+
+def add_tunables(p: argparse.ArgumentParser) -> None:
+    """One flag per OperatorConfig field, its help and default from the field (unset: the default)."""
+    group = p.add_argument_group("controller tunables (lists: comma-separated)")
+    for f in dataclasses.fields(OperatorConfig):
+        default = f.default
+        shown = ",".join(f"{x:g}" for x in default) if isinstance(default, tuple) else \
+            f"{default:g}" if isinstance(default, float) else default
+        group.add_argument(flag(f.name), dest=f.name, type=f.metadata["parse"], default=None,
+                           metavar="N" if f.metadata["parse"] is int else "SECONDS",
+                           help=f.metadata["help"] + ("" if default is None else f" (default: {shown})"))
+
+
+def tunables(args: argparse.Namespace) -> OperatorConfig:
+    """The OperatorConfig of the flags given; ValueError names a value out of range."""
+    return OperatorConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(OperatorConfig)
+                             if getattr(args, f.name, None) is not None})

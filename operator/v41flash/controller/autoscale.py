@@ -37,7 +37,7 @@ from ..render.resolve import Resolved, resolve
 from ..roles import ROLES
 from ..vllm import args as vargs
 from ..vllm import features as vfeatures
-from . import rollouts
+from ..rollout import progress
 from .kube import Kube
 from .observation import (  # noqa: F401  (observed_slo_status: re-exported)
     METRICS_UNAVAILABLE, Measured, Observed, PodView, metrics_trouble, observe, observed_slo_status, owned_pod,
@@ -286,10 +286,10 @@ class Autoscaler:
         # one list for the serving engine pods and the router pods (both carry the deployment label)
         wanted = (L.serving_pods_selector(name).items(), L.router_pods_selector(name).items())
         # during a rollout: the serving slot's pods only (the candidate is judged, not planned for)
-        slot = rollouts.serving_slot(status)
+        slot = progress.serving_slot(status)
         raw = [p for p in self.kube.list_pods(ns, L.label_selector({L.DEPLOYMENT_LABEL: name}))
                if any(sel <= (p.metadata.labels or {}).items() for sel in wanted)
-               and rollouts.planner_pod(p.metadata.labels or {}, slot)]
+               and progress.planner_pod(p.metadata.labels or {}, slot)]
         labels = {p.metadata.name: dict(p.metadata.labels or {}) for p in raw}
         pods = with_node_health([pod_view(p) for p in raw], self._node_ready)
         if not status.get("lastDecision") and \
@@ -303,7 +303,7 @@ class Autoscaler:
         prom = spec.autoscaling.metrics.prometheus if spec.autoscaling.metrics.source == "Prometheus" else None
         if prom is None:
             # scrape only pods our workloads made: labels alone can be copied onto any pod (observation.owned_pod)
-            targets = rollouts.planner_targets(scrape_targets([p for p in pods if owned_pod(p, name)]), labels, slot)
+            targets = progress.planner_targets(scrape_targets([p for p in pods if owned_pod(p, name)]), labels, slot)
             t0 = time.monotonic()
             snapshots = asyncio.run(scrape(targets)) if targets else []
             self.metrics.record_scrape(ns, name, snapshots, time.monotonic() - t0)
@@ -341,11 +341,11 @@ class Autoscaler:
         advisory = spec.autoscaling.mode == "advisory"
         self.metrics.record_slo(ns, name, slo.ttft_s, slo.e2e_p95_s)
         bounds = planner_bounds(spec)
-        if rollouts.candidate_exists(status):  # the budget counts the candidate's GPUs too
-            bounds = replace(bounds, gpu_budget=rollouts.planner_budget(spec, status))
+        if progress.candidate_exists(status):  # the budget counts the candidate's GPUs too
+            bounds = replace(bounds, gpu_budget=progress.planner_budget(spec, status))
         decision = plan(observed.observation, profile, slo, bounds, state, now, config)
-        if rollouts.candidate_exists(status):
-            decision = rollouts.hold_scale_downs(
+        if progress.candidate_exists(status):
+            decision = progress.hold_scale_downs(
                 decision, f"a rollout's candidate {(status.get('rollout') or {}).get('candidateRevision')} exists")
         # costs first: if the apiserver is unreachable the pass fails before the decision is remembered
         if not advisory:  # advisory: replicas (and pod deletion costs) stay as they are

@@ -16,21 +16,20 @@ from datetime import datetime, timezone
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from kubernetes import client, config
+from kubernetes import client
+from kubernetes import config as kubeconfig_loader
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ConflictError, NotFoundError, ResourceNotFoundError
-from prometheus_client import Counter
 
 from ..api import v1alpha1 as api
 from ..render import labels as L
 from ..render.engine import LWS_API_VERSION
 from ..render.resolve import DEPLOYMENT, LEADER_WORKER_SET
+from .config import OperatorConfig
+from .metrics import API_REQUESTS
 
 FIELD_MANAGER = "v41flash-operator"
-# (connect, read) seconds for every API call: a hung apiserver connection must not hold a reconcile (and the
-# per-deployment lock) forever. Watches are kopf's, with their own timeouts (handlers.configure).
-REQUEST_TIMEOUT = (10, 60)
 log = logging.getLogger(__name__)
 
 # Every kind the renderer can produce: what pruning lists (a role turned off must lose its objects).
@@ -70,32 +69,22 @@ class ChildRef:
         return cls(obj["apiVersion"], obj["kind"], obj["metadata"]["name"])
 
 
-# Every call to the apiserver has a deadline (connect, read seconds): a hung connection fails the pass, which
-# is retried, instead of holding a worker forever. Watches are kopf's and have their own timeouts.
-REQUEST_TIMEOUT: tuple[float, float] = (5.0, 30.0)
-# Concurrent reads and applies, in two pools. Urgent passes (a new CR, a spec change) have their own, so their
-# calls never queue behind background ones waiting in the shared pool. The background pool is the smaller: its
-# calls in flight are what an urgent call waits behind at the apiserver (on the 2-core test machine at 500
-# deployments, 32 background calls in flight made every call of a new CR take 0.3-1 s)
-APPLY_WORKERS = 12  # periodic, watch-driven and planner passes, and Events
-URGENT_APPLY_WORKERS = 32  # create/update/resume passes (a burst of new CRs is all urgent)
-CONNECTION_POOL = 96  # both pools' calls and the passes' own (status writes) share these connections
-
-
-API_REQUESTS = Counter("v41flash_api_requests_total",
-                       "Requests to the apiserver from the operator's own client (kopf's watches not included)",
-                       ["verb"])
-
-
 class TimeoutApiClient(client.ApiClient):
-    """An ApiClient whose every request carries REQUEST_TIMEOUT unless the caller passes its own."""
+    """An ApiClient whose every request carries a deadline (connect, read seconds) unless the caller passes its
+    own: a hung connection fails the pass, which is retried, instead of holding a worker forever. Watches are
+    kopf's and have their own timeouts (kopf_setup.harden)."""
+
+    def __init__(self, configuration: client.Configuration | None = None,
+                 request_timeout: tuple[float, ...] = OperatorConfig().request_timeout_seconds):
+        super().__init__(configuration)
+        self.request_timeout = request_timeout
 
     def call_api(self, method: str, *args: Any, _request_timeout: Any = None, **kwargs: Any):  # type: ignore[override]
         API_REQUESTS.labels(method).inc()
-        return super().call_api(method, *args, _request_timeout=_request_timeout or REQUEST_TIMEOUT, **kwargs)
+        return super().call_api(method, *args, _request_timeout=_request_timeout or self.request_timeout, **kwargs)
 
 
-def load_config(kubeconfig: str | None = None) -> client.ApiClient:
+def load_config(kubeconfig: str | None = None, config: OperatorConfig = OperatorConfig()) -> client.ApiClient:
     """A client for the given kubeconfig, else in-cluster, else ~/.kube/config (or $KUBECONFIG).
 
     The configuration is our own object, never the library's process-wide default, and the path is
@@ -103,21 +92,26 @@ def load_config(kubeconfig: str | None = None) -> client.ApiClient:
     """
     cfg = client.Configuration()
     if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+        kubeconfig_loader.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
     else:
         try:
-            config.load_incluster_config(client_configuration=cfg)
-        except config.ConfigException:
-            config.load_kube_config(client_configuration=cfg)
-    cfg.connection_pool_maxsize = CONNECTION_POOL
-    return TimeoutApiClient(cfg)
+            kubeconfig_loader.load_incluster_config(client_configuration=cfg)
+        except kubeconfig_loader.ConfigException:
+            kubeconfig_loader.load_kube_config(client_configuration=cfg)
+    cfg.connection_pool_maxsize = config.connection_pool  # both call pools and the passes' status writes
+    return TimeoutApiClient(cfg, config.request_timeout_seconds)
 
 
 class Kube:
-    def __init__(self, api_client: client.ApiClient | None = None):
-        self.api_client = api_client or TimeoutApiClient()
-        self._shared_pool = ThreadPoolExecutor(APPLY_WORKERS, thread_name_prefix="apply")
-        self._urgent_pool = ThreadPoolExecutor(URGENT_APPLY_WORKERS, thread_name_prefix="apply-urgent")
+    def __init__(self, api_client: client.ApiClient | None = None, config: OperatorConfig = OperatorConfig()):
+        self.request_timeout = config.request_timeout_seconds  # (connect, read) seconds of every call
+        self.api_client = api_client or TimeoutApiClient(request_timeout=self.request_timeout)
+        # Concurrent reads and applies, in two pools. Urgent passes (a new CR, a spec change) have their own, so
+        # their calls never queue behind background ones waiting in the shared pool. The background pool is the
+        # smaller: its calls in flight are what an urgent call waits behind at the apiserver (on the 2-core test
+        # machine at 500 deployments, 32 background calls in flight made every call of a new CR take 0.3-1 s)
+        self._shared_pool = ThreadPoolExecutor(config.apply_workers, thread_name_prefix="apply")
+        self._urgent_pool = ThreadPoolExecutor(config.urgent_apply_workers, thread_name_prefix="apply-urgent")
         self._lane = threading.local()
         self.fence: Any = None  # () -> bool: may we write? (leader election); None = always
         self.core = client.CoreV1Api(self.api_client)
@@ -168,7 +162,7 @@ class Kube:
         self._may_write()
         out = res.server_side_apply(body=obj, name=obj["metadata"]["name"], namespace=namespace,
                                     field_manager=FIELD_MANAGER, force_conflicts=True,
-                                    _request_timeout=REQUEST_TIMEOUT)
+                                    _request_timeout=self.request_timeout)
         return out.to_dict()
 
     def _each(self, fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
@@ -198,7 +192,7 @@ class Kube:
             except KindNotInstalled:
                 return []
             out = []
-            items = res.get(namespace=namespace, label_selector=selector, _request_timeout=REQUEST_TIMEOUT)
+            items = res.get(namespace=namespace, label_selector=selector, _request_timeout=self.request_timeout)
             for item in items.to_dict().get("items", []):
                 owners = item["metadata"].get("ownerReferences") or []
                 if any(o.get("uid") == owner_uid for o in owners):
@@ -214,7 +208,7 @@ class Kube:
         api_version, kind = CONTROLLER_REVISION
         items = self._resource(api_version, kind).get(
             namespace=namespace, label_selector=L.label_selector(L.owned_selector(instance)),
-            _request_timeout=REQUEST_TIMEOUT).to_dict().get("items", [])
+            _request_timeout=self.request_timeout).to_dict().get("items", [])
         out = []
         for item in items:
             if any(o.get("uid") == owner_uid for o in item["metadata"].get("ownerReferences") or []):
@@ -229,7 +223,7 @@ class Kube:
         self._may_write()
         try:
             return res.create(body=obj, namespace=namespace, field_manager=FIELD_MANAGER,
-                              _request_timeout=REQUEST_TIMEOUT).to_dict()
+                              _request_timeout=self.request_timeout).to_dict()
         except ConflictError:
             return None
 
@@ -239,7 +233,7 @@ class Kube:
         try:
             out = self._resource(ref.api_version, ref.kind).get(
                 name=ref.name, namespace=namespace, resource_version="0" if cached else None,
-                _request_timeout=REQUEST_TIMEOUT).to_dict()
+                _request_timeout=self.request_timeout).to_dict()
         except (NotFoundError, KindNotInstalled):
             return None
         out.setdefault("apiVersion", ref.api_version)
@@ -256,20 +250,20 @@ class Kube:
         try:
             self._resource(ref.api_version, ref.kind).delete(
                 name=ref.name, namespace=namespace, body={"propagationPolicy": "Background"},
-                _request_timeout=REQUEST_TIMEOUT)
+                _request_timeout=self.request_timeout)
         except NotFoundError:
             pass
 
     def list_pods(self, namespace: str, selector: str) -> list[client.V1Pod]:
         return self.core.list_namespaced_pod(namespace, label_selector=selector,
-                                             _request_timeout=REQUEST_TIMEOUT).items
+                                             _request_timeout=self.request_timeout).items
 
     def node_ready(self, name: str) -> bool | None:
         """Whether a node's Ready condition is True; None when it cannot be told (absent, not allowed to read).
         Read from the apiserver's watch cache (resourceVersion=0): no etcd read."""
         try:
             node = self._resource("v1", "Node").get(name=name, resource_version="0",
-                                                     _request_timeout=REQUEST_TIMEOUT).to_dict()
+                                                     _request_timeout=self.request_timeout).to_dict()
         except (NotFoundError, KindNotInstalled):
             return None
         except ApiException as exc:
@@ -282,7 +276,7 @@ class Kube:
     def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
         self._may_write()
         self.core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": annotations}},
-                                       field_manager=FIELD_MANAGER, _request_timeout=REQUEST_TIMEOUT)
+                                       field_manager=FIELD_MANAGER, _request_timeout=self.request_timeout)
 
     def patch_status(self, namespace: str, name: str, status: dict[str, Any], resource_version: str
                      ) -> dict[str, Any]:
@@ -294,7 +288,7 @@ class Kube:
         return self.custom.patch_namespaced_custom_object_status(api.GROUP, api.VERSION, namespace, api.PLURAL, name, body,
                                                                  _content_type="application/json-patch+json",
                                                                  field_manager=FIELD_MANAGER,
-                                                                 _request_timeout=REQUEST_TIMEOUT)
+                                                                 _request_timeout=self.request_timeout)
 
 
     def post_event_soon(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
@@ -318,7 +312,7 @@ class Kube:
         try:
             self._may_write()
             self.core.create_namespaced_event(meta["namespace"], event, field_manager=FIELD_MANAGER,
-                                              _request_timeout=REQUEST_TIMEOUT)
+                                              _request_timeout=self.request_timeout)
         except NotLeader:
             return
         except ApiException as exc:  # an Event is best effort: never fail a reconcile over it

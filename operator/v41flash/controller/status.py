@@ -1,15 +1,31 @@
-"""Status from what was observed: pure functions, kstatus conventions.
+"""A deployment's status from what a pass observed: ``deployment_status`` is the one place it is computed
+(pure: what it reads is handed in), kstatus conventions.
 
 Ready (normal polarity), Reconciling and Stalled (abnormal polarity: present and True only while so).
 observedGeneration says which spec the status describes; a condition keeps its lastTransitionTime while
 its status stays the same, so an unchanged world yields a byte-identical status (and no write).
+
+``deployment_status`` = ``compute_status`` (roles, router, servingRevision, Ready/Reconciling/Stalled from the
+workloads) + the planner's fields + a rollout's (status.rollout, status.revisions, its conditions) + the
+planner's conditions.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..api import v1alpha1 as api
+from ..render import labels as L
+from ..render.resolve import DEPLOYMENT, LEADER_WORKER_SET, resolve
+from ..render.revision import revision_of
+from ..render.router import service_address
+from ..rollout.slots import slot_workload_name
 from ..roles import ROLES
+from ..rollout.world import RolloutPass
+from .autoscale import PLANNER_CONDITIONS, PlannerOutcome
+from .desired import desired_replicas
+from .kube import ChildRef
 
 
 @dataclass(frozen=True)
@@ -146,3 +162,105 @@ def compute_status(*, generation: int, enabled: dict[str, bool], desired: dict[s
     conditions.insert(0, _condition(prev_conditions, "Ready", *ready, generation, now))
     status["conditions"] = conditions
     return status
+
+
+def deployment_status(*, body: dict[str, Any], model: api.V41FlashDeployment | None,
+                      live: Mapping[ChildRef, dict[str, Any]], stall: Stall | None, now: str,
+                      planner: PlannerOutcome | None, desired: tuple[dict[str, Any], ...] | list[dict[str, Any]],
+                      rolled: RolloutPass | None, pod_revisions: Callable[[], dict[str, tuple[int, int]]]
+                      ) -> dict[str, Any]:
+    """The status a pass writes: from the CR (spec model, previous status), the workloads that run (`live`),
+    why the pass stopped (`stall`), the planner's outcome, the desired objects and the rollout pass.
+
+    A rollout pass (without a stall) reads the serving slot's workloads and says what status.rollout says; any
+    other pass reads the never-rolled names and the revision `desired` renders. pod_revisions is called (one
+    pod list) only while engine pods of another revision may be live: the serving revision is another one, or
+    a role's workload may still run pods of an older template. So a deployment at rest, or one whose pods
+    cannot be scheduled, lists no pods on its periodic passes."""
+    meta = body["metadata"]
+    name, namespace, generation = meta["name"], meta["namespace"], meta.get("generation", 1)
+    previous = dict(body.get("status") or {})
+    if rolled is not None and stall is None:
+        revision, slot = None, rolled.decision.serving_slot if rolled.decision else ""
+    else:
+        revision, slot, rolled = (revision_of(list(desired)) if stall is None else None), "", None
+    by_name = {ref.name: o for ref, o in live.items() if ref.kind in (DEPLOYMENT, LEADER_WORKER_SET)}
+    workloads = {role: workload_state(by_name.get(slot_workload_name(name, role, slot))) for role in ROLES}
+    router = workload_state(by_name.get(L.child_name(name, L.ROUTER)))
+    if model is not None:
+        spec = model.spec
+        enabled = {role: getattr(spec, role).enabled for role in ROLES}
+        want = desired_replicas(spec, previous, planner.desired if planner and stall is None else None)
+        resolved = resolve(spec)
+        gpus = {role: r.gpus_per_replica for role, r in resolved.roles.items()}
+        router_desired = spec.routing.replicas
+    else:  # an invalid spec: describe what runs, as it runs
+        enabled = {role: workloads[role].exists for role in ROLES}
+        want = {role: workloads[role].spec_replicas for role in ROLES}
+        gpus = {role: _gpus_per_replica(previous.get(role) or {}) for role in ROLES}
+        router_desired = router.spec_replicas or 0
+    pods = None
+    if revision is not None and (
+            previous.get("servingRevision") not in (None, revision)
+            or any(may_run_older_pods(workloads[role]) for role in ROLES if enabled.get(role))):
+        pods = pod_revisions()
+    status = compute_status(
+        generation=generation, enabled=enabled, desired=want, workloads=workloads, router=router,
+        router_desired=router_desired, gpus_per_replica=gpus,
+        router_service=service_address(name, namespace), stall=stall, previous=previous, now=now,
+        revision=revision, pod_revisions=pods)
+    if planner is not None and stall is None:
+        status.update(planner.status)
+    if rolled is not None:
+        _rollout_status(status, rolled, previous, generation, now)
+    status["conditions"] = _planner_conditions(status["conditions"], previous, planner if stall is None else None,
+                                               generation, now)
+    return status
+
+
+def _rollout_status(status: dict[str, Any], rolled: RolloutPass, previous: dict[str, Any], generation: int,
+                    now: str) -> None:
+    """servingRevision, status.rollout / status.revisions and the kstatus conditions of a rollout pass:
+    Reconciling (step k/n, share, the candidate's figures vs the gate) while it progresses, Stalled with the
+    reason after a rollback (Ready False in both: the spec's generation is not realised)."""
+    if rolled.serving_revision:
+        status["servingRevision"] = rolled.serving_revision
+    for key, value in (("rollout", rolled.rollout_status), ("revisions", rolled.revisions_status)):
+        if rolled.rollout_status is not None and value:
+            status[key] = value
+        else:
+            status.pop(key, None)
+    d = rolled.decision
+    if d is None or (not d.stalled and not d.reconciling):
+        return
+    prev = previous.get("conditions") or []
+    conds = {c["type"]: c for c in status["conditions"]}
+    if d.stalled:
+        reason, message = d.stalled
+        out = [_condition(prev, "Ready", "False", reason, message, generation, now),
+               _condition(prev, "Stalled", "True", reason, message, generation, now)]
+    else:
+        message = d.reconciling
+        if "Reconciling" in conds:  # the serving slot's own progress too (a surge, a replica starting)
+            message = f"{message}; {conds['Reconciling']['message']}"
+        reason = d.reconciling_reason or "RolloutProgressing"
+        out = [_condition(prev, "Ready", "False", reason, message, generation, now),
+               _condition(prev, "Reconciling", "True", reason, message, generation, now)]
+    status["conditions"] = out
+
+
+def _gpus_per_replica(previous_role_status: dict[str, Any]) -> int:
+    """GPUs per replica as the last status counted them (total over the replicas it counted), for when the spec
+    cannot say; dividing by the replicas running now would be wrong while their number changes."""
+    return previous_role_status.get("gpus", 0) // max(1, previous_role_status.get("replicas", 0))
+
+
+def _planner_conditions(conditions: list[dict[str, Any]], previous: dict[str, Any], planner: PlannerOutcome | None,
+                       generation: int, now: str) -> list[dict[str, Any]]:
+    """Add the planner's conditions (abnormal polarity: present and True only while so). Between planner
+    passes (no outcome) the recorded ones are kept, like status.lastDecision."""
+    prev = previous.get("conditions") or []
+    if planner is None:
+        return conditions + [c for c in prev if c.get("type") in PLANNER_CONDITIONS]
+    return conditions + [_condition(prev, type_, "True", reason, message, generation, now)
+                         for type_, reason, message in planner.conditions]

@@ -1,15 +1,17 @@
-"""The rollout's I/O around the pure ``rollout.world.rollout_pass`` (docs/2026-12-01-rollouts.md §8).
+"""A rollout in progress as the controller follows it: what it reads and decides around the pure
+``rollout.world.rollout_pass`` (docs/2026-12-01-rollouts.md §8).
 
-* ``needed``: when a pass goes through the rollout machinery (a rollout is recorded in status, or the spec
-  renders another revision than the one serving);
-* ``observe_world``: the deployment's pods (as dicts), its workloads, its ControllerRevisions, and the
-  candidate's figures over the current step;
+* ``needed``, ``at_rest``, ``active``: which pass a deployment gets (a rollout recorded in status, or a spec
+  that renders another revision than the one serving; a rollout that is over; one acting on its own clock);
+* ``pod_dicts``, ``slot_engine_pods``, ``slot_router_pods``: the deployment's pods as the rollout reads them
+  (controller/revisions.py feeds rollout_pass with them, the workloads, the records and the step's figures);
 * ``StepFigures``: scrapes, during a rollout, the candidate's engines and router, the serving and the
   draining slot's routers and the draining slot's engines, whether or not the planner runs, into a
   per-deployment SnapshotHistory, and cuts the step's window from it (``SnapshotHistory.window_of`` and
   ``compute_router_window``, combined by ``machine.candidate_figures``);
 * ``records_to_delete``: ControllerRevisions no longer needed (only the live revisions and the previous
-  serving one are kept).
+  serving one are kept);
+* the planner during a rollout: the serving slot's pods and targets, its GPU budget, scale-downs held.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kubernetes import client
@@ -28,14 +30,13 @@ from ..metrics.window import SnapshotHistory, compute_router_window
 from ..render import labels as L
 from ..render.resolve import resolve
 from ..roles import ROLES
-from ..rollout import machine as M
+from . import machine as M
 
 log = logging.getLogger(__name__)
 
 # Phases in which the machine acts on its own clock (steps, deadlines, drains): passes come every
-# ROLLOUT_PASS_SECONDS, each applies, and the step's figures are scraped.
+# OperatorConfig.rollout_pass_seconds, each applies, and the step's figures are scraped.
 ACTIVE_PHASES = (M.STARTING, M.WAITING, M.CANARY, M.PAUSED, M.DRAINING, M.RECREATING)
-ROLLOUT_PASS_SECONDS = 5.0
 _SANITIZE = client.ApiClient()
 
 
@@ -280,11 +281,10 @@ def planner_budget(spec: Any, status: Mapping[str, Any]) -> int | None:
 def hold_scale_downs(decision: Any, why: str) -> Any:
     """A planner Decision with every scale-down held (a candidate exists: the serving slot's load is about to
     move, and the canary is judged against it)."""
-    from dataclasses import replace as _replace
     roles = {}
     for d in decision.roles():
         if d.desired < d.current:
-            roles[d.role] = _replace(d, desired=d.current, action="hold", reason=f"scale-down held: {why}")
+            roles[d.role] = replace(d, desired=d.current, action="hold", reason=f"scale-down held: {why}")
     if not roles:
         return decision
-    return _replace(decision, **roles)
+    return replace(decision, **roles)
