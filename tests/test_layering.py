@@ -263,7 +263,6 @@ def kopf_module_problems(source: str) -> list[str]:
     return problems
 
 
-@pytest.mark.xfail(strict=True, reason="controller split lands in edge-ctrl")
 def test_controller_handlers_holds_only_kopf_handlers():
     problems = kopf_module_problems(modules()["v41flash.controller.handlers"].read_text())
     assert problems == [], "v41flash.controller.handlers:\n" + "\n".join(problems)

@@ -42,9 +42,9 @@ async def child_event(event: dict[str, Any], body: kopf.Body, memo: kopf.Memo, *
     watch.child_event(memo["runtime"], event.get("type"), body)
 
 
-_OURS = {L.MANAGED_BY_LABEL: L.MANAGED_BY}
-kopf.on.event("apps", "v1", "deployments", labels=_OURS)(child_event)
-kopf.on.event(*LWS_API_VERSION.split("/"), "leaderworkersets", labels=_OURS)(child_event)
+# our workloads only (labelled managed-by us): a Deployment or LWS of anyone else is no event of ours
+kopf.on.event("apps", "v1", "deployments", labels={L.MANAGED_BY_LABEL: L.MANAGED_BY})(child_event)
+kopf.on.event(*LWS_API_VERSION.split("/"), "leaderworkersets", labels={L.MANAGED_BY_LABEL: L.MANAGED_BY})(child_event)
 
 
 @kopf.on.startup()
