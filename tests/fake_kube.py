@@ -92,7 +92,7 @@ class FakeKube:
         return self.cr(meta["name"], namespace)
 
     def cr(self, name: str, namespace: str = "ns") -> dict[str, Any]:
-        """A fresh read of the CR, as handlers._run does before each reconcile."""
+        """A fresh read of the CR (the test's side; the controller's is read_cr)."""
         return copy.deepcopy(self.crs[(namespace, name)])
 
     def update_spec(self, name: str, spec: dict[str, Any], namespace: str = "ns") -> dict[str, Any]:
@@ -274,6 +274,11 @@ class FakeKube:
         self.calls.append(("delete", what))
         if self.objects.pop((ref.api_version, ref.kind, namespace, ref.name), None) is not None:
             self.writes.append(("delete", what))
+
+    def read_cr(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self.calls.append(("read_cr", name))
+        body = self.crs.get((namespace, name))
+        return None if body is None else copy.deepcopy(body)
 
     def patch_status(self, namespace: str, name: str, status: dict[str, Any], resource_version: str
                      ) -> dict[str, Any]:

@@ -33,9 +33,10 @@ def test_every_call_has_a_request_timeout():
     k.list_pods("ns", "a=b")
     k.patch_pod_annotations("ns", "p", {"a": "b"})
     k.patch_status("ns", "x", {}, "1")
+    k.read_cr("ns", "x")
     k.post_event({"metadata": {"name": "x", "namespace": "ns", "uid": "u"}}, "Normal", "R", "m")
     for call in (k.core.list_namespaced_pod, k.core.patch_namespaced_pod, k.core.create_namespaced_event,
-                 k.custom.patch_namespaced_custom_object_status):
+                 k.custom.patch_namespaced_custom_object_status, k.custom.get_namespaced_custom_object):
         assert call.call_args.kwargs["_request_timeout"] == REQUEST_TIMEOUT, call
 
 

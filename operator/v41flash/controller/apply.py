@@ -9,7 +9,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from ..render.resolve import DEPLOYMENT, LEADER_WORKER_SET
-from .kube import ChildRef, Kube, KindNotInstalled, namespace_terminating
+from .kube import ChildRef, KindNotInstalled, KubeAPI, namespace_terminating
 from .status import Stall
 
 WORKLOAD_KINDS = (DEPLOYMENT, LEADER_WORKER_SET)
@@ -55,7 +55,7 @@ def _owner_text(obj: dict[str, Any]) -> str:
     return "owned by " + ", ".join(f"{o.get('kind')}/{o.get('name')}" for o in owners)
 
 
-def name_collisions(kube: Kube, namespace: str, uid: str, desired: list[dict[str, Any]],
+def name_collisions(kube: KubeAPI, namespace: str, uid: str, desired: list[dict[str, Any]],
                     live: dict[ChildRef, dict[str, Any]], known: dict[ChildRef, str]) -> Stall | None:
     """An existing object with a child's name that this deployment does not own (no ownerReference to its
     uid) is someone else's: never adopt it. Server-side apply with force would overwrite it and the
@@ -82,7 +82,7 @@ def name_collisions(kube: Kube, namespace: str, uid: str, desired: list[dict[str
                                   f"<name>-<role>) or remove the other object")
 
 
-def apply_all(kube: Kube, namespace: str, desired: list[dict[str, Any]], live: dict[ChildRef, dict[str, Any]],
+def apply_all(kube: KubeAPI, namespace: str, desired: list[dict[str, Any]], live: dict[ChildRef, dict[str, Any]],
                applied: list[str], versions: dict[ChildRef, str]) -> tuple[Stall | None, bool]:
     """(stall, refused-for-capacity). An error that is neither a stall nor capacity is raised (retried)."""
     for wave in _waves(desired):

@@ -38,7 +38,7 @@ from ..roles import ROLES
 from ..vllm import args as vargs
 from ..vllm import features as vfeatures
 from ..rollout import progress
-from .kube import Kube
+from .kube import KubeAPI
 from .observation import (  # noqa: F401  (observed_slo_status: re-exported)
     METRICS_UNAVAILABLE, Measured, Observed, PodView, metrics_trouble, observe, observed_slo_status, owned_pod,
     capacity_pending, nodes_not_ready, planner_bounds, planner_slo, pod_view, prometheus_pods, scrape_targets,
@@ -83,7 +83,7 @@ def _parallelism(r) -> str:
         f"TP{r.tensor_parallel_size}"
 
 
-def profile_for(spec: api.V41FlashDeploymentSpec, resolved: Resolved, kube: Kube | None, namespace: str
+def profile_for(spec: api.V41FlashDeploymentSpec, resolved: Resolved, kube: KubeAPI | None, namespace: str
                 ) -> CapacityProfile | None:
     """The capacity profile: the user's ConfigMap (profile.yaml) or the shipped one for profile + GPU."""
     if spec.autoscaling.capacity_profile and kube is not None:
@@ -249,7 +249,7 @@ def removal_annotations(decision: Decision, pods: Sequence[PodView], running: Ma
 class Autoscaler:
     """One per operator process: snapshot history per deployment, and the planner metrics."""
 
-    def __init__(self, kube: Kube, config: PlannerConfig | None = None):
+    def __init__(self, kube: KubeAPI, config: PlannerConfig | None = None):
         self.kube = kube
         self.histories: dict[str, SnapshotHistory] = {}
         self.states: dict[str, PlannerState] = {}  # full planner memory; status keeps the durable part

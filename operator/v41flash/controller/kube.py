@@ -278,6 +278,16 @@ class Kube:
         self.core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": annotations}},
                                        field_manager=FIELD_MANAGER, _request_timeout=self.request_timeout)
 
+    def read_cr(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A fresh read of one V41FlashDeployment (not the watch's copy); None when it is gone."""
+        try:
+            return self.custom.get_namespaced_custom_object(api.GROUP, api.VERSION, namespace, api.PLURAL, name,
+                                                            _request_timeout=self.request_timeout)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
     def patch_status(self, namespace: str, name: str, status: dict[str, Any], resource_version: str
                      ) -> dict[str, Any]:
         """Replace the status with an optimistic lock: a stale view fails the `test` op (422/409) and the next
@@ -339,7 +349,8 @@ def is_conflict(exc: Exception) -> bool:
 # --- KubeAPI: the apiserver as the controller uses it -----------------------------------------------------------
 
 class KubeAPI(Protocol):
-    """What reconcile, the autoscaler and the pass scheduler call on Kube; tests/fake_kube.py's FakeKube implements
+    """What reconcile, the autoscaler and a pass (controller/passes.py) call on Kube; the controller's functions
+    that take a kube are annotated with it. tests/fake_kube.py's FakeKube implements
     it too, and tests/test_fake_kube.py holds Kube and FakeKube to these names and signatures."""
 
     core: Any  # kubernetes' CoreV1Api: the autoscaler reads a capacity-profile ConfigMap through it
@@ -369,6 +380,8 @@ class KubeAPI(Protocol):
     def node_ready(self, name: str) -> bool | None: ...
 
     def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None: ...
+
+    def read_cr(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
     def patch_status(self, namespace: str, name: str, status: dict[str, Any], resource_version: str
                      ) -> dict[str, Any]: ...

@@ -8,12 +8,10 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
-from ..api import v1alpha1 as api
 from . import metrics
 from .apply import NamespaceTerminating
 from .autoscale import PlannerOutcome, same_decision
+from .kube import KubeAPI
 from .reconcile import Outcome, Pass, reconcile
 from .runtime import Runtime
 from .scheduler import URGENT, CapacityRefused, Work
@@ -23,7 +21,8 @@ log = logging.getLogger(__name__)
 
 def run_pass(rt: Runtime, uid: str, work: Work) -> Outcome | None:
     """None = the deployment is gone."""
-    memory, kube = rt.memory, rt.kube
+    memory = rt.memory
+    kube: KubeAPI = rt.kube
     body = memory.body(uid)
     if body is None or body["metadata"].get("deletionTimestamp"):
         return None
@@ -47,14 +46,8 @@ def run_pass(rt: Runtime, uid: str, work: Work) -> Outcome | None:
         try:
             outcome = reconcile(kube, body, emit, memory=memory, planner=planned, how=how)
             if outcome.conflict:  # the CR changed since the watch delivered it: read it once
-                try:
-                    fresh = kube.custom.get_namespaced_custom_object(api.GROUP, api.VERSION, ns, api.PLURAL, name,
-                                                                     _request_timeout=kube.request_timeout)
-                except ApiException as exc:
-                    if exc.status == 404:
-                        return None
-                    raise
-                if fresh["metadata"]["uid"] != uid or fresh["metadata"].get("deletionTimestamp"):
+                fresh = kube.read_cr(ns, name)
+                if fresh is None or fresh["metadata"]["uid"] != uid or fresh["metadata"].get("deletionTimestamp"):
                     return None
                 memory.remember(fresh)
                 if fresh.get("spec") == body.get("spec") and fresh.get("status") == body.get("status"):

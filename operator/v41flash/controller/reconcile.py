@@ -36,7 +36,7 @@ from ..rollout.world import RolloutPass, rest_pass
 from .apply import WORKLOAD_KINDS, apply_all, name_collisions
 from .autoscale import PlannerOutcome, iso_time
 from .desired import desired_replicas, operator_namespace, owner_reference, prepare
-from .kube import ChildRef, Kube, is_conflict
+from .kube import ChildRef, KubeAPI, is_conflict
 from .memory import DeploymentMemory, Memory
 from .revisions import keep_records, record, rollout_from_what_runs
 from .status import Stall, deployment_status
@@ -85,7 +85,7 @@ FULL = Pass()
 @dataclass(frozen=True)
 class Io:
     """What the steps use besides the pass's data: the apiserver, and what this process remembers."""
-    kube: Kube
+    kube: KubeAPI
     mem: DeploymentMemory  # of this deployment
     figures: StepFigures  # the rollout's scrapes
 
@@ -282,7 +282,7 @@ def report(io: Io, s: PassState, status: dict[str, Any], emit: Emit) -> Outcome:
     return outcome
 
 
-def reconcile(kube: Kube, body: dict[str, Any], emit: Emit, *, memory: Memory, now: str | None = None,
+def reconcile(kube: KubeAPI, body: dict[str, Any], emit: Emit, *, memory: Memory, now: str | None = None,
               planner: PlannerOutcome | None = None, how: Pass = FULL) -> Outcome:
     now = now or now_iso()
     io = Io(kube, memory.of(body["metadata"]["uid"]), memory.step_figures)
@@ -298,7 +298,7 @@ def reconcile(kube: Kube, body: dict[str, Any], emit: Emit, *, memory: Memory, n
     return report(io, s, status, emit)
 
 
-def _read_workloads(kube: Kube, namespace: str, want: frozenset[ChildRef]) -> dict[ChildRef, dict[str, Any]]:
+def _read_workloads(kube: KubeAPI, namespace: str, want: frozenset[ChildRef]) -> dict[ChildRef, dict[str, Any]]:
     out = {}
     for ref in want:
         if ref.kind in WORKLOAD_KINDS and (obj := kube.read(ref, namespace)) is not None:
@@ -311,7 +311,7 @@ def _was_stalled_same(previous: dict[str, Any], stall: Stall) -> bool:
                for c in previous.get("conditions") or [])
 
 
-def _pod_revisions(kube: Kube, namespace: str, name: str) -> dict[str, tuple[int, int]]:
+def _pod_revisions(kube: KubeAPI, namespace: str, name: str) -> dict[str, tuple[int, int]]:
     """(live, Ready) serving engine pods per serving-revision label; terminating pods are not counted."""
     out: dict[str, tuple[int, int]] = {}
     for pod in kube.list_pods(namespace, L.label_selector(L.serving_pods_selector(name))):

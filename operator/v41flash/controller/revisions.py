@@ -17,13 +17,13 @@ from ..rollout.world import RolloutPass, World, rollout_pass
 from .apply import WORKLOAD_KINDS, label
 from .autoscale import PlannerOutcome
 from .desired import desired_replicas, operator_namespace, owner_reference
-from .kube import CONTROLLER_REVISION, ChildRef, Kube, KindNotInstalled, namespace_terminating
+from .kube import CONTROLLER_REVISION, ChildRef, KindNotInstalled, KubeAPI, namespace_terminating
 from .memory import DeploymentMemory
 
 log = logging.getLogger(__name__)
 
 
-def rollout_from_what_runs(kube: Kube, mem: DeploymentMemory, figures: progress.StepFigures,
+def rollout_from_what_runs(kube: KubeAPI, mem: DeploymentMemory, figures: progress.StepFigures,
                            body: dict[str, Any], obj: api.V41FlashDeployment, previous: dict[str, Any],
                            live: dict[ChildRef, dict[str, Any]], planner: PlannerOutcome | None
                            ) -> tuple[RolloutPass, list[dict[str, Any]]]:
@@ -47,7 +47,7 @@ def rollout_from_what_runs(kube: Kube, mem: DeploymentMemory, figures: progress.
     return out, records
 
 
-def record(kube: Kube, mem: DeploymentMemory, body: dict[str, Any], obj: api.V41FlashDeployment,
+def record(kube: KubeAPI, mem: DeploymentMemory, body: dict[str, Any], obj: api.V41FlashDeployment,
            revision: str) -> None:
     """The ControllerRevision of the spec being rendered, once per revision: after the spec moves on, the
     serving revision is rendered from it (a rollout's serving slot)."""
@@ -71,7 +71,7 @@ def record(kube: Kube, mem: DeploymentMemory, body: dict[str, Any], obj: api.V41
     mem.recorded.add(revision)
 
 
-def keep_records(kube: Kube, mem: DeploymentMemory, namespace: str, rolled: RolloutPass,
+def keep_records(kube: KubeAPI, mem: DeploymentMemory, namespace: str, rolled: RolloutPass,
                  records: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
     """Create the records the pass needs; delete all but the live revisions' and the previous serving one.
     Returns (created, deleted) as Kind/name."""

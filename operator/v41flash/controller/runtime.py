@@ -16,7 +16,8 @@ from .scheduler import Scheduler, Work
 
 @dataclass
 class Runtime:
-    kube: Kube
+    kube: Kube  # the concrete client: kopf's login reads its configuration, leader election sets its fence;
+    # a pass, the planner and reconcile use it only as controller.kube.KubeAPI (tests hand in FakeKube)
     config: OperatorConfig = OperatorConfig()
     memory: Memory = field(default_factory=Memory)
     scheduler: Scheduler | None = None  # from startup until cleanup
