@@ -1,5 +1,5 @@
 """A rollout in progress as the controller follows it: what it reads and decides around the pure
-``rollout.world.rollout_pass`` (docs/2026-12-01-rollouts.md §8).
+``rollout.world.rollout_pass`` (docs/decisions/2026-12-01-rollouts.md §8).
 
 * ``needed``, ``at_rest``, ``active``: which pass a deployment gets (a rollout recorded in status, or a spec
   that renders another revision than the one serving; a rollout that is over; one acting on its own clock);
@@ -31,6 +31,7 @@ from ..render import labels as L
 from ..render.resolve import resolve
 from ..roles import ROLES
 from . import machine as M
+from .pods import is_ready, labels_of
 
 log = logging.getLogger(__name__)
 
@@ -68,15 +69,6 @@ def pod_dicts(pods: Sequence[Any]) -> list[dict[str, Any]]:
     return [p if isinstance(p, dict) else _SANITIZE.sanitize_for_serialization(p) for p in pods]
 
 
-def _labels(o: Mapping[str, Any]) -> Mapping[str, str]:
-    return (o.get("metadata") or {}).get("labels") or {}
-
-
-def _ready(p: Mapping[str, Any]) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (p.get("status") or {}).get("conditions") or [])
-
-
 def _live(p: Mapping[str, Any]) -> bool:
     return not (p.get("metadata") or {}).get("deletionTimestamp")
 
@@ -84,15 +76,15 @@ def _live(p: Mapping[str, Any]) -> bool:
 def slot_engine_pods(pods: Sequence[Mapping[str, Any]], slot: str, revision: str | None = None
                      ) -> list[Mapping[str, Any]]:
     """The serving engine pods of one slot ("" = the never-rolled layout), of one revision when given."""
-    return [p for p in pods if _live(p) and _labels(p).get(L.ROLE_LABEL) in ROLES
-            and _labels(p).get(L.SERVING_LABEL) == "true" and _labels(p).get(L.SLOT_LABEL, "") == slot
-            and (revision is None or _labels(p).get(L.REVISION_LABEL) == revision)]
+    return [p for p in pods if _live(p) and labels_of(p).get(L.ROLE_LABEL) in ROLES
+            and labels_of(p).get(L.SERVING_LABEL) == "true" and labels_of(p).get(L.SLOT_LABEL, "") == slot
+            and (revision is None or labels_of(p).get(L.REVISION_LABEL) == revision)]
 
 
 def slot_router_pods(pods: Sequence[Mapping[str, Any]], slot: str) -> list[Mapping[str, Any]]:
     """The vllm-router pods of one slot (slot "" has router '0' once the front replaced the old router)."""
-    return [p for p in pods if _live(p) and _labels(p).get(L.ROLE_LABEL) == L.ROUTER
-            and _labels(p).get(L.SLOT_LABEL) == (slot or "0")]
+    return [p for p in pods if _live(p) and labels_of(p).get(L.ROLE_LABEL) == L.ROUTER
+            and labels_of(p).get(L.SLOT_LABEL) == (slot or "0")]
 
 
 # A rolled-back candidate's engines count as idle only from a scrape this long after it left the routing
@@ -140,11 +132,11 @@ class StepFigures:
         out = []
         for p in engines:
             ip = (p.get("status") or {}).get("podIP")
-            if ip and _ready(p):
-                out.append(vllm_target(p["metadata"]["name"], _labels(p)[L.ROLE_LABEL], ip))
+            if ip and is_ready(p):
+                out.append(vllm_target(p["metadata"]["name"], labels_of(p)[L.ROLE_LABEL], ip))
         for p in routers:
             ip = (p.get("status") or {}).get("podIP")
-            if ip and _ready(p):
+            if ip and is_ready(p):
                 out.append(router_target(p["metadata"]["name"], ip))
         return out
 
@@ -166,7 +158,7 @@ class StepFigures:
             cand = slot_engine_pods(pods, state.candidate_slot, state.candidate_revision)
             windows = {}
             for role in ROLES:
-                names = [p["metadata"]["name"] for p in cand if _labels(p).get(L.ROLE_LABEL) == role]
+                names = [p["metadata"]["name"] for p in cand if labels_of(p).get(L.ROLE_LABEL) == role]
                 if names:
                     windows[role] = history.window_of(names, role, now, window, ttft_percentile)
             router = self._router_window(history, slot_router_pods(pods, state.candidate_slot), now, window)
@@ -191,7 +183,7 @@ class StepFigures:
             name = p["metadata"]["name"]
             ss = [s for s in history.snapshots(name) if s.ok and s.time >= since]
             if not ss:
-                if not history.snapshots(name) and not _ready(p):
+                if not history.snapshots(name) and not is_ready(p):
                     continue
                 return None
             total += sum(em.gauges.get(m.RUNNING, 0.0) + em.gauges.get(m.WAITING, 0.0) for em in ss[-1].engines.values())
@@ -212,12 +204,12 @@ def records_to_delete(records: Sequence[Mapping[str, Any]], live: set[str]) -> l
     """Names of ControllerRevisions to delete: all but the live revisions' and the newest other one (the
     previous serving revision, a fast way back after a promotion)."""
     def rev(cr):
-        return _labels(cr).get(L.REVISION_LABEL, "")
+        return labels_of(cr).get(L.REVISION_LABEL, "")
     others = sorted((cr for cr in records if rev(cr) not in live), key=lambda cr: int(cr.get("revision") or 0))
     return [cr["metadata"]["name"] for cr in others[:-1]]
 
 
-# --- the planner during a rollout (docs/2026-12-01-rollouts.md §8.4) ------------------------------------
+# --- the planner during a rollout (docs/decisions/2026-12-01-rollouts.md §8.4) ------------------------------------
 
 CANDIDATE_PHASES = (M.STARTING, M.CANARY, M.PAUSED)  # a candidate slot holds GPUs beside the serving one
 

@@ -1,4 +1,4 @@
-"""Two live revisions side by side during a rollout (docs/2026-12-01-rollouts.md §4.1-4.2): pure.
+"""Two live revisions side by side during a rollout (docs/decisions/2026-12-01-rollouts.md §4.1-4.2): pure.
 
 A revision lives in a slot. Slot "" is the layout of a deployment that has never rolled out (``render()``:
 workloads ``<cr>-<role>``, one router pod with the session proxy in front of vllm-router); "a" and "b" are the
@@ -32,6 +32,7 @@ from ..render.revision import serving_revision, stamp_revision
 from ..render.router import ROUTER_INTERNAL_PORT, SERVICE_PORT, router_args, router_objects, session_proxy_container
 from ..render.timing import PodTiming, drain_seconds
 from .machine import RoleObs, SlotObs, SlotPlan
+from .pods import is_ready, labels_of
 
 ROUTES_CONFIG_KEY = ROUTES_FILE_NAME
 ROUTES_MOUNT_DIR = "/etc/v41flash/routes"
@@ -261,15 +262,6 @@ def spec_of(controller_revision_obj: dict[str, Any]) -> api.V41FlashDeploymentSp
         raise ValueError(f"ControllerRevision {name}: data.spec is not a valid spec: {str(e)[:200]}") from None
 
 
-def _labels(o: dict[str, Any]) -> dict[str, str]:
-    return (o.get("metadata") or {}).get("labels") or {}
-
-
-def _pod_ready(pod: dict[str, Any]) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions") or [])
-
-
 def _pod_problem(pod: dict[str, Any]) -> str:
     st = pod.get("status") or {}
     for cs in st.get("containerStatuses") or []:
@@ -299,18 +291,19 @@ def slot_observation(cr_name: str, slot: str, revision: str, workloads: Sequence
         name = slot_workload_name(cr_name, role, slot)
         w = next((x for x in workloads if x["metadata"]["name"] == name), None)
         replicas = 0
-        if w is not None and _labels(w).get(L.REVISION_LABEL) == revision:
+        if w is not None and labels_of(w).get(L.REVISION_LABEL) == revision:
             replicas = int((w.get("spec") or {}).get("replicas") or 0)
-        mine = [p for p in pods if _labels(p).get(L.ROLE_LABEL) == role and _labels(p).get(L.SERVING_LABEL) == "true"
-                and _labels(p).get(L.SLOT_LABEL, "") == slot and _labels(p).get(L.REVISION_LABEL) == revision
+        mine = [p for p in pods if labels_of(p).get(L.ROLE_LABEL) == role
+                and labels_of(p).get(L.SERVING_LABEL) == "true"
+                and labels_of(p).get(L.SLOT_LABEL, "") == slot and labels_of(p).get(L.REVISION_LABEL) == revision
                 and not p["metadata"].get("deletionTimestamp")]
-        ready = [p for p in mine if _pod_ready(p)]
+        ready = [p for p in mine if is_ready(p)]
         unsched = next((u for u in map(_unschedulable, mine) if u), "")
-        problems = tuple(sorted(_pod_problem(p) for p in mine if not _pod_ready(p) and not _unschedulable(p)))
+        problems = tuple(sorted(_pod_problem(p) for p in mine if not is_ready(p) and not _unschedulable(p)))
         out[role] = RoleObs(replicas=replicas, ready=len(ready), unschedulable=unsched, problems=problems)
     rname = slot_router_name(cr_name, slot)
     r = next((x for x in routers if x["metadata"]["name"] == rname), None)
-    router_ready = bool(r is not None and _labels(r).get(L.REVISION_LABEL) == revision
+    router_ready = bool(r is not None and labels_of(r).get(L.REVISION_LABEL) == revision
                         and ((r.get("status") or {}).get("readyReplicas") or 0) >= 1)
     return SlotObs(out, router_ready=router_ready)
 
