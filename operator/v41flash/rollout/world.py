@@ -164,7 +164,7 @@ def rollout_pass(obj: api.V41FlashDeployment, status: dict[str, Any], world: Wor
 def rest_pass(obj: api.V41FlashDeployment, status: dict[str, Any], replicas: dict[str, int | None] | None = None,
               owner: dict[str, Any] | None = None, timing: PodTiming | None = None,
               operator_namespace: str | None = None) -> RolloutPass:
-    """rollout_pass for a deployment at rest after a rollout (``controller.rollouts.at_rest``), from the spec and
+    """rollout_pass for a deployment at rest after a rollout (``rollout.progress.at_rest``), from the spec and
     status alone: the serving slot's objects under its names, status.rollout as it is. An observe pass then needs
     no pod, ControllerRevision or child list. status.revisions is carried; its ready counts are the last full
     pass's (status.prefill / status.decode are current)."""
