@@ -149,7 +149,7 @@ def serving_workload(cluster, ns: str, name: str, role: str) -> dict:
     return next(d for d in items if d["metadata"]["labels"].get("v41flash.io/serving-revision") == revision)
 
 
-# Engine changes are rollouts (docs/2026-12-01-rollouts.md): short steps keep this test short.
+# Engine changes are rollouts (docs/decisions/2026-12-01-rollouts.md): short steps keep this test short.
 SHORT_ROLLOUT = {"steps": [100], "stepSeconds": 3, "minRequestsPerStep": 1, "drainDeadlineSeconds": 5}
 
 

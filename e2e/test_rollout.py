@@ -1,5 +1,5 @@
 """Revision-safe rollouts by the operator on the real control plane, under continuous multi-turn client load
-through the deployment's router Service (docs/2026-12-01-rollouts.md; issue 10's Shows):
+through the deployment's router Service (docs/decisions/2026-12-01-rollouts.md; issue 10's Shows):
 
 1. a model.revision change with surge room: canary step by step, promoted; 0 failed requests; every
    session on one revision until its revision is gone; the new revision's prefill and decode simulators
@@ -572,8 +572,8 @@ def test_show6_the_gb300_example_with_a_leaderworkerset_decode_rolls_out_the_sam
 
 
 def test_a_candidate_with_two_prefill_replicas_to_match_grows_before_the_full_share(cluster, operator_process, ns):
-    """The candidate is sized by its share (docs/2026-12-01-rollouts.md §8.6): with 2 serving prefill replicas it
-    starts at 1 (50 % of 2), grows to 2 while still at 50 %, and takes 100 % of new sessions only once both are
+    """The candidate is sized by its share (docs/decisions/2026-12-01-rollouts.md §8.6): with 2 serving prefill
+    replicas it starts at 1 (50 % of 2), grows to 2 while still at 50 %, and takes 100 % of new sessions only once both are
     Ready; promotion then resizes nothing."""
     name = "grow"
     doc = _doc(name)  # 2 prefill + 1 decode of 4 GPUs serve; the default surge: the candidate's full size (12)

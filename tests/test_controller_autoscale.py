@@ -382,7 +382,7 @@ def test_a_flooding_decode_pod_holds_its_role_and_the_reason_names_the_byte_cap(
     assert f"body over {DEFAULT_MAX_BYTES} bytes" in last["reason"], last["reason"]
 
 
-# --- during a rollout (docs/2026-12-01-rollouts.md §8.4) ---------------------------------------------------
+# --- during a rollout (docs/decisions/2026-12-01-rollouts.md §8.4) ---------------------------------------------------
 
 def _labelled(p: SimpleNamespace, name: str, ip: str, **labels) -> SimpleNamespace:
     p.metadata = SimpleNamespace(**{**vars(p.metadata), "name": name,

@@ -64,7 +64,7 @@ RECORDED = [
         cond("Ready", "False", 1, "Progressing", "router: 0/1 replicas ready")]},
      "Progressing", "router: 0/1 replicas ready"),
     ("no conditions", 1, {"observedGeneration": 1}, "Progressing", "Waiting for the Ready condition"),
-    # rollouts (docs/2026-12-01-rollouts.md §4.7): a canary in progress, waiting for room, rolled back, done
+    # rollouts (docs/decisions/2026-12-01-rollouts.md §4.7): a canary in progress, waiting for room, rolled back, done
     ("canary step", 2, {"observedGeneration": 2, "rollout": {"phase": "Canary", "step": 2, "steps": 4}, "conditions": [
         cond("Ready", "False", 2, "RolloutProgressing", "canary step 2/4: 25% of new sessions on 9c41"),
         cond("Reconciling", "True", 2, "RolloutProgressing", "canary step 2/4: 25% of new sessions on 9c41")]},

@@ -36,7 +36,7 @@ def test_consecutive_seeds_cover_every_family_and_the_trace_family_starts_at_its
 
 
 def test_seeds_drawn_before_the_trace_family_still_draw_the_scenarios_the_docs_report():
-    # docs/2026-12-01-autoscale-suite.md, tenth pass: held-out seed 336
+    # docs/decisions/2026-12-01-autoscale-suite.md, tenth pass: held-out seed 336
     assert suite.draw_scenario(336, "heldout")[1].description == (
         "steady at 0.93 of peak; B200 low-latency; peak 19.8 req/s; TTFT p95 ≤ 5.63s, e2e p95 ≤ 21s; "
         "profile error ×1.10; cold start 299s")

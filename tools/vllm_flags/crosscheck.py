@@ -1,7 +1,7 @@
 """Cross-check: run vLLM 0.33.0's REAL `vllm serve` parser on what the operator renders and on the
 test corpora, and compare with the snapshot-based `check_serve_args`.
 
-Runs in the same scratch venv as dump.py (see docs/2026-11-30-vllm-flag-snapshot.md); it imports
+Runs in the same scratch venv as dump.py (see docs/decisions/2026-11-30-vllm-flag-snapshot.md); it imports
 `v41flash.vllm` from operator/ (stdlib-only) and the test corpora from tests/test_vllm_flags.py. The
 rendered corpus is the whole catalog: shapes x roles x options, GPU x shape x role x agent feature set,
 and every AgentX preset point per role.

@@ -15,7 +15,7 @@ CUDA/ROCm), so the mocks change help defaults at most, never the set of options.
 module is listed in the output header; a config field whose type came from a mocked module is
 recorded with kind "mocked" and is not type-checked.
 
-Regenerate (see docs/2026-11-30-vllm-flag-snapshot.md):
+Regenerate (see docs/decisions/2026-11-30-vllm-flag-snapshot.md):
 
     python3.11 -m venv /tmp/vllm-flags-venv
     /tmp/vllm-flags-venv/bin/pip download --no-deps vllm==0.33.0 -d /tmp/vllm-wheel
@@ -46,7 +46,7 @@ EXPECTED_VERSION = "0.33.0"
 REGENERATE = (
     "/tmp/vllm-flags-venv/bin/python tools/vllm_flags/dump.py "
     "--out operator/v41flash/vllm/vllm_0_33_0_serve_flags.json "
-    "(scratch venv with vllm==0.33.0 installed --no-deps; see docs/2026-11-30-vllm-flag-snapshot.md)"
+    "(scratch venv with vllm==0.33.0 installed --no-deps; see docs/decisions/2026-11-30-vllm-flag-snapshot.md)"
 )
 # JSON-valued flags whose config classes the operator renders or the recipe uses.
 RENDERED_JSON_FLAGS = (

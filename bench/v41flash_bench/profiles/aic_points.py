@@ -5,7 +5,7 @@ Runs only where PyPI ``aiconfigurator-core==0.12.0`` is installed (it is not a d
     python bench/v41flash_bench/profiles/aic_points.py --out operator/v41flash/planner/profiles/derivation
 
 aiconfigurator-core 0.12.0 models DeepSeek-V4-Flash (not V4.1-Flash); the differences and the
-calibration applied on top are written down in docs/2026-11-30-capacity-profiles.md. Only the standard
+calibration applied on top are written down in docs/decisions/2026-11-30-capacity-profiles.md. Only the standard
 library and aiconfigurator_core are imported here, so it runs in a separate virtualenv.
 """
 from __future__ import annotations

@@ -41,7 +41,7 @@ def _build(args: argparse.Namespace) -> int:
         profile, fits = build_profile(run)
     except (OSError, ValueError, KeyError, ValidationError) as exc:
         print(f"profile build: {args.source}: {exc}", file=sys.stderr)
-        print("the run format is described in docs/2026-11-30-capacity-profiles.md", file=sys.stderr)
+        print("the run format is described in docs/decisions/2026-11-30-capacity-profiles.md", file=sys.stderr)
         return 1
     header = f"# Capacity profile {profile.metadata.name}: fitted by `v41flash profile build --from {args.source.name}`\n"
     text = header + profile.to_yaml()

@@ -79,7 +79,7 @@ def _g(d: dict, *names: str, default: Any = None) -> Any:
 
 
 def build_profile(run: dict) -> tuple[CapacityProfile, dict[str, Fit]]:
-    """A profile from a benchmark-run document (format in docs/2026-11-30-capacity-profiles.md).
+    """A profile from a benchmark-run document (format in docs/decisions/2026-11-30-capacity-profiles.md).
 
     Fields not measured (cold start, KV capacity, layout) come from the run's ``prefill``/``decode``
     sections, else from the shipped profile named by ``base`` or matching (servingProfile, gpuProduct).

@@ -1,6 +1,6 @@
 """Benchmark scenario: one YAML file describing workload, arrivals, hardware, SLO, cost and bounds.
 
-Example (every field but ``name`` has a default; see docs/2026-11-30-autoscale-bench.md)::
+Example (every field but ``name`` has a default; see docs/decisions/2026-11-30-autoscale-bench.md)::
 
     name: diurnal
     durationS: 3600          # simulated seconds (``--duration`` overrides)

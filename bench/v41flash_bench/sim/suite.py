@@ -23,7 +23,7 @@ as before the family was added, so every earlier figure still reproduces; from i
 over all seven (any seven consecutive seeds cover them).
 
 Seeds: ``TUNING_SEEDS`` are the ones planner changes may be tuned on; ``HELD_OUT_SEEDS`` are for
-reporting only (see docs/2026-12-01-autoscale-suite.md). 101–124 were the held-out seeds until 2026-12-02;
+reporting only (see docs/decisions/2026-12-01-autoscale-suite.md). 101–124 were the held-out seeds until 2026-12-02;
 after six passes reported on them (and four of their traces read) they count as tuning seeds, and 201–224,
 first run at 0e39757, are held out; 225–248 joined them before their first run (eight scenarios a family: four
 are too few for a per-family claim); 301–348 joined them before their first run (a second set of eight a family at

@@ -488,7 +488,7 @@ class RoutingSpec(Model):
     policy: Literal[ROUTER_POLICIES] = Field(  # type: ignore[valid-type]
         "sticky_least_loaded",
         description="vllm-router policy for prefill (or the only role when aggregated). Default chosen by measurement "
-                    "(docs/2026-11-30-routing.md): sticky_least_loaded behind the session proxy (sessionKey: "
+                    "(docs/routing.md): sticky_least_loaded behind the session proxy (sessionKey: "
                     "derive) keeps each session on one engine and sends new sessions to the least-loaded one. "
                     "consistent_hash and sticky_least_loaded key only on x-session-id: without it every request "
                     "lands on ONE engine, so they need sessionKey: derive. cache_aware (with the thresholds "
@@ -666,7 +666,7 @@ class AutoscalingSpec(Model):
                                  description="Where the planner's metrics come from: scraped or from Prometheus.")
 
 
-# --- rollouts (docs/2026-12-01-rollouts.md) -----------------------------------------------------
+# --- rollouts (docs/rollouts.md) ----------------------------------------------------------------
 
 ROLLOUT_STEPS = (5, 25, 50, 100)
 ROLLOUT_MAX_STEPS = 10

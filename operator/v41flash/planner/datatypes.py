@@ -113,7 +113,8 @@ class PlannerConfig:
     arrivals_from_queue_growth: bool = False  # demand = completions + queue growth (experimental)
     saturation_learning: bool = False  # learn a lower bound of the correction from a backlog (experimental)
     # squared coefficient of variation of prefill service times in the queueing tail: 1.2 measured in a
-    # steady agent run; 2.0 also covers the re-prefill storms of moved sessions (docs/2026-11-30-autoscale-bench.md)
+    # steady agent run; 2.0 also covers the re-prefill storms of moved sessions
+    # (docs/decisions/2026-11-30-autoscale-bench.md)
     service_cv2: float = 2.0
     # Headroom from the deployment's own demand (planner/headroom.py): size for this quantile of the
     # demand rises seen over one cold start (+ one interval), times the current demand; 0 turns it off
@@ -144,7 +145,7 @@ class PlannerConfig:
     use_arrivals: bool = False
     # while the role that computes prompts is judged in breach, size prompts at this window's cache-hit level when it
     # is lower than the smoothed one: a wave of new sessions misses the cache for as long as it lasts, and the tail fit
-    # was learned on this window's own work (docs/2026-12-01-autoscale-suite.md, thirteenth pass)
+    # was learned on this window's own work (docs/decisions/2026-12-01-autoscale-suite.md, thirteenth pass)
     breach_hit_level: bool = True
     # ... except within down_breach_window_s of the role's scale-down when the window's share of new sessions is
     # no wave (steps.learn): the misses are the moved sessions' one-turn re-prefills. Off: in any breach

@@ -19,7 +19,7 @@ target can be turned into a capacity:
   bounded by ``maxNumSeqs`` per rank and by the KV cache (``kvCacheTokens`` per rank / ctx).
 
 Profiles are YAML documents (``kind: CapacityProfile``); the shipped ones live next to this module in
-``profiles/`` and their derivation is written down in ``docs/2026-11-30-capacity-profiles.md``.
+``profiles/`` and their derivation is written down in ``docs/decisions/2026-11-30-capacity-profiles.md``.
 """
 from __future__ import annotations
 

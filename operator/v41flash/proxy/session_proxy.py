@@ -10,7 +10,7 @@ POST /v1/chat/completions or /v1/completions without `x-session-id` gets one:
      (chat; the same in every turn of a session and in sub-agents that resend the parent's context),
      or of the prompt's first ``prompt_key_chars`` characters (completions).
 
-Measured with the real router (docs/2026-11-30-routing.md): this keeps each session on one engine while
+Measured with the real router (docs/decisions/2026-11-30-routing.md): this keeps each session on one engine while
 new sessions go to the least-loaded one. Bodies are forwarded byte for byte; responses (SSE included)
 stream through as they arrive; hop-by-hop headers are dropped; an unreachable upstream gives 502 with a
 JSON error. `v41flash session-proxy --listen HOST:PORT --upstream URL [--session-header NAME]`.
@@ -19,7 +19,7 @@ the client's own x-session-id and headers reach vllm-router unchanged, behind th
 
 Only the OpenAI-compatible serving paths and health reach vllm-router (`FORWARDED`): its admin API
 (/add_worker, /remove_worker, /list_workers, ...) has no authentication, and a client that could call it
-would redirect every later prompt to a URL of its choice (docs/2026-12-01-security.md). Anything else is
+would redirect every later prompt to a URL of its choice (docs/decisions/2026-12-01-security.md). Anything else is
 404. With `--api-key-env NAME` the serving paths need `Authorization: Bearer <key>` (constant-time
 compare); health paths stay open for the kubelet's probes.
 """

@@ -86,7 +86,7 @@ def gpu_budget_problems(obj: api.V41FlashDeployment) -> list[Problem]:
 def rollout_problems(obj: api.V41FlashDeployment) -> list[Problem]:
     """A canary that could never start (maxSurgeGPUs below one replica of each role, no gpuBudget to add room,
     and no InPlace), and vLLM's KV handshake check turned off (the second guard against cross-revision P/D
-    pairs, docs/2026-12-01-rollouts.md §4.2)."""
+    pairs, docs/decisions/2026-12-01-rollouts.md §4.2)."""
     spec = obj.spec
     problems: list[Problem] = []
     r = spec.rollout

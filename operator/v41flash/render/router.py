@@ -56,7 +56,7 @@ def router_env(spec: api.V41FlashDeploymentSpec, res: Resolved) -> list[dict[str
     """sticky_least_loaded balances new sessions by the sessions counted on each engine: with its 2 h default a
     session that ended 1 h ago still counts, so an engine added later takes every new session until it has
     as many, and sessions once spread stay where they are. spec.routing.sessionAffinityTtlSeconds (the
-    proxy's revision TTL too) makes the count one of live sessions (docs/2026-12-01-autoscale-suite.md)."""
+    proxy's revision TTL too) makes the count one of live sessions (docs/decisions/2026-12-01-autoscale-suite.md)."""
     return session_count_env(router_policies(spec, res), spec.routing.session_affinity_ttl_seconds)
 
 

@@ -1,4 +1,4 @@
-"""The rollout of a new serving revision, as a pure state machine (docs/2026-12-01-rollouts.md §4).
+"""The rollout of a new serving revision, as a pure state machine (docs/decisions/2026-12-01-rollouts.md §4).
 
 ``decide(state, observed, policy) -> Decision``: frozen data in, frozen data out, no clock and no I/O. The
 whole state is ``State``, which the controller keeps in ``status.rollout`` (``State.from_status`` /
