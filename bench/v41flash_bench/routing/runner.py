@@ -543,9 +543,10 @@ def run_bench(cfg: BenchConfig, out_dir: Path, command: str,
         raise FileNotFoundError("vllm-router not found next to this Python: pip install -e '.[dev]'")
     if any(v.kv_events for v in cfg.variants):
         try:
+            import msgpack  # noqa: F401
             import zmq  # noqa: F401
         except ImportError as exc:
-            raise RuntimeError("KV-event variants need pyzmq (dev extra): pip install -e '.[dev]'") from exc
+            raise RuntimeError("KV-event variants need pyzmq and msgpack (bench extra): pip install -e '.[dev]'") from exc
     out_dir.mkdir(parents=True, exist_ok=True)
     log_dir = out_dir / "logs"
     trace = build_trace(cfg.scenario)
