@@ -306,11 +306,21 @@ def release_pod_network(state: Path, registry: Path | None = None) -> None:
 
 
 ROLE_LABEL = "v41flash.io/role"
+# The roles whose pods the supervisor plays kubelet for (e2e/supervisor.py): it runs their processes, sets their
+# Ready condition, and on deletion terminates them as kubelet does, then removes the pod object itself.
+SUPERVISED_ROLES = ("prefill", "decode", "router")
 
 
 def kwok_stages(assets: Path) -> str:
-    """kwok's stock stages (with its chaos stage that fails a node on a label), except that pods carrying v41flash.io/role start Running but not Ready: the
-    supervisor plays kubelet for them and sets Ready from their readiness probe against the simulator."""
+    """kwok's stock stages (with its chaos stage that fails a node on a label), except for pods carrying
+    v41flash.io/role, whose kubelet the supervisor plays:
+
+    * they start Running but not Ready (`v41flash-pod-running-unready`): the supervisor sets Ready from their
+      readiness probe against the simulator;
+    * the stock pod-delete stage (which removes a pod the moment it has a deletionTimestamp) leaves out the
+      roles the supervisor runs: it runs the pod's preStop hook, stops its processes within the grace period
+      and then deletes the pod with grace 0, as kubelet does. Until then the pod keeps its IP in kwok's pool
+      (kwok recycles an IP only when the pod object is gone)."""
     docs = {f: yaml.safe_load((assets / f).read_text()) for f in (
         "node-initialize.yaml", "node-heartbeat-with-lease.yaml", "pod-ready.yaml", "pod-complete.yaml",
         "pod-delete.yaml", "node-not-ready.yaml")}  # the last: a node labelled NODE_NOT_READY_LABEL=true fails
@@ -328,6 +338,11 @@ def kwok_stages(assets: Path) -> str:
     old = "  ready: true\n  restartCount: 0\n  state:\n    running:"
     assert tmpl.count(old) == 1, "kwok pod-ready template changed: no running container status"
     running["spec"]["next"]["statusTemplate"] = tmpl.replace(old, old.replace("ready: true", "ready: false"))
+    delete = docs["pod-delete.yaml"]
+    assert delete["spec"].get("next", {}).get("delete") is True, "kwok pod-delete stage changed: it deletes no more"
+    # NotIn also matches a pod without the label (kwok's selector: a missing key is "not in" any set)
+    delete["spec"]["selector"]["matchExpressions"].append(
+        {"key": role_key, "operator": "NotIn", "values": list(SUPERVISED_ROLES)})
     return "---\n".join(yaml.safe_dump(d, sort_keys=False) for d in [*docs.values(), running])
 
 
@@ -346,6 +361,19 @@ def lws_webhooks(manifests_yaml: str, url: str, ca_bundle: bytes) -> list[dict]:
                 wh["objectSelector"] = {"matchExpressions": [
                     {"key": "leaderworkerset.sigs.k8s.io/name", "operator": "Exists"}]}
         out.append(doc)
+    return out
+
+
+def supervised_procs(records: list[dict]) -> list[Proc]:
+    """The processes in the supervisor's sims.json entries: each simulator/router and, while its pod
+    terminates, its container's preStop hook."""
+    keys = ("name", "pid", "start", "argv", "log")
+    out = []
+    for d in records:
+        out.append(Proc(**{k: d[k] for k in keys}))
+        hook = (d.get("terminating") or {}).get("hook")
+        if hook:
+            out.append(Proc(**{k: hook[k] for k in keys}))
     return out
 
 
@@ -647,7 +675,7 @@ class Cluster:
         # The supervisor first (it stops its simulators and routers), then whatever it left behind, the
         # operator and other clients, then the apiserver, then etcd (clients before servers: no hung shutdown).
         stop_procs([p for p in procs if p.name == "supervisor"], timeout=15)
-        leftovers = [Proc(**{k: d[k] for k in ("name", "pid", "start", "argv", "log")}) for d in self.supervised()]
+        leftovers = supervised_procs(self.supervised())
         servers = ("kube-apiserver", "etcd")
         stop_procs(leftovers + [p for p in procs if p.name not in servers], timeout=10)
         for name in servers:

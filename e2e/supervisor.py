@@ -12,10 +12,16 @@ with an IP (inside 127.0.0.0/8), runs
   * an engine pod whose container sets V41F_HOSTILE_METRICS=flood|drip: e2e/hostile_metrics.py instead of the
     simulator (healthy, but its /metrics floods or drips), for the scraper's e2e test.
 
-The process stops when the pod is deleted or stops running; a crashed process is restarted with backoff
-(like a container restart). State: <state>/sims.json; logs: <state>/logs/{sim,router,hostile}-<ns>-<pod>.log.
-Started (`python -m e2e.supervisor --state DIR`) and stopped by e2e/harness.py; on SIGTERM it stops every
-process it started.
+A crashed process is restarted with backoff (like a container restart). A deleted pod terminates as kubelet
+terminates it (kwok leaves these pods to the supervisor, harness.kwok_stages): Ready False at once, so the router's
+pod discovery stops sending it requests; each container's preStop hook (the engines' drain script, run with `sh`
+on a copy of the configMap files it reads); SIGTERM once the hook is over; SIGKILL at the grace deadline, counted
+from the deletion (each pod's grace period capped at $V41F_GRACE_PERIOD_CAP_SECONDS, default 5 s); then the pod
+object is deleted with grace 0, which frees its IP in kwok's pool. A pod that stops running otherwise has its
+processes stopped at once, and one removed from the apiserver while they run (a forced deletion) too.
+State: <state>/sims.json (a restarted supervisor goes on with the terminations recorded there); logs:
+<state>/logs/{sim,router,hostile,prestop}-<ns>-<pod>*.log. Started (`python -m e2e.supervisor --state DIR`) and
+stopped by e2e/harness.py; on SIGTERM it stops every process it started.
 """
 from __future__ import annotations
 
@@ -25,22 +31,23 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import sys
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import yaml
 
-from e2e.harness import VENV_BIN, Tools, log, write_json
+from e2e.harness import ROLE_LABEL, SUPERVISED_ROLES, VENV_BIN, Tools, log, write_json
 from v41flash_bench.inference_sim import FAIL_START, SimKnobs, SimLatency, sim_command, split_knobs
 from v41flash_bench.procs import Proc, spawn, stop_procs
 
-ROLE_LABEL = "v41flash.io/role"
-SELECTOR = f"{ROLE_LABEL} in (prefill,decode,router)"
+SELECTOR = f"{ROLE_LABEL} in ({','.join(SUPERVISED_ROLES)})"
 LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
 DEFAULT_VLLM_PORT = 8000
 SIM_KV_BLOCKS_PER_ENGINE = 65536  # x 16 tokens: ~1M cached tokens per engine (DP rank)
@@ -380,6 +387,122 @@ def wants_process(pod: dict) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------------
+# pure helpers: pod termination as kubelet runs it
+#
+# On deletion the apiserver sets deletionTimestamp = now + grace and deletionGracePeriodSeconds = grace; kubelet
+# then marks the pod not Ready, runs each running container's preStop hook, sends SIGTERM once the hook is over
+# (or at the grace deadline, which stops a hook still running), SIGKILLs what is left at the deadline (no sooner
+# than 2 s after SIGTERM: kubelet's minimum), and finally deletes the pod object with grace 0.
+
+GRACE_CAP_ENV = "V41F_GRACE_PERIOD_CAP_SECONDS"
+# Every pod's grace period is capped at this here, as if each deletion said --grace-period=5: the engines'
+# rendered preStop sleeps for the drain deadline in their ConfigMap (30 s at least, the SLO's p95 e2e x 1.5
+# + 10 s; 460 s without the file) and their grace period is 3630 s. The cap ends the hook at the deadline as
+# kubelet does when a grace period runs out; "none" keeps the pods' own (real-time drains).
+DEFAULT_GRACE_CAP_S = 5.0
+MIN_SIGTERM_GRACE_S = 2.0  # kubelet's minimumGracePeriodInSeconds: a SIGTERM always gets this long
+
+PRESTOP, WAIT, SIGTERM, SIGKILL, DONE = "prestop", "wait", "sigterm", "sigkill", "done"
+
+
+def grace_cap(value: str | None) -> float | None:
+    """The grace-period cap from V41F_GRACE_PERIOD_CAP_SECONDS: seconds (>= 0), "none" for no cap, unset for
+    the default; ValueError naming the variable otherwise."""
+    if value is None or value.strip() == "":
+        return DEFAULT_GRACE_CAP_S
+    if value.strip().lower() == "none":
+        return None
+    try:
+        cap = float(value)
+    except ValueError:
+        cap = -1.0
+    if not cap >= 0:
+        raise ValueError(f"{GRACE_CAP_ENV}={value!r}: seconds (>= 0) or none")
+    return cap
+
+
+def _epoch(ts: str) -> float:
+    return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+
+
+def termination_window(pod: dict, cap: float | None) -> tuple[float, float]:
+    """(when the deletion was asked for, the grace deadline) in epoch seconds: deletionTimestamp is the
+    deletion's time plus its grace period (deletionGracePeriodSeconds; else the pod's own, default 30 s), and
+    the deadline is that grace, capped, after the deletion."""
+    meta = pod["metadata"]
+    grace = meta.get("deletionGracePeriodSeconds")
+    if grace is None:
+        grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+    started = _epoch(meta["deletionTimestamp"]) - grace
+    return started, started + (grace if cap is None else min(grace, cap))
+
+
+@dataclass(frozen=True)
+class Step:
+    """What to do next for one container of a terminating pod; WAIT: nothing before `until` (epoch s)."""
+    action: str
+    until: float = 0.0
+
+
+def container_step(now: float, deadline: float, *, running: bool, hook: str, sigterm_at: float | None) -> Step:
+    """kubelet's killContainer for one container, as a state machine. `hook`: "none" (no preStop), "pending",
+    "running" or "over"; `sigterm_at`: when SIGTERM was sent (None: not yet). A container whose process is not
+    running is DONE (a hook still running is stopped by the caller); SIGTERM ends a running hook first."""
+    if not running:
+        return Step(DONE)
+    if sigterm_at is None:
+        if hook == "pending" and now < deadline:
+            return Step(PRESTOP)
+        if hook == "running" and now < deadline:
+            return Step(WAIT, deadline)
+        return Step(SIGTERM)
+    kill_at = max(deadline, sigterm_at + MIN_SIGTERM_GRACE_S)
+    return Step(SIGKILL) if now >= kill_at else Step(WAIT, kill_at)
+
+
+def configmap_mounts(pod: dict, container: dict, text: str) -> list[tuple[str, str, dict]]:
+    """(mountPath, volume name, its configMap source) of each configMap volume the container mounts at a path
+    that `text` names, longest path first (a hook's command reads files there)."""
+    vols = {v["name"]: v["configMap"] for v in pod["spec"].get("volumes") or [] if v.get("configMap")}
+    mounts = [(m["mountPath"].rstrip("/"), m["name"], vols[m["name"]]) for m in container.get("volumeMounts") or []
+              if m["name"] in vols and m["mountPath"].rstrip("/") in text]
+    return sorted(mounts, key=lambda m: -len(m[0]))
+
+
+def configmap_files(data: dict | None, source: dict) -> dict[str, str]:
+    """The files of a configMap volume: each item's key at its path, or every key at its own name."""
+    data = data or {}
+    items = source.get("items")
+    if items is None:
+        return dict(data)
+    return {i["path"]: data[i["key"]] for i in items if i["key"] in data}
+
+
+def pre_stop_argv(pod: dict, container: dict, volumes: Path) -> list[str] | None:
+    """The container's preStop hook as a local command (None without one): an exec hook's command, traced
+    (`sh -x`) when it is a shell script, with each configMap mount path it names moved to its copy under
+    `volumes/<volume name>`; a sleep hook as `sleep N`. Other hooks (httpGet) are not run here."""
+    hook = (container.get("lifecycle") or {}).get("preStop") or {}
+    if "sleep" in hook:
+        return ["sleep", str(int(hook["sleep"]["seconds"]))]
+    cmd = [str(t) for t in (hook.get("exec") or {}).get("command") or []]
+    if not cmd:
+        return None
+    for path, volume, _ in configmap_mounts(pod, container, " ".join(cmd)):
+        cmd = [t.replace(path, str(volumes / volume)) for t in cmd]
+    if os.path.basename(cmd[0]) in ("sh", "bash") and cmd[1:2] == ["-c"]:
+        cmd.insert(1, "-x")
+    return cmd
+
+
+def ip_holder(ip: str, uid: str, others) -> "Child | None":
+    """Another pod's child that still holds this IP with a live process or preStop hook: a terminating pod
+    keeps its IP until its processes are gone, so a new pod given that IP (a pod force-deleted, kwok restarted)
+    waits for them."""
+    return next((c for c in others if c.uid != uid and c.ip == ip and c.live()), None)
+
+
+# ---------------------------------------------------------------------------------------------------
 
 @dataclass
 class Child:
@@ -401,13 +524,25 @@ class Child:
     next_start: float = 0.0
     problem: str = ""
     extra: dict = field(default_factory=dict)
+    container: str = ""  # the pod's container it runs (its preStop hook is run on deletion)
+    # termination: the preStop hook's process, whether the hook is over, when SIGTERM was sent (epoch s)
+    hook: Proc | None = None
+    hook_over: bool = False
+    sigterm_at: float | None = None
+    ip_wait: str = ""  # the uid of another pod whose process still holds this one's IP (logged once)
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.alive()
+
+    def live(self) -> bool:
+        return self.running() or (self.hook is not None and self.hook.alive())
 
 
-def hostile_child(pod: dict, role: str, ip: str, port: int, mode: str, probe_url: str | None, log_path: Path) -> Child:
+def hostile_child(pod: dict, role: str, ip: str, port: int, mode: str, container: dict, log_path: Path) -> Child:
     meta = pod["metadata"]
     return Child(meta["uid"], meta["namespace"], meta["name"], role, "hostile", ip, port,
                  hostile_command(ip, port, mode), {"PATH": os.environ.get("PATH", ""), "PYTHONUNBUFFERED": "1"},
-                 str(log_path), probe_url, extra={"mode": mode})
+                 str(log_path), readiness_url(pod, container), extra={"mode": mode}, container=container["name"])
 
 
 class Supervisor:
@@ -422,6 +557,9 @@ class Supervisor:
         self.pods: dict[str, dict] = {}
         self.api = None  # CoreV1Api, set in run()
         self.routes_synced: dict[str, float] = {}  # front pod uid -> when its routing table was last copied
+        # pod uid -> its termination: started, deadline (epoch s), unready (Ready False written), deleted
+        self.terminations: dict[str, dict] = {}
+        self.grace_cap = grace_cap(os.environ.get(GRACE_CAP_ENV))
         self.extra = {r: shlex.split(os.environ.get(f"V41F_SIM_ARGS_{r.upper()}", "")) for r in SIM_ROLE_LATENCY}
 
     def desired(self, pod: dict) -> list[Child]:
@@ -448,21 +586,21 @@ class Supervisor:
             penv["KUBECONFIG"] = str(self.service_account_kubeconfig(pod))
             port = int((flag_values(argv, "--port") or ["30000"])[0])
             out = [Child(meta["uid"], meta["namespace"], meta["name"], role, "router", ip, port, argv, penv,
-                         str(self.logs / f"router-{tag}.log"), readiness_url(pod, c))]
+                         str(self.logs / f"router-{tag}.log"), readiness_url(pod, c), container=c["name"])]
             pc = proxy_container(pod)
             if pc is not None:
                 pargv, pport = proxy_command(command_tokens(pc, container_env(pod, pc)), ip)
                 qenv = {"PATH": os.environ.get("PATH", ""), "PYTHONUNBUFFERED": "1"}
                 out.insert(0, Child(meta["uid"], meta["namespace"], meta["name"], role, "proxy", ip, pport, pargv,
-                                    qenv, str(self.logs / f"proxy-{tag}.log"), readiness_url(pod, pc)))
+                                    qenv, str(self.logs / f"proxy-{tag}.log"), readiness_url(pod, pc),
+                                    container=pc["name"]))
             return out
         v = parse_vllm(toks, http_port(c))
         if v.headless:
             return []  # a headless multi-node worker has no API server
         extra = [*self.extra[role], *shlex.split(env.get(POD_SIM_ARGS_ENV, ""))]
         if HOSTILE_METRICS_ENV in env:
-            return [hostile_child(pod, role, ip, v.port, env[HOSTILE_METRICS_ENV], readiness_url(pod, c),
-                                  self.logs / f"hostile-{tag}.log")]
+            return [hostile_child(pod, role, ip, v.port, env[HOSTILE_METRICS_ENV], c, self.logs / f"hostile-{tag}.log")]
         start_at, problem = start_plan(split_knobs(extra)[0], time.monotonic())
         argv, senv = pod_sim_command(str(self.tools.sim), role, ip, v, extra)
         penv = {"PATH": os.environ.get("PATH", ""), "POD_NAME": meta["name"], "POD_NAMESPACE": meta["namespace"],
@@ -471,7 +609,7 @@ class Supervisor:
             log(f"not starting the simulator of {meta['namespace']}/{meta['name']}: {problem}")
         return [Child(meta["uid"], meta["namespace"], meta["name"], role, "sim", ip, v.port, argv, penv,
                       str(self.logs / f"sim-{tag}.log"), readiness_url(pod, c), next_start=start_at, problem=problem,
-                      extra={"dp_ranks": v.dp_ranks})]
+                      extra={"dp_ranks": v.dp_ranks}, container=c["name"])]
 
     def front_child(self, pod: dict, ip: str, tag: str) -> Child:
         """The front's session proxy, its --upstream and --routes-file made local: Service URLs resolved to
@@ -498,7 +636,7 @@ class Supervisor:
                 or UNREACHABLE  # not resolvable yet: the routing table decides
         qenv = {"PATH": os.environ.get("PATH", ""), "PYTHONUNBUFFERED": "1"}
         ch = Child(meta["uid"], meta["namespace"], meta["name"], "router", "proxy", ip, pport, argv, qenv,
-                   str(self.logs / f"proxy-{tag}.log"), readiness_url(pod, pc), extra=extra)
+                   str(self.logs / f"proxy-{tag}.log"), readiness_url(pod, pc), extra=extra, container=pc["name"])
         self.sync_routes(ch)
         return ch
 
@@ -549,14 +687,19 @@ class Supervisor:
         return path
 
     def reconcile(self) -> None:
+        """One pass: processes of pods gone from the apiserver stop; terminating pods go through kubelet's
+        termination; pods that run get their processes started (restarted with backoff) and probed."""
+        changed = self.drop_vanished()
+        for uid, pod in list(self.pods.items()):
+            if pod["metadata"].get("deletionTimestamp"):
+                changed |= self.terminate(pod)
         want: dict[str, dict] = {uid: p for uid, p in self.pods.items() if wants_process(p)}
-        changed = False
-        for key in [k for k, c in self.children.items() if c.uid not in want]:
-            ch = self.children.pop(key)
+        for key in [k for k, c in self.children.items() if c.uid not in want and c.uid not in self.terminations]:
+            ch = self.children.pop(key)  # its pod stopped running without a deletion (a phase change)
             self.pod_ready.pop(ch.uid, None)
             changed = True
             if ch.proc:
-                log(f"stopping {ch.kind} for {ch.namespace}/{ch.pod} (pid {ch.proc.pid})")
+                log(f"stopping {ch.kind} for {ch.namespace}/{ch.pod} (pid {ch.proc.pid}): the pod no longer runs")
                 stop_procs([ch.proc], timeout=5)
         have = {c.uid for c in self.children.values()}
         for uid, pod in want.items():
@@ -576,7 +719,7 @@ class Supervisor:
             if new[0].problem == "headless":
                 self.set_ready(new[0], pod, True)
             changed = True
-        for ch in list(self.children.values()):
+        for ch in [c for c in self.children.values() if c.uid in want]:
             pod = want[ch.uid]
             if ch.kind == "none":
                 continue
@@ -595,6 +738,15 @@ class Supervisor:
                 self.set_ready(ch, pod, False)
                 changed = True
             if time.monotonic() >= ch.next_start:
+                holder = ip_holder(ch.ip, ch.uid, self.children.values())
+                if holder is not None:  # never two pods' processes on one IP
+                    if ch.ip_wait != holder.uid:
+                        ch.ip_wait = holder.uid
+                        log(f"not starting {ch.kind} for {ch.namespace}/{ch.pod} yet: its IP {ch.ip} is still held "
+                            f"by {holder.namespace}/{holder.pod} ({holder.kind} pid {holder.proc and holder.proc.pid})")
+                    continue
+                ch.ip_wait = ""
+                self.materialize(pod, ch)
                 with open(ch.log, "a") as f:
                     f.write(f"[supervisor] starting: {shlex.join(ch.argv)}\n")
                 # No SIGTERM between starting a process and recording it: it would be orphaned.
@@ -618,6 +770,180 @@ class Supervisor:
                 self.probe(ch, pod)
         if changed or not self.sims_file.exists():
             self.save()
+
+    # -- termination (kubelet's killPod): see container_step
+
+    def drop_vanished(self) -> bool:
+        """Pods gone from the apiserver: removed by this supervisor once their processes had ended, or
+        force-deleted (grace 0) with processes still running, which stop now (their IP is free in kwok's pool)."""
+        gone = [k for k, c in self.children.items() if c.uid not in self.pods]
+        for key in gone:
+            ch = self.children.pop(key)
+            self.pod_ready.pop(ch.uid, None)
+            live = [p for p in (ch.proc, ch.hook) if p is not None and p.alive()]
+            if live:
+                log(f"{ch.namespace}/{ch.pod} was removed from the apiserver with its {ch.kind} still running "
+                    f"(a forced deletion): stopping pid {', '.join(str(p.pid) for p in live)} now")
+                stop_procs(live, timeout=MIN_SIGTERM_GRACE_S)
+        for uid in [u for u in self.terminations if u not in self.pods]:
+            del self.terminations[uid]
+            shutil.rmtree(self.state / "volumes" / uid, ignore_errors=True)
+        return bool(gone)
+
+    def terminate(self, pod: dict) -> bool:
+        """One step of a deleted pod's termination: Ready False at once, then per container its preStop hook,
+        SIGTERM, SIGKILL at the grace deadline (container_step); once nothing of the pod runs, the pod object is
+        deleted with grace 0. Returns whether anything changed."""
+        meta = pod["metadata"]
+        uid, what = meta["uid"], f"{meta['namespace']}/{meta['name']}"
+        started, deadline = termination_window(pod, self.grace_cap)
+        t = self.terminations.get(uid)
+        if t is None:
+            t = self.terminations[uid] = {"started": started, "deadline": deadline, "unready": False, "deleted": False}
+            log(f"{what} deleted with grace period {meta.get('deletionGracePeriodSeconds')} s: terminating within "
+                f"{deadline - started:g} s ({GRACE_CAP_ENV}: {self.grace_cap})")
+        elif deadline < t["deadline"]:  # deleted again with a shorter grace period: kubelet honours it
+            t["deadline"] = deadline
+            log(f"{what}: grace period shortened, deadline in {deadline - time.time():.1f} s")
+        if t["deleted"]:
+            return False
+        children = [c for c in self.children.values() if c.uid == uid]
+        changed = False
+        if not t["unready"] and any(c.running() for c in children):
+            t["unready"] = self.mark_unready(pod)
+            changed = True
+        now = time.time()
+        busy = False
+        for ch in children:
+            step = container_step(now, t["deadline"], running=ch.running(), hook=self.hook_phase(ch, pod),
+                                  sigterm_at=ch.sigterm_at)
+            if step.action == PRESTOP:
+                self.run_pre_stop(ch, pod)
+            elif step.action == SIGTERM:
+                self.stop_hook(ch, "at the grace deadline")
+                ch.sigterm_at = now
+                log(f"{what}: SIGTERM to {ch.kind} (pid {ch.proc.pid}) {now - t['started']:.1f} s after the deletion")
+                _signal(ch.proc, signal.SIGTERM)
+            elif step.action == SIGKILL:
+                log(f"{what}: {ch.kind} (pid {ch.proc.pid}) still runs at the grace deadline: SIGKILL")
+                _signal(ch.proc, signal.SIGKILL)
+            elif step.action == DONE:
+                self.stop_hook(ch, "its container's process has ended")
+                if ch.proc is not None:
+                    ch.proc.exit_code()  # reaps it
+            busy |= step.action != DONE
+            changed |= step.action not in (WAIT, DONE)
+        if not busy:
+            t["deleted"] = self.delete_pod(pod, now - t["started"])
+            changed = True
+        return changed
+
+    def hook_phase(self, ch: Child, pod: dict) -> str:
+        """container_step's `hook` for a child: none, pending, running or over."""
+        if ch.hook is not None:
+            return "running" if ch.hook.alive() else "over"
+        if ch.hook_over:
+            return "over"
+        return "none" if ch.kind == "none" or self.pre_stop(ch, pod) is None else "pending"
+
+    def pre_stop(self, ch: Child, pod: dict) -> list[str] | None:
+        c = next((c for c in pod["spec"]["containers"] if c["name"] == ch.container), None)
+        return None if c is None else pre_stop_argv(pod, c, self.state / "volumes" / ch.uid)
+
+    def run_pre_stop(self, ch: Child, pod: dict) -> None:
+        """Start the container's preStop hook with its env, the configMap files it reads copied here."""
+        self.materialize(pod, ch)
+        c = next(c for c in pod["spec"]["containers"] if c["name"] == ch.container)
+        argv = self.pre_stop(ch, pod)
+        tag = f"{ch.namespace}-{ch.pod}-{ch.container}"
+        log_path = self.logs / f"prestop-{tag}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "a") as f:
+            f.write(f"[supervisor] preStop of {ch.namespace}/{ch.pod} container {ch.container}: {shlex.join(argv)}\n")
+        env = {"PATH": os.environ.get("PATH", ""), **container_env(pod, c)}
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+        try:
+            ch.hook = spawn(f"prestop-{tag}", argv, log_path, env=env)
+            self.save()
+        except (RuntimeError, OSError) as e:  # exited at once (a hook that fails fast): the hook is over
+            ch.hook_over = True
+            log(f"preStop of {ch.namespace}/{ch.pod} ({ch.container}) ended at once: {e}")
+            return
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
+        log(f"{ch.namespace}/{ch.pod}: preStop of container {ch.container} started (pid {ch.hook.pid}; log {log_path})")
+
+    def stop_hook(self, ch: Child, why: str) -> None:
+        """The hook is over: noted (and its exit logged), or stopped when it still runs."""
+        if ch.hook is None:
+            return
+        if ch.hook.alive():
+            log(f"{ch.namespace}/{ch.pod}: preStop of container {ch.container} stopped {why}")
+            stop_procs([ch.hook], timeout=MIN_SIGTERM_GRACE_S)
+        else:
+            log(f"{ch.namespace}/{ch.pod}: preStop of container {ch.container} ended (exit {ch.hook.exit_code()})")
+        ch.hook, ch.hook_over = None, True
+
+    def mark_unready(self, pod: dict) -> bool:
+        """Ready False on a terminating pod (what kube-proxy and the router's pod discovery read). A separate
+        update after the deletion's: vllm-router drops a worker on the event that first shows its pod
+        deleted, matching it by its Ready state as it was tracked."""
+        meta = pod["metadata"]
+        if not any(c["type"] == "Ready" and c.get("status") == "True" for c in (pod.get("status") or {}).get(
+                "conditions") or []):
+            return True  # not Ready already (never was, or written before a supervisor restart)
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        try:
+            self.api.patch_namespaced_pod_status(meta["name"], meta["namespace"], ready_status(pod, False, now))
+        except Exception as e:  # noqa: BLE001 - apiserver hiccup: retried next pass
+            log(f"cannot set Ready=False on terminating {meta['namespace']}/{meta['name']}: {str(e)[:200]}")
+            return False
+        self.pod_ready[meta["uid"]] = False
+        log(f"{meta['namespace']}/{meta['name']} Ready=False (terminating)")
+        return True
+
+    def delete_pod(self, pod: dict, took: float) -> bool:
+        """kubelet's last word on a pod: delete it with grace 0, only this very pod (uid precondition: a
+        StatefulSet or LeaderWorkerSet pod comes back under the same name)."""
+        meta = pod["metadata"]
+        body = {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}}
+        try:
+            self.api.delete_namespaced_pod(meta["name"], meta["namespace"], body=body, _request_timeout=10)
+        except Exception as e:  # noqa: BLE001 - 404/409: already gone (or replaced); else retried next pass
+            if getattr(e, "status", None) not in (404, 409):
+                log(f"cannot delete terminated {meta['namespace']}/{meta['name']}: {str(e)[:200]}")
+                return False
+        log(f"{meta['namespace']}/{meta['name']} terminated {took:.1f} s after its deletion: removed (grace 0)")
+        for key in [k for k, c in self.children.items() if c.uid == meta["uid"]]:
+            del self.children[key]
+        return True
+
+    def materialize(self, pod: dict, ch: Child) -> None:
+        """Copy the configMap volumes the container's preStop hook reads into <state>/volumes/<uid>/<volume>/, as
+        kubelet mounts them: at start (an optional ConfigMap that is missing: an empty directory) and again when
+        the hook runs, where a ConfigMap gone meanwhile (deleted with its owner) leaves the copy as it was."""
+        c = next((c for c in pod["spec"]["containers"] if c["name"] == ch.container), None)
+        hook = ((c or {}).get("lifecycle") or {}).get("preStop") or {}
+        text = " ".join(str(t) for t in (hook.get("exec") or {}).get("command") or [])
+        for _, volume, source in configmap_mounts(pod, c, text) if text else []:
+            d = self.state / "volumes" / ch.uid / volume
+            d.mkdir(parents=True, exist_ok=True)
+            try:
+                cm = self.api.read_namespaced_config_map(source["name"], ch.namespace, _request_timeout=10)
+            except Exception as e:  # noqa: BLE001 - 404 (optional, or deleted with its owner), apiserver hiccup
+                log(f"configMap {ch.namespace}/{source['name']} (volume {volume} of {ch.pod}) not read: "
+                    f"{str(e)[:120]}; {sorted(f.name for f in d.iterdir()) or 'no files'} as before")
+                continue
+            files = configmap_files(cm.data, source)
+            for f in d.iterdir():
+                if f.is_file() and f.name not in files:
+                    f.unlink()
+            for name, content in files.items():
+                path = d / name
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_name(f".{path.name}.tmp")
+                tmp.write_text(content)
+                os.replace(tmp, path)
 
     def probe(self, ch: Child, pod: dict) -> None:
         """The readiness probe, as kubelet runs it: Ready follows the container's httpGet probe (or the
@@ -648,43 +974,72 @@ class Supervisor:
         log(f"{ch.namespace}/{ch.pod} Ready={pod_ready}")
 
     def save(self) -> None:
-        write_json(self.sims_file, {"updated": time.time(), "processes": [
-            {"uid": c.uid, "namespace": c.namespace, "pod": c.pod, "role": c.role, "kind": c.kind, "ip": c.ip,
-             "port": c.port, "pid": c.proc.pid, "start": c.proc.start, "name": c.proc.name, "argv": c.argv,
-             "log": c.log, "restarts": c.restarts, **c.extra}
-            for c in self.children.values() if c.proc is not None]})
+        procs = []
+        for c in self.children.values():
+            if c.proc is None:
+                continue
+            d = {"uid": c.uid, "namespace": c.namespace, "pod": c.pod, "role": c.role, "kind": c.kind, "ip": c.ip,
+                 "port": c.port, "pid": c.proc.pid, "start": c.proc.start, "name": c.proc.name, "argv": c.argv,
+                 "log": c.log, "restarts": c.restarts, "container": c.container, **c.extra}
+            if c.uid in self.terminations:  # what a restarted supervisor needs to go on with it
+                d["terminating"] = {"sigterm_at": c.sigterm_at, "hook_over": c.hook_over, "hook": None if c.hook is None
+                                    else {k: getattr(c.hook, k) for k in ("name", "pid", "start", "argv", "log")}}
+            procs.append(d)
+        write_json(self.sims_file, {"updated": time.time(), "processes": procs})
 
     def tick(self) -> int:
-        """Watch timeout: short while a process waits for readiness, so Ready follows within a second."""
+        """Watch timeout: short while a process waits for readiness or a pod terminates, so Ready follows and a
+        termination steps within a second."""
         now = time.monotonic()
         waiting = [c.next_start - now for c in self.children.values() if c.proc is None and c.kind != "none"
                    and c.next_start != float("inf")]
         busy = any(c.proc is not None and not c.ready for c in self.children.values())
-        return 1 if busy or any(w < 5 for w in waiting) else 5
+        terminating = any(not t["deleted"] for t in self.terminations.values())
+        return 1 if busy or terminating or any(w < 5 for w in waiting) else 5
 
     def stop_all(self) -> None:
-        stop_procs([c.proc for c in self.children.values() if c.proc], timeout=5)
+        stop_procs([p for c in self.children.values() for p in (c.proc, c.hook) if p], timeout=5)
         self.children.clear()
         self.save()
 
-    def sweep_orphans(self) -> None:
-        """Processes recorded by a supervisor that was killed without cleaning up."""
-        try:
-            old = json.loads(self.sims_file.read_text())["processes"]
-        except (FileNotFoundError, json.JSONDecodeError, KeyError):
-            return
-        stop_procs([Proc(d["name"], d["pid"], d["start"], d["argv"], d["log"]) for d in old], timeout=5)
+    def recover(self, records: list[dict]) -> None:
+        """Processes recorded by an earlier supervisor (killed, or restarted): those of a pod that is
+        terminating are adopted and their termination goes on where it was (preStop hook, SIGTERM time); the
+        others are stopped (the pods that still run get theirs started again)."""
+        stop = []
+        for d in records:
+            proc = Proc(d["name"], d["pid"], d["start"], d["argv"], d["log"], d.get("port"))
+            term = d.get("terminating") or {}
+            hook = Proc(**term["hook"]) if term.get("hook") else None
+            pod = self.pods.get(d["uid"])
+            if pod is None or not pod["metadata"].get("deletionTimestamp") or not proc.alive():
+                stop += [p for p in (proc, hook) if p is not None]
+                continue
+            ch = Child(d["uid"], d["namespace"], d["pod"], d["role"], d["kind"], d["ip"], d["port"], d["argv"], {},
+                       d["log"], proc=proc, restarts=d.get("restarts", 0), container=d.get("container", ""),
+                       hook=hook, hook_over=bool(term.get("hook_over")), sigterm_at=term.get("sigterm_at"))
+            self.children[f"{ch.uid}/{ch.kind}"] = ch
+            log(f"adopted {ch.kind} of terminating {ch.namespace}/{ch.pod} (pid {proc.pid}"
+                + (f", preStop pid {hook.pid}" if hook else "") + ")")
+        stop_procs(stop, timeout=5)
 
     def run(self) -> None:
         from kubernetes import client, config, watch
-        self.sweep_orphans()
+        try:  # what an earlier supervisor left running: adopted or stopped once the pods are listed
+            records = json.loads(self.sims_file.read_text())["processes"]
+        except (FileNotFoundError, json.JSONDecodeError, KeyError):
+            records = []
         api = self.api = client.CoreV1Api(config.new_client_from_config(str(self.kubeconfig)))
-        self.save()
-        log(f"supervisor watching pods with {SELECTOR}")
+        log(f"supervisor watching pods with {SELECTOR}; grace periods capped at "
+            f"{'(none)' if self.grace_cap is None else f'{self.grace_cap:g} s'} ({GRACE_CAP_ENV})")
         while True:
             try:
                 lst = api.list_pod_for_all_namespaces(label_selector=SELECTOR, _request_timeout=30)
                 self.pods = {p.metadata.uid: api.api_client.sanitize_for_serialization(p) for p in lst.items}
+                if records is not None:
+                    self.recover(records)
+                    records = None
+                    self.save()
                 self.reconcile()
                 rv = lst.metadata.resource_version
                 while True:
@@ -701,10 +1056,20 @@ class Supervisor:
                         elif ev["type"] in ("ADDED", "MODIFIED"):
                             self.pods[obj["metadata"]["uid"]] = obj
                         self.reconcile()
-                    self.reconcile()  # also restarts crashed processes between events
+                    self.reconcile()  # also restarts crashed processes and steps terminations between events
             except Exception as e:  # apiserver restarts, 410 Gone, ...: relist (Shutdown is not an Exception)
                 log(f"watch interrupted ({e.__class__.__name__}: {str(e)[:200]}); relisting")
                 time.sleep(1)
+
+
+def _signal(proc: Proc, sig: int) -> None:
+    """Signal a process group if it still runs (its PID not recycled), reaping it when it is ours."""
+    if proc.alive():
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+    proc.exit_code()
 
 
 class Shutdown(BaseException):

@@ -88,6 +88,46 @@ def test_gpu_pod_scheduled_simulated_and_stopped(cluster, ns):
         httpx.get(base + "/health", timeout=2)
 
 
+def test_a_deleted_pod_terminates_as_kubelet_terminates_it(cluster, ns):
+    """Deleted, the pod stays (kwok leaves it to the supervisor) with Ready False at once while its simulator
+    still serves; the container's preStop hook reads the deadline from its configMap volume and sleeps it
+    (3 s); then SIGTERM; the pod object goes only once the simulator has exited, well within the grace."""
+    import time
+    spec = vllm_deployment("term", "decode", 4)["spec"]["template"]["spec"]
+    c = spec["containers"][0]
+    c["readinessProbe"] = {"httpGet": {"path": "/health", "port": 8000}}
+    c["lifecycle"] = {"preStop": {"exec": {"command": ["/bin/sh", "-c", 's=$(cat /etc/drain/seconds); exec sleep "$s"']}}}
+    c["volumeMounts"] = [{"name": "drain", "mountPath": "/etc/drain", "readOnly": True}]
+    spec.update(volumes=[{"name": "drain", "configMap": {"name": "drain"}}], terminationGracePeriodSeconds=30)
+    apply(cluster, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "drain"}, "data": {"seconds": "3"}},
+          {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "term", "labels": {"v41flash.io/role": "decode"}},
+           "spec": spec}, ns=ns)
+
+    def get():
+        r = cluster.kubectl("get", "pod", "term", "-n", ns, "-o", "json", check=False)
+        return json.loads(r.stdout) if r.returncode == 0 else None
+
+    def ready(p) -> bool:
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
+    pod = wait_for(lambda: (p := get()) and ready(p) and p, 60, "the pod Ready")
+    sim = cluster.sim_for("term", ns)
+    base = f"http://{pod['status']['podIP']}:8000"
+    t0 = time.monotonic()
+    cluster.kubectl("delete", "pod", "term", "-n", ns, "--wait=false")
+    p = wait_for(lambda: (p := get()) and p["metadata"].get("deletionTimestamp") and not ready(p) and p, 10,
+                 "the deleted pod still there, not Ready")
+    unready = time.monotonic() - t0
+    assert unready < 3, unready  # before the hook is over
+    assert proc_start_ticks(sim["pid"]) == sim["start"] and httpx.get(base + "/health", timeout=2).status_code == 200
+    assert p["status"]["podIP"] == pod["status"]["podIP"]  # it keeps its IP while it terminates
+    wait_for(lambda: get() is None, 20, "the pod removed once terminated")
+    took = time.monotonic() - t0
+    assert 3 <= took < 8, took  # the hook's 3 s, SIGTERM, the simulator's exit, the final delete
+    assert proc_start_ticks(sim["pid"]) != sim["start"]
+    trace = (cluster.state / "logs" / f"prestop-{ns}-term-vllm.log").read_text()
+    assert '+ exec sleep 3' in trace, trace  # the hook read its configMap file
+
+
 def test_scheduler_respects_gpu_capacity(cluster, ns):
     apply(cluster, vllm_deployment("too-big", "decode", 9), ns=ns)  # no node has 9 GPUs
 

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from e2e.harness import (GPU_RESOURCE, claim_pod_network, fake_nodes, loopback_listener_nets, lws_webhooks,
-                         read_versions, release_pod_network)
+from e2e.harness import (GPU_RESOURCE, Tools, claim_pod_network, fake_nodes, loopback_listener_nets, lws_webhooks,
+                         read_versions, release_pod_network, supervised_procs)
 from e2e.harness import kwok_stages as harness_kwok_stages
 from e2e.supervisor import (VllmArgs, command_tokens, container_env, expand_vars, flag_values,
                             parse_vllm, pick_container, pod_sim_command, proxy_command, proxy_container,
@@ -202,17 +202,33 @@ def test_ready_status_sets_conditions_and_containers():
         "containerStatuses": [{"name": "vllm", "ready": True, "restartCount": 0, "started": True}]}}
 
 
-def test_kwok_stages_leave_role_pods_unready(tmp_path):
-    tmpl = ('conditions:\n- status: "True"\n  type: Ready\n- status: "True"\n  type: ContainersReady\n'
-            'containerStatuses:\n{{ range .spec.containers }}\n- name: x\n  ready: true\n  restartCount: 0\n'
-            '  state:\n    running:\n      startedAt: now\n{{ end }}\nphase: Running\n')
+KWOK_READY_TEMPLATE = (
+    'conditions:\n- status: "True"\n  type: Ready\n- status: "True"\n  type: ContainersReady\n'
+    'containerStatuses:\n{{ range .spec.containers }}\n- name: x\n  ready: true\n  restartCount: 0\n'
+    '  state:\n    running:\n      startedAt: now\n{{ end }}\nphase: Running\n')
+
+
+# kwok v0.8.0's kustomize/stage/pod/general/pod-delete.yaml
+POD_DELETE = {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage", "metadata": {"name": "pod-delete"},
+              "spec": {"resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+                       "selector": {"matchExpressions": [{"key": ".metadata.deletionTimestamp", "operator": "Exists"}]},
+                       "next": {"delete": True}}}
+
+
+def _kwok_assets(tmp_path, pod_delete: dict = POD_DELETE) -> str:
+    """Stand-in kwok assets: the pod-ready template below, the stock pod-delete, stubs for the rest."""
     stage = {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage", "metadata": {"name": "pod-ready"},
-             "spec": {"selector": {"matchExpressions": []}, "next": {"statusTemplate": tmpl}}}
-    for f in ("node-initialize.yaml", "node-heartbeat-with-lease.yaml", "pod-complete.yaml", "pod-delete.yaml",
-              "node-not-ready.yaml"):
+             "spec": {"selector": {"matchExpressions": []}, "next": {"statusTemplate": KWOK_READY_TEMPLATE}}}
+    for f in ("node-initialize.yaml", "node-heartbeat-with-lease.yaml", "pod-complete.yaml", "node-not-ready.yaml"):
         (tmp_path / f).write_text(yaml.safe_dump({"kind": "Stage", "metadata": {"name": f[:-5]}}))
     (tmp_path / "pod-ready.yaml").write_text(yaml.safe_dump(stage))
-    docs = list(yaml.safe_load_all(harness_kwok_stages(tmp_path)))
+    (tmp_path / "pod-delete.yaml").write_text(yaml.safe_dump(pod_delete))
+    return harness_kwok_stages(tmp_path)
+
+
+def test_kwok_stages_leave_role_pods_unready(tmp_path):
+    tmpl = KWOK_READY_TEMPLATE
+    docs = list(yaml.safe_load_all(_kwok_assets(tmp_path)))
     by_name = {d["metadata"]["name"]: d for d in docs}
     assert set(by_name) == {"node-initialize", "node-heartbeat-with-lease", "pod-complete", "pod-delete", "pod-ready",
                             "node-not-ready", "v41flash-pod-running-unready"}
@@ -223,6 +239,42 @@ def test_kwok_stages_leave_role_pods_unready(tmp_path):
     assert unready["spec"]["next"]["statusTemplate"] == tmpl.replace('"True"\n  type: Ready', '"False"\n  type: Ready') \
         .replace('"True"\n  type: ContainersReady', '"False"\n  type: ContainersReady').replace("ready: true", "ready: false")
     assert by_name["pod-ready"]["spec"]["next"]["statusTemplate"] == tmpl
+
+
+def test_kwok_deletes_no_pod_the_supervisor_terminates(tmp_path):
+    """kwok's pod-delete stage (remove a pod once it has a deletionTimestamp) leaves out the roles the supervisor
+    plays kubelet for: it removes those pods itself once their processes have ended. Other pods, with or without
+    the label, keep kwok's behaviour."""
+    by_name = {d["metadata"]["name"]: d for d in yaml.safe_load_all(_kwok_assets(tmp_path))}
+    delete = by_name["pod-delete"]
+    assert delete["spec"]["next"] == {"delete": True} and delete["spec"]["resourceRef"] == POD_DELETE["spec"]["resourceRef"]
+    assert delete["spec"]["selector"]["matchExpressions"] == [
+        {"key": ".metadata.deletionTimestamp", "operator": "Exists"},
+        {"key": '.metadata.labels["v41flash.io/role"]', "operator": "NotIn", "values": ["prefill", "decode", "router"]}]
+    from e2e.supervisor import SELECTOR
+    assert SELECTOR == "v41flash.io/role in (prefill,decode,router)"  # the pods the supervisor watches
+    # a kwok that no longer deletes in that stage is refused, not silently worked around
+    changed = {**POD_DELETE, "spec": {**POD_DELETE["spec"], "next": {"finalizers": {}}}}
+    with pytest.raises(AssertionError, match="pod-delete"):
+        _kwok_assets(tmp_path, changed)
+
+
+@pytest.mark.skipif(not (Tools.load().kwok_assets / "pod-delete.yaml").exists(), reason="kwok not built (make tools)")
+def test_kwok_stages_from_the_built_kwok_assets():
+    """The same changes applied to the pinned kwok's own stage files."""
+    docs = {d["metadata"]["name"]: d for d in yaml.safe_load_all(harness_kwok_stages(Tools.load().kwok_assets))}
+    assert docs["pod-delete"]["spec"]["selector"]["matchExpressions"][-1]["operator"] == "NotIn"
+    assert docs["pod-delete"]["spec"]["next"] == {"delete": True}
+    assert "v41flash-pod-running-unready" in docs
+
+
+def test_supervised_procs_include_the_pre_stop_hooks_of_terminating_pods():
+    """`down` stops what the supervisor recorded, a terminating pod's preStop hook too."""
+    rec = {"name": "sim-ns-p", "pid": 10, "start": 1, "argv": ["sim"], "log": "l", "uid": "u", "ip": "127.1.1.5"}
+    hook = {"name": "prestop-ns-p-vllm", "pid": 11, "start": 2, "argv": ["sh"], "log": "h"}
+    procs = supervised_procs([rec, {**rec, "pid": 12, "terminating": {"sigterm_at": None, "hook": hook}}])
+    assert [(p.name, p.pid, p.start) for p in procs] == [("sim-ns-p", 10, 1), ("sim-ns-p", 12, 1),
+                                                         ("prestop-ns-p-vllm", 11, 2)]
 
 
 def test_fake_nodes_use_the_claimed_network():
