@@ -10,17 +10,13 @@ through the deployment's router Service (docs/decisions/2026-12-01-rollouts.md; 
    never below one Ready replica per role, 0 failed requests;
 3. a candidate that is Ready but too slow: rolled back at the gate, the figure and the target in the reason.
 
-The client resolves the router Service to its newest Ready pod, as kube-proxy would to a Ready endpoint.
-The harness stops a pod's processes the moment it is deleted (kubelet would run the engines' preStop drain and
-let a terminating pod finish its requests within the grace period, while the router's discovery drops it); a
-request that fails on a pod deleted while it was in flight — the router pod the client called, an engine pod
-the router names in its error, or a stopping engine whose own 503 the router passed through — is reported as such
-and counted apart (`_harness_kills`, unit-tested in tests/test_e2e_harness.py).
+The client resolves the router Service to its newest Ready pod, as kube-proxy would to a Ready endpoint. A deleted
+pod terminates as kubelet terminates it (e2e/supervisor.py): Ready False at once (the router's pod discovery drops
+it), the engines' preStop drain, SIGTERM, then the pod goes; so every request must succeed, none is excused.
 """
 from __future__ import annotations
 
 import os
-import re
 import threading
 import time
 import uuid
@@ -80,9 +76,6 @@ class Load:
         self.lock = threading.Lock()
         self.endpoint: tuple[str, str] | None = None  # (pod, base URL)
         self.threads: list[threading.Thread] = []
-        # engine pod IP → {pod: [last time seen not terminating, first time seen terminating or gone (None: not
-        # yet)]}: per pod, as a deleted pod's IP may come back on a new pod
-        self.engine_ips: dict[str, dict[str, list]] = {}
 
     def _resolve(self) -> None:
         svc = self.cluster.core.read_namespaced_service(f"{self.name}-router", self.ns)
@@ -94,23 +87,12 @@ class Load:
             if self.endpoint is None or self.endpoint[0] != p.metadata.name:
                 s = self.cluster.sim_for(p.metadata.name, self.ns)
                 self.endpoint = (p.metadata.name, f"http://{s['ip']}:{s['port']}")
-        now = time.time()
-        engines = _engine_pods(self.cluster, self.ns, self.name)
         sample: dict = {}
-        live = set()
-        for e in engines:
+        for e in _engine_pods(self.cluster, self.ns, self.name):
             key = (e.metadata.labels.get(REVISION), e.metadata.labels.get("v41flash.io/role"))
             sample[key] = sample.get(key, 0) + int(_ready(e))
-            if e.status.pod_ip and not e.metadata.deletion_timestamp:
-                live.add((e.status.pod_ip, e.metadata.name))
         with self.lock:
             self.ready_samples.append(sample)
-            for ip, pod in live:
-                self.engine_ips.setdefault(ip, {})[pod] = [now, None]
-            for ip, pods in self.engine_ips.items():
-                for pod, seen in pods.items():
-                    if (ip, pod) not in live and seen[1] is None:
-                        seen[1] = now
 
     def _sampler(self) -> None:
         while not self.stop.is_set():
@@ -212,48 +194,6 @@ def _phases(cluster, ns: str, name: str, until, timeout: float, what: str, give_
         time.sleep(0.5)
 
 
-
-
-# the engine vllm-router names in its error, in any of its wordings: "Decode request failed to http://IP:PORT/...",
-# "Prefill server http://IP:PORT/... returned 503 Service Unavailable" (an engine shutting down as its pod is
-# deleted), "Prefill request to http://IP:PORT failed: error sending request ..." (its port already closed). The
-# pod-deletion check in _harness_kills, not the wording, decides whether the failure is the harness's.
-ENGINE_URL = re.compile(r"https?://([0-9.]+):[0-9]+")
-# What llm-d-inference-sim answers once it has been told to stop (a 503, pkg/communication/http.go); vllm-router
-# passes a decode engine's answer through as it is, so this failure names no engine: it is the harness's when an
-# engine pod of the deployment was deleted within 2 s of it.
-SIM_SHUTTING_DOWN = '"message":"server is shutting down"'
-
-
-def _harness_kills(load: Load, cluster, ns: str) -> tuple[list[dict], list[dict]]:
-    """(failures on a pod deleted while the request was in flight, every other failure).
-
-    Either the router pod the client called is deleted and the connection failed (status 0), or the router
-    answered an error naming the engine it sent the request to (ENGINE_URL), and a pod with that IP was seen live
-    until at most 2 s before the request failed and terminating or gone by 2 s after it (the sampler reads pods
-    every 0.5 s; IPs come back on new pods, so each pod is kept apart); or the router passed a stopping simulator's
-    own 503 through (SIM_SHUTTING_DOWN, no engine named), and some engine pod's deletion fits the same window."""
-    gone = []
-    other = []
-    for r in load.failures():
-        try:
-            p = cluster.core.read_namespaced_pod(r["pod"], ns)
-            deleted = p.metadata.deletion_timestamp is not None
-        except Exception:  # noqa: BLE001 - 404: the pod is gone
-            deleted = True
-        body = r.get("body") or ""
-        engine = ENGINE_URL.search(body) if r["status"] >= 500 else None
-        if engine:
-            windows = list(load.engine_ips.get(engine.group(1), {}).values())
-        elif r["status"] == 503 and SIM_SHUTTING_DOWN in body:  # some engine of this deployment: which one, unsaid
-            windows = [w for pods in load.engine_ips.values() for w in pods.values()]
-        else:
-            windows = []
-        engine_deleted = any(left is not None and seen - 2.0 <= r["t1"] <= left + 2.0 for seen, left in windows)
-        (gone if (deleted and r["status"] == 0) or engine_deleted else other).append(r)
-    return gone, other
-
-
 def _model(doc: dict) -> str:
     return doc["spec"]["model"].get("servedModelName") or doc["spec"]["model"]["checkpoint"]
 
@@ -310,12 +250,11 @@ def test_show1_a_checkpoint_or_image_change_canaries_promotes_and_drains_with_no
     drained = _promoted_and_drained(cluster, ns, name, phases)
     cr = wait_ready(cluster, ns, name)
     assert cr["status"]["rollout"]["servingSlot"] == "a" and cr["status"]["servingRevision"] == new
-    killed, failed = _harness_kills(load, cluster, ns)
-    assert failed == [], failed
+    assert load.failures() == [], load.failures()
     image = doc["spec"].get("image", DEFAULT_IMAGE)  # the examples leave the default
     assert all(image in {c.image for c in p.spec.containers} for p in _engine_pods(cluster, ns, name))
     print(f"\n[show1 {change.__name__}] {len(load.records)} requests, by revision {load.by_revision()}, "
-          f"phases {phases} ({drained}); {len(killed)} failed on a pod the harness stopped at deletion: {killed}")
+          f"phases {phases} ({drained})")
     # every session stays on one revision while it serves: the only move is old -> new, once the old is gone
     for session, revs in load.session_revisions().items():
         changes = [(a, b) for a, b in zip(revs, revs[1:]) if a != b]
@@ -351,10 +290,8 @@ def test_show5_router_and_slo_changes_restart_no_engine(cluster, operator_proces
     assert {p.metadata.name: p.metadata.uid for p in _engine_pods(cluster, ns, name)} == before
     cr = get_cr(cluster, ns, name)
     assert cr["status"]["servingRevision"] == revision and "rollout" not in cr["status"]
-    killed, failed = _harness_kills(load, cluster, ns)
-    assert failed == [], failed
-    print(f"\n[show5] {len(load.records)} requests; {len(killed)} failed on a router pod the harness stopped at "
-          "deletion (the router's own roll)")
+    assert load.failures() == [], load.failures()
+    print(f"\n[show5] {len(load.records)} requests through the router's own roll, none failed")
 
 
 def _rolled_back(cr: dict) -> bool:
@@ -391,11 +328,9 @@ def test_show2_a_candidate_never_ready_is_rolled_back_within_the_deadline(cluste
     # the deadline (20 s) from the candidate's start, plus a pass or two
     assert took < 20 + 45, (took, phases)
     _serving_kept_a_replica(load, old)
-    killed, failed = _harness_kills(load, cluster, ns)
-    assert failed == [], failed
+    assert load.failures() == [], load.failures()
     assert set(load.by_revision()) <= {"", old}
-    print(f"\n[show2] rolled back after {took:.0f} s ({stalled['message']}); {len(load.records)} requests; "
-          f"{len(killed)} failed on a pod the harness stopped at deletion")
+    print(f"\n[show2] rolled back after {took:.0f} s ({stalled['message']}); {len(load.records)} requests")
 
 
 def test_show3_a_candidate_too_slow_is_rolled_back_at_the_gate_naming_figure_and_target(cluster, operator_process, ns):
@@ -418,8 +353,7 @@ def test_show3_a_candidate_too_slow_is_rolled_back_at_the_gate_naming_figure_and
     assert "Canary" in phases, phases
     assert cr["status"]["servingRevision"] == old
     _serving_kept_a_replica(load, old)
-    killed, failed = _harness_kills(load, cluster, ns)
-    assert failed == [], failed
+    assert load.failures() == [], load.failures()
     print(f"\n[show3] {stalled['message']}; {len(load.records)} requests, by revision {load.by_revision()}")
 
 
@@ -457,11 +391,10 @@ def test_show7_the_operator_sigkilled_mid_rollout_resumes_from_status_without_du
     assert all("(growing;" in msg for phase, _, msg in trail if phase == "Starting"), trail
     # no duplicate revision, no third slot, no orphan: exactly slot a's objects and two records
     _only_slot_a_and_two_records(cluster, ns, name, old, new)
-    killed, failed = _harness_kills(load, cluster, ns)
-    assert failed == [], failed
+    assert load.failures() == [], load.failures()
     print(f"\n[show7] SIGKILL at step {at_kill['step']}/{at_kill['steps']}; resumed through "
           f"{[f'{p} {s}' for p, s in dict.fromkeys((p, s) for p, s, _ in trail)]}; "
-          f"{len(load.records)} requests, {len(killed)} failed on a pod the harness stopped at deletion")
+          f"{len(load.records)} requests")
 
 
 def test_the_operator_sigkilled_at_random_points_of_a_rollout_converges_to_one_slot_and_two_records(
@@ -505,11 +438,10 @@ def test_the_operator_sigkilled_at_random_points_of_a_rollout_converges_to_one_s
     _only_slot_a_and_two_records(cluster, ns, name, old, new)
     cr = wait_ready(cluster, ns, name)
     assert cr["status"]["rollout"]["servingSlot"] == "a" and cr["status"]["servingRevision"] == new
-    killed, failed = _harness_kills(load, cluster, ns)
-    assert failed == [], failed
+    assert load.failures() == [], load.failures()
     operator_process.assert_alive()
     print(f"\n[rollout-kills] {len(at_kill)} SIGKILLs at {at_kill}; then {phases}; {len(load.records)} requests, "
-          f"by revision {load.by_revision()}; {len(killed)} failed on a pod the harness stopped at deletion")
+          f"by revision {load.by_revision()}")
 
 
 def test_show4_no_surge_room_waits_saying_why_and_in_place_completes_never_at_zero(cluster, operator_process, ns):
@@ -540,10 +472,8 @@ def test_show4_no_surge_room_waits_saying_why_and_in_place_completes_never_at_ze
     for sample in load.ready_samples:
         for role in ("prefill", "decode"):
             assert sum(n for (rev, r), n in sample.items() if r == role) >= 1, sample
-    killed, failed = _harness_kills(load, cluster, ns)
-    assert failed == [], failed
-    print(f"\n[show4] waited with: {rec['message']}; in place through {phases}; {len(load.records)} requests, "
-          f"{len(killed)} failed on a pod the harness stopped at deletion")
+    assert load.failures() == [], load.failures()
+    print(f"\n[show4] waited with: {rec['message']}; in place through {phases}; {len(load.records)} requests")
 
 
 def test_show6_the_gb300_example_with_a_leaderworkerset_decode_rolls_out_the_same_way(cluster, operator_process, ns):
@@ -559,16 +489,14 @@ def test_show6_the_gb300_example_with_a_leaderworkerset_decode_rolls_out_the_sam
     lws = {i["metadata"]["name"] for i in cluster.kubectl_json("get", "leaderworkersets", "-n", ns)["items"]}
     assert lws == {f"{name}-decode-a"}, lws  # the candidate's decode LWS serves, the old one is gone
     _promoted_and_drained(cluster, ns, name, phases)
-    killed, failed = _harness_kills(load, cluster, ns)
-    assert failed == [], failed
+    assert load.failures() == [], load.failures()
     served = {}
     for p in _engine_pods(cluster, ns, name):
         role = p.metadata.labels["v41flash.io/role"]
         served[role] = served.get(role, 0) + _served(cluster, ns, p.metadata.name)
     sent = load.by_revision().get(new, 0)
     assert sent > 0 and served == {"prefill": sent, "decode": sent}, (served, sent)
-    print(f"\n[show6] GB300 through {phases}; {len(load.records)} requests, by revision {load.by_revision()}; "
-          f"{len(killed)} failed on a pod the harness stopped at deletion")
+    print(f"\n[show6] GB300 through {phases}; {len(load.records)} requests, by revision {load.by_revision()}")
 
 
 def test_a_candidate_with_two_prefill_replicas_to_match_grows_before_the_full_share(cluster, operator_process, ns):
@@ -611,7 +539,6 @@ def test_a_candidate_with_two_prefill_replicas_to_match_grows_before_the_full_sh
     full = [s for s in seen if s[0] == "Canary" and s[1] == 100]
     assert full and full[0][2] == 2 and full[0][3] == 2, seen  # 100 % only with both prefill replicas Ready
     _promoted_and_drained(cluster, ns, name, phases)
-    killed, failed = _harness_kills(load, cluster, ns)
-    assert failed == [], failed
+    assert load.failures() == [], load.failures()
     print(f"\n[grow] (phase, share, candidate prefill replicas, its Ready prefill pods) {seen}; {len(load.records)} "
-          f"requests, by revision {load.by_revision()}; {len(killed)} failed on a pod the harness stopped at deletion")
+          f"requests, by revision {load.by_revision()}")

@@ -1,11 +1,10 @@
-"""Exact tests of the e2e harness's pure functions (e2e/harness.py, e2e/supervisor.py, and the rollout tests'
-attribution of failed requests, e2e/test_rollout.py: _harness_kills; no cluster needed)."""
+"""Exact tests of the e2e harness's pure functions (e2e/harness.py, e2e/supervisor.py; the supervisor's pod
+termination: tests/test_supervisor_termination.py; no cluster needed)."""
 from __future__ import annotations
 
 import base64
 import ipaddress
 from collections import Counter
-from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -343,40 +342,3 @@ def test_rollout_front_and_slot_routers_in_the_supervisor():
     ra["status"]["conditions"][0]["status"] = "True"
     ups = [r["upstream"] for r in _json.loads(local_routes(table, services, [r0, ra]))["revisions"]]
     assert ups == ["http://127.1.0.6:30001", "http://127.1.0.5:30001"]
-
-
-# ---------------------------------------------------------------- rollout e2e: whose failure is it
-class _Pods:
-    """core.read_namespaced_pod for _harness_kills: the router pod the client called, alive."""
-
-    def read_namespaced_pod(self, name, ns):
-        return SimpleNamespace(metadata=SimpleNamespace(deletion_timestamp=None))
-
-
-def _failure(body, status=503, t1=100.0):
-    return {"session": "s", "turn": 0, "pod": "r-0", "t0": t1 - 0.1, "t1": t1, "status": status, "body": body}
-
-
-@pytest.mark.parametrize("body, engine_ips, harness", [
-    # a stopping simulator's own answer, passed through by vllm-router: an engine pod deleted at the time
-    ('{"error":{"message":"server is shutting down","type":"InternalServerError","param":null,"code":503}}',
-     {"127.1.1.5": {"p-a": [99.5, 100.0]}}, True),
-    # ... but none deleted then (one long before): not the harness's
-    ('{"error":{"message":"server is shutting down","type":"InternalServerError","param":null,"code":503}}',
-     {"127.1.1.5": {"p-a": [40.0, 40.5]}, "127.1.1.6": {"p-b": [100.0, None]}}, False),
-    # any other 503 that names no engine: never the harness's
-    ('{"error":{"message":"over capacity","code":503}}', {"127.1.1.5": {"p-a": [99.5, 100.0]}}, False),
-    # the router names the engine: that IP's pod must be the one deleted
-    ("Decode request failed to http://127.1.1.6:8000/v1/chat/completions", {"127.1.1.6": {"p-b": [99.5, 100.5]}},
-     True),
-    ("Decode request failed to http://127.1.1.6:8000/v1/chat/completions", {"127.1.1.5": {"p-a": [99.5, 100.5]},
-                                                                            "127.1.1.6": {"p-b": [100.0, None]}},
-     False),
-])
-def test_rollout_failures_count_as_the_harness_s_only_on_an_engine_deleted_at_the_time(body, engine_ips, harness):
-    from e2e.test_rollout import Load, _harness_kills
-    cluster = SimpleNamespace(core=_Pods())
-    load = Load(cluster, "ns1", "d", "m")  # its records and engine IPs as the workers and the sampler leave them
-    load.records, load.engine_ips = [_failure(body), {"status": 200}], engine_ips
-    gone, other = _harness_kills(load, cluster, "ns1")
-    assert (len(gone), len(other)) == ((1, 0) if harness else (0, 1))
