@@ -12,8 +12,10 @@ watching only that namespace, so its CPU and memory are the operator's alone):
    REST_QUIET_S straight, from its own /metrics) and then after a random delay within one periodic tick, so
    the applies fall at every phase of the steady state's ticks → the same, and how long rest took to come;
 3. spec change: every CR's spec changed at once → apply→observed;
-4. idle: a quiet window → writes the apiserver counted on the operator's resources (apiserver_request_total,
-   all writers) and the operator's own write requests;
+4. idle: once the operator is at rest, a quiet window → the objects the operator wrote (its managedFields
+   entries moved: v41flash_bench.writes), per minute and by the field that moved; the write requests the
+   apiserver counted on the operator's resources (apiserver_request_total, all writers, no-op applies
+   included) and the operator's own write requests;
 5. delete: every CR deleted → until the CRs and their workloads are gone.
 
 Nodes are cordoned for the run (and restored after): pods stay Pending, so no simulator or router process
@@ -42,6 +44,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from v41flash.controller.kube import FIELD_MANAGER
+from v41flash_bench.writes import namespace_snapshot, writes_by
+from v41flash_bench.writes import summary as writes_summary
 
 REPO = Path(__file__).resolve().parents[2]
 GROUP, VERSION, PLURAL = "v41flash.io", "v1alpha1", "v41flashdeployments"
@@ -305,25 +311,6 @@ class Bench:
                 out[key] = out.get(key, 0.0) + v
         return out
 
-    def versions(self, ns: str) -> dict[str, str]:
-        """resourceVersion of every object the operator writes in the namespace (a write changes it; a no-op
-        server-side apply does not), Events included (a new one is a write)."""
-        from kubernetes import client
-        out: dict[str, str] = {}
-        for o in self.custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)["items"]:
-            out[f"V41FlashDeployment/{o['metadata']['name']}"] = o["metadata"]["resourceVersion"]
-        rbac, policy = client.RbacAuthorizationV1Api(self.api_client), client.PolicyV1Api(self.api_client)
-        for kind, fn in (("Deployment", self.apps.list_namespaced_deployment),
-                         ("Service", self.core.list_namespaced_service),
-                         ("ServiceAccount", self.core.list_namespaced_service_account),
-                         ("ConfigMap", self.core.list_namespaced_config_map),
-                         ("Role", rbac.list_namespaced_role), ("RoleBinding", rbac.list_namespaced_role_binding),
-                         ("PodDisruptionBudget", policy.list_namespaced_pod_disruption_budget),
-                         ("Event", self.core.list_namespaced_event)):
-            for o in fn(ns).items:
-                out[f"{kind}/{o.metadata.name}"] = o.metadata.resource_version
-        return out
-
     def cordon(self, on: bool, nodes: list[str]) -> None:
         for n in nodes:
             self.core.patch_node(n, {"spec": {"unschedulable": on}})
@@ -482,14 +469,24 @@ class Bench:
                 phase("one_more_at_rest", lambda: probes("rest", at_rest=True))
 
             def idle():
-                time.sleep(20)  # let the last status writes of the probes land
-                before, versions = self.apiserver_writes(), self.versions(ns)
+                # the window opens once the burst (and any probes) settled: the operator at rest by its own
+                # gauges, so what follows is what it writes with nothing new to say
+                settle_s = self.wait_at_rest(port, self.args.timeout)
+                before, snap = self.apiserver_writes(), namespace_snapshot(self.api_client, ns, GROUP, VERSION, PLURAL)
                 time.sleep(self.args.idle_seconds)
-                after, versions_after = self.apiserver_writes(), self.versions(ns)
+                after, snap_after = self.apiserver_writes(), namespace_snapshot(self.api_client, ns, GROUP, VERSION,
+                                                                                PLURAL)
                 requests = {k: v for k, v in delta(after, before).items() if v}
-                changed = sorted(k for k, v in versions_after.items() if versions.get(k) != v)
-                return {"idle_seconds": self.args.idle_seconds,
+                changed = sorted(k for k, o in snap_after.items()
+                                 if (snap.get(k) or {}).get("metadata", {}).get("resourceVersion")
+                                 != o["metadata"].get("resourceVersion"))
+                ours = writes_by(FIELD_MANAGER, snap, snap_after)
+                return {"idle_seconds": self.args.idle_seconds, "settled_after_s": settle_s,
                         "objects_written": len(changed), "objects_written_sample": changed[:20],
+                        "operator_writes": len(ours),
+                        "operator_writes_per_min": len(ours) * 60.0 / self.args.idle_seconds,
+                        "operator_writes_by_field": writes_summary(ours),
+                        "operator_writes_sample": [{"object": w.key, "moved": list(w.paths)} for w in ours[:20]],
                         "apiserver_write_requests": requests,  # includes no-op server-side applies
                         "apiserver_write_requests_total": sum(requests.values())}
             if "idle" in self.phases:
@@ -605,11 +602,17 @@ def run(args) -> int:
     return 0
 
 
+def _per_min(idle: dict) -> str:
+    """The operator's own writes per minute in the idle window (what its managedFields say it wrote)."""
+    v = idle.get("operator_writes_per_min")
+    return "-" if v is None else f"{v:.1f}"
+
+
 def table(runs: list[dict]) -> str:
     """The printed summary: one line per N (one more: right after the burst / at rest)."""
     lines = [f"{'N':>5} {'burst obs p50/p99':>18} {'all conv':>9} {'one-more obs p50/p99':>21} "
              f"{'children p50/p99':>17} {'at rest obs p50/p99':>20} {'rest after':>10} "
-             f"{'change p99':>10} {'cycle max':>9} {'RSS MB':>7} {'req/dep':>7} {'idle W':>6}"]
+             f"{'change p99':>10} {'cycle max':>9} {'RSS MB':>7} {'req/dep':>7} {'idle W/min':>10}"]
     for r in runs:
         f = lambda d, q: "-" if d is None or d.get(q) is None else f"{d[q]:.2f}"  # noqa: E731
         one, rest, change, idle = (r.get(p) or {} for p in ("one_more", "one_more_at_rest", "spec_change", "idle"))
@@ -623,7 +626,7 @@ def table(runs: list[dict]) -> str:
             f"{'-' if rest_after is None else f'{rest_after:.0f}s':>10} "
             f"{f(change.get('apply_to_observed_s'), 'p99'):>10} "
             f"{(idle.get('periodic_cycle_s') or {}).get('max_le', '-')!s:>9} {r['operator_rss_mb']['peak']:>7.0f} "
-            f"{r['burst']['api_requests_per_deployment']:>7.1f} {idle.get('objects_written', '-')!s:>6}")
+            f"{r['burst']['api_requests_per_deployment']:>7.1f} {_per_min(idle):>10}")
     return "\n".join(lines)
 
 
