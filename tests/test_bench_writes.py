@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import copy
+import time
+
+import pytest
 
 from v41flash_bench.writes import changed_paths, snapshot, summary, writes_by
 
@@ -40,9 +43,10 @@ def test_another_manager_s_write_a_no_op_and_a_deletion_are_not_ours():
 
 
 def test_a_new_object_counts_only_when_the_manager_made_it():
-    after = snapshot([obj("Event", "e1", "3", [entry(OP, "t1", fields={"f:message": {}})]),
-                      obj("Event", "e2", "4", [entry("kopf", "t1")])])
-    assert [w.key for w in writes_by(OP, {}, after)] == ["Event/e1"]
+    after = snapshot([obj("Event", "e1", "3", [entry(OP, "t1", fields={"f:message": {}})], reason="Applied"),
+                      obj("Event", "e2", "4", [entry("kopf", "t1")]), obj("ConfigMap", "c", "5", [entry(OP, "t1")])])
+    assert [(w.key, w.paths) for w in writes_by(OP, {}, after)] == [("ConfigMap/c", (".",)),
+                                                                      ("Event/e1", ("reason=Applied",))]
 
 
 def test_changed_paths_ignore_bookkeeping_and_name_list_entries():
@@ -50,3 +54,22 @@ def test_changed_paths_ignore_bookkeeping_and_name_list_entries():
     b = {"metadata": {"resourceVersion": "2", "labels": {"x": "2"}}, "spec": {"ports": [{"name": "http", "port": 2}]}}
     assert changed_paths(a, b) == [".metadata.labels.x", ".spec.ports.http.port"]
     assert changed_paths(a, a) == []
+
+
+def test_settle_waits_out_other_writers_but_not_the_manager_itself():
+    from v41flash_bench.writes import settle
+    takes = []
+
+    def take():
+        i = len(takes)
+        takes.append(i)
+        rv = str(min(i, 3))  # the controller-manager writes the Deployment until the 4th snapshot
+        deploy = obj("Deployment", "d", rv, [entry("kube-controller-manager", rv, "status")])
+        cr = obj("V41FlashDeployment", "a", str(100 + i), [entry(OP, str(i), "status")])  # ours moves every time
+        return snapshot([deploy, cr])
+    settle(take, OP, quiet_s=0.05, sample_s=0.01, timeout=5)
+    assert len(takes) >= 4  # not before the other writer stopped
+    with pytest.raises(RuntimeError, match="without other writers"):
+        settle(lambda: snapshot([obj("Deployment", "d", str(time.monotonic()),
+                                     [entry("kube-controller-manager", str(time.monotonic()))])]),
+               OP, quiet_s=0.05, sample_s=0.01, timeout=0.2)

@@ -46,7 +46,7 @@ from typing import Any
 import yaml
 
 from v41flash.controller.kube import FIELD_MANAGER
-from v41flash_bench.writes import namespace_snapshot, writes_by
+from v41flash_bench.writes import namespace_snapshot, settle, writes_by
 from v41flash_bench.writes import summary as writes_summary
 
 REPO = Path(__file__).resolve().parents[2]
@@ -63,6 +63,10 @@ PHASES = ("burst", "one_more", "one_more_at_rest", "idle", "spec_change", "delet
 REST_QUIET_S = 5.0
 REST_SAMPLE_S = 0.25
 REST_GAUGES = ("v41flash_pass_queue_depth", "v41flash_passes_running")
+# Before the idle window the namespace settles: no other writer (the controller-manager counting pods, status
+# subresources) changed an object for this long, sampled every SETTLE_SAMPLE_S.
+SETTLE_QUIET_S = 30.0
+SETTLE_SAMPLE_S = 5.0
 
 
 def parse_phases(text: str) -> tuple[str, ...]:
@@ -354,6 +358,16 @@ class Bench:
             time.sleep(REST_SAMPLE_S)
         return time.monotonic() - t0
 
+    def wait_settled(self, ns: str, port: int, timeout: float) -> float:
+        """Seconds until the namespace settled (no writer but the operator — the controller-manager making and
+        counting pods, the scheduler's verdicts — changed an object for SETTLE_QUIET_S) and the operator was at
+        rest by its own gauges."""
+        t0 = time.monotonic()
+        settle(lambda: namespace_snapshot(self.api_client, ns, GROUP, VERSION, PLURAL), FIELD_MANAGER,
+               SETTLE_QUIET_S, SETTLE_SAMPLE_S, timeout)
+        self.wait_at_rest(port, timeout)
+        return time.monotonic() - t0
+
     # -- phases
     def create_all(self, ns: str, names: list[str]) -> dict[str, float]:
         sent: dict[str, float] = {}
@@ -471,7 +485,7 @@ class Bench:
             def idle():
                 # the window opens once the burst (and any probes) settled: the operator at rest by its own
                 # gauges, so what follows is what it writes with nothing new to say
-                settle_s = self.wait_at_rest(port, self.args.timeout)
+                settle_s = self.wait_settled(ns, port, self.args.timeout)
                 before, snap = self.apiserver_writes(), namespace_snapshot(self.api_client, ns, GROUP, VERSION, PLURAL)
                 time.sleep(self.args.idle_seconds)
                 after, snap_after = self.apiserver_writes(), namespace_snapshot(self.api_client, ns, GROUP, VERSION,

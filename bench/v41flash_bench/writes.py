@@ -7,7 +7,8 @@ manager created them. Used by `v41flash bench operator` (idle writes per minute)
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,22 +63,47 @@ def changed_paths(before: Any, after: Any, path: str = "", depth: int = 6) -> li
     return out
 
 
-def writes_by(manager: str, before: Snapshot, after: Snapshot) -> list[Write]:
-    """The objects `manager` wrote between the snapshots (new ones it created included; deleted ones are not
-    writes of their content and are left out)."""
+def _managers(obj: Mapping[str, Any]) -> set[str]:
+    return {e.get("manager") for e in (obj.get("metadata") or {}).get("managedFields") or []}
+
+
+def writes(before: Snapshot, after: Snapshot) -> list[tuple[str, Write]]:
+    """(manager, write) for each object written between the snapshots, by each manager whose managedFields
+    entry moved (new objects: by every manager they list). Deleted objects are left out."""
     out = []
     for key, obj in sorted(after.items()):
         old = before.get(key)
-        mine = _entries(obj, manager)
-        if old is None:
-            if mine:
-                out.append(Write(key, (".",)))
+        if old is not None and obj["metadata"].get("resourceVersion") == old["metadata"].get("resourceVersion"):
             continue
-        if obj["metadata"].get("resourceVersion") == old["metadata"].get("resourceVersion"):
-            continue
-        if mine and mine != _entries(old, manager):
-            out.append(Write(key, tuple(changed_paths(old, obj)) or (".metadata.managedFields",)))
+        if old is None:  # a new object; an Event by its reason (what the idle report needs to tell them apart)
+            paths = (f"reason={obj['reason']}",) if obj.get("kind") == "Event" and obj.get("reason") else (".",)
+        else:
+            paths = tuple(changed_paths(old, obj)) or (".metadata.managedFields",)
+        for manager in sorted(_managers(obj), key=str):
+            if old is None or _entries(obj, manager) != _entries(old, manager):
+                out.append((manager, Write(key, paths)))
     return out
+
+
+def writes_by(manager: str, before: Snapshot, after: Snapshot) -> list[Write]:
+    """The objects `manager` wrote between the snapshots (new ones it created included)."""
+    return [w for m, w in writes(before, after) if m == manager]
+
+
+def settle(take: Callable[[], Snapshot], manager: str, quiet_s: float, sample_s: float, timeout: float) -> Snapshot:
+    """Snapshots (from `take`) every sample_s until no writer but `manager` changed an object for quiet_s (new
+    Events aside: they record news, they are not state); returns the last snapshot. Raises after timeout."""
+    t0 = time.monotonic()
+    snap, quiet_from = take(), time.monotonic()
+    while time.monotonic() - quiet_from < quiet_s:
+        if time.monotonic() - t0 > timeout:
+            raise RuntimeError(f"no {quiet_s:g} s without other writers within {timeout:.0f} s")
+        time.sleep(sample_s)
+        nxt = take()
+        if any(m != manager and not w.key.startswith("Event/") for m, w in writes(snap, nxt)):
+            quiet_from = time.monotonic()
+        snap = nxt
+    return snap
 
 
 def summary(writes: Iterable[Write]) -> dict[str, int]:
