@@ -417,9 +417,11 @@ def _holt(rs: RoleState, rate: float | None, now: float, horizon: float, cfg: Pl
 
 
 def forecast(judged: RoleJudgement, demand: Demand, computes_prompts: bool, cold_start_s: float, state: RoleState,
-             now: float, config: PlannerConfig, arrival_rate: float | None = None) -> RoleForecast:
+             now: float, config: PlannerConfig, arrival_rate: float | None = None,
+             foreseen: tuple[float | None, str] = (None, "")) -> RoleForecast:
     """Demand over the role's cold-start horizon: damped Holt trend of the rate plus the backlog, never
-    below what is observed now while users suffer. ``computes_prompts``: prefill, or an aggregated role."""
+    below what is observed now while users suffer. ``computes_prompts``: prefill, or an aggregated role.
+    ``foreseen``: (the rate the schedules and the season say the horizon brings, why) — a floor on the demand."""
     cfg = config
     usable = judged.usable
     horizon = cfg.forecast_horizon_s if cfg.forecast_horizon_s is not None else cold_start_s
@@ -469,6 +471,11 @@ def forecast(judged: RoleJudgement, demand: Demand, computes_prompts: bool, cold
         if samples < cfg.headroom_min_samples:  # the carried headroom: capped by the peak seen before the restart
             seen = max(seen, rs.headroom_peak or 0.0)
         rate = max(rate, min(level * rise, max(level, seen)) + backlog / cfg.backlog_drain_s)
+    foreseen_rate, why = foreseen
+    if foreseen_rate is not None:
+        rate = max(rate, foreseen_rate + backlog / cfg.backlog_drain_s)
+    if why:
+        note = f"{note}; {why}" if note else why
     return RoleForecast(state=rs, demand_rate=rate, headroom_note=note)
 
 
