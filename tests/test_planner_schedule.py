@@ -124,3 +124,13 @@ def test_a_rare_cron_is_accepted_and_found():
 def test_shortest_gap_between_starts():
     assert C.shortest_gap_s(BUSINESS.cron, BUSINESS.time_zone, at(2026, 12, 7, 0, 0)) == 86400
     assert C.shortest_gap_s("0,10 * * * *", "UTC", at(2026, 12, 7, 0, 0)) == 600
+
+
+def test_a_window_from_a_spec_item_reads_it_by_attribute():
+    from types import SimpleNamespace as NS
+    item = NS(name="bh", cron="0 9 * * 1-5", duration_seconds=3600, time_zone="UTC",
+              min_replicas=NS(prefill=None, decode=6), requests_per_second=None)
+    assert S.Window.from_spec(item) == S.Window("bh", "0 9 * * 1-5", 3600.0, "UTC", (("decode", 6),))
+    rate = NS(name="b", cron="0 2 * * *", duration_seconds=60, time_zone="UTC", min_replicas=None,
+              requests_per_second=40.0)
+    assert S.Window.from_spec(rate).requests_per_second == 40.0 and S.Window.from_spec(rate).min_replicas == ()

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from v41flash.cron import last_start, next_start, zone
-from v41flash.roles import Role
+from v41flash.roles import ROLES, Role
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,16 @@ class Window:
 
     def floor_of(self, role: Role) -> int:
         return dict(self.min_replicas).get(role, 0)
+
+    @classmethod
+    def from_spec(cls, w) -> Window:
+        """From a spec.autoscaling.schedules item (api.ScheduleWindow, read by attribute: the planner imports no
+        API); the controller and the benchmark both use it."""
+        floors = w.min_replicas
+        return cls(name=w.name, cron=w.cron, duration_s=float(w.duration_seconds), time_zone=w.time_zone,
+                   min_replicas=tuple((r, int(getattr(floors, r))) for r in ROLES
+                                      if floors is not None and getattr(floors, r) is not None),
+                   requests_per_second=w.requests_per_second)
 
 
 @dataclass(frozen=True)
