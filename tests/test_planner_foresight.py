@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import math
 from datetime import datetime, timezone
 
@@ -112,3 +113,14 @@ def test_the_history_is_recorded_and_survives_a_restart_through_status():
 def test_a_history_of_another_bucket_size_starts_again():
     state = decide(0.0, seeded_state(), rate=5.0, cfg=PlannerConfig()).state  # the operator's 900-s buckets
     assert state.season.bucket_s == 900.0 and state.season.values == ()
+
+
+def test_a_season_replaces_the_hour_scale_headroom_it_would_count_twice():
+    cfg = replace(SEASON_CFG, headroom_quantile=0.9, headroom_min_samples=2)
+    state = seeded_state()
+    for i in range(40):  # bursts within the last 20 minutes: the hour-scale headroom learns a rise
+        state = decide(30.0 * i - 1200.0, state, rate=30.0 if i % 8 < 2 else 10.0, cfg=cfg).state
+    with_season = decide(0.0, state, rate=daily(0.0), cfg=cfg)
+    assert "forecast" in with_season.prefill.reason and "headroom ×" not in with_season.prefill.reason
+    without = decide(0.0, replace(state, season=seasonal.History(60.0)), rate=daily(0.0), cfg=cfg)
+    assert "headroom ×" in without.prefill.reason

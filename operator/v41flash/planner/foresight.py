@@ -21,6 +21,7 @@ class Foresight:
     rate: float | None = None  # size for at least this request rate (None: nothing foreseen)
     replicas: int = 0  # never fewer replicas (a schedule's floor; 0: none)
     note: str = ""  # for the decision's reason
+    seasonal: bool = False  # a season forecasts the horizon (its learned headroom replaces the hour-scale one)
 
 
 def remember_demand(state: PlannerState, demand_rate: float | None, now: float, cfg: PlannerConfig) -> PlannerState:
@@ -41,7 +42,7 @@ def foresee(state: PlannerState, role: Role, now: float, cold_start_s: float, cu
     horizon = cold_start_s + cfg.interval_s
     floor = schedule.role_floor(cfg.schedules, role, now + cfg.epoch_s, cold_start_s, cfg.interval_s, current) \
         if cfg.schedules else schedule.Floor()
-    rate, notes = floor.rate, [floor.why] if floor.why else []
+    rate, notes, season = floor.rate, [floor.why] if floor.why else [], False
     if cfg.forecast_quantile > 0:
         model = seasonal.fit(state.season, horizon, cfg.season)
         got = seasonal.peak(state.season, model, now, horizon, cfg.season) if model is not None else None
@@ -50,4 +51,5 @@ def foresee(state: PlannerState, role: Role, now: float, cold_start_s: float, cu
             notes.append(f"forecast {peak:.2f} req/s within {horizon:.0f}s from a "
                          f"{model.describe(cfg.forecast_quantile, level)}")
             rate = peak if rate is None else max(rate, peak)
-    return Foresight(rate=rate, replicas=floor.replicas, note="; ".join(notes))
+            season = True
+    return Foresight(rate=rate, replicas=floor.replicas, note="; ".join(notes), seasonal=season)

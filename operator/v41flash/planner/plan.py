@@ -62,7 +62,7 @@ def plan(
         cold = cold_start_of(obs, role_profile)
         seen = foresee(new_state, role, now, cold, obs.replicas.desired, config)
         fc = forecast(judged.role(role), demand, role == "prefill" or not disagg, cold, new_state.role(role), now,
-                      config, arrivals, (seen.rate, seen.note))
+                      config, arrivals, (seen.rate, seen.note), seen.seasonal)
         sizing = size(role, fc.demand_rate, obs, disagg, learned, budgets, profile, slo, config)
         acted = act(role, obs, role_bounds, judged.role(role), fc.demand_rate, sizing, learned, disagg, slo, budgets,
                     fc.state, now, config, fc.headroom_note, profile, new_share)
