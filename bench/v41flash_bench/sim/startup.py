@@ -2,7 +2,7 @@
 
 A drawn cold start C (the suite's 2–20 min) is what a deployment pays today: the hub or a network volume read by
 vLLM's default safetensors loader, and an emptyDir VLLM_CACHE_ROOT (every new pod compiles, autotunes and captures
-its CUDA graphs again). It is split into stages — an assumption, stated here and in docs/2026-12-05-foresight.md,
+its CUDA graphs again). It is split into stages — an assumption, stated here and in docs/decisions/2026-12-05-foresight.md,
 not a measurement of this model: weights ``WEIGHTS`` (~511 GB), compile/autotune/graph capture ``COMPILE``, and the
 rest ``FIXED`` (scheduling on a node that has the image, engine init, KV allocation, NIXL registration). Each
 option shortens its stage by a published factor:

@@ -30,7 +30,9 @@ are too few for a per-family claim); 301–348 joined them before their first ru
 the same planner: how far the held-out figures move between draws); 401–456 (eight a family, the trace family
 included) joined them with the trace family, before their first run; 501–556 (the same) joined them before their
 first run, after one of 401–456's traces (451) had been read to find the thirteenth pass's change; 601–656 (the
-same) joined them before their first run, after 201–248's 234 had been read to find the fourteenth pass's change.
+same) joined them before their first run, after 201–248's 234 had been read to find the fourteenth pass's change;
+701–780 (eight a family, the three forecastable families included: ``FORESIGHT_FAMILY_FROM``) joined them before
+their first run, after foresight was chosen on the tuning seeds 1001–1030 (docs/decisions/2026-12-05-foresight.md).
 """
 from __future__ import annotations
 
