@@ -42,6 +42,7 @@ NAMESPACED_RULES = {
     ("apps", "deployments"): CHILD | {"get", "watch"},  # workloads: also watched (status) and read by name
     ("leaderworkerset.x-k8s.io", "leaderworkersets"): CHILD | {"get", "watch"},
     ("apps", "controllerrevisions"): {"get", "list", "create", "delete"},  # rollouts: create-only records
+    ("apps", "daemonsets"): CHILD,  # the weight prefetcher (spec.startup.weightCache.prefetch)
     ("", "services"): CHILD,
     ("", "serviceaccounts"): CHILD,
     ("", "configmaps"): CHILD,
@@ -208,7 +209,8 @@ def test_namespaced_rbac_is_a_role_per_watched_namespace(helm):
 
 def test_rbac_covers_every_child_kind_the_controller_prunes():
     """kube.CHILD_KINDS is what reconcile lists and deletes; each needs the full child verb set."""
-    plural = {"Deployment": "deployments", "LeaderWorkerSet": "leaderworkersets", "Service": "services",
+    plural = {"Deployment": "deployments", "DaemonSet": "daemonsets", "LeaderWorkerSet": "leaderworkersets",
+              "Service": "services",
               "ServiceAccount": "serviceaccounts", "Role": "roles", "RoleBinding": "rolebindings",
               "PodDisruptionBudget": "poddisruptionbudgets", "ConfigMap": "configmaps",
               "NetworkPolicy": "networkpolicies"}

@@ -474,10 +474,10 @@ def test_config_map_holds_the_exact_commands():
 # --- operator checks ------------------------------------------------------------------------------
 
 def test_operator_checks_are_registered():
-    from v41flash.render.checks import rollout_problems
+    from v41flash.render.checks import rollout_problems, schedule_problems
     from v41flash.render.preflight import node_selector_problems, rendered_problems
-    assert operator_checks() == [engine_problems, gpu_budget_problems, host_memory_problems, rollout_problems,
-                                 node_selector_problems, rendered_problems]
+    assert operator_checks() == [engine_problems, gpu_budget_problems, schedule_problems, host_memory_problems,
+                                 rollout_problems, node_selector_problems, rendered_problems]
 
 
 def test_gpu_budget_problem():

@@ -29,10 +29,13 @@ def test_consecutive_seeds_cover_every_family_and_the_trace_family_starts_at_its
     for start in (1, 7, 101, 119, 201, 343):  # before TRACE_FAMILY_FROM: the first six, as they always were
         fams = {suite.draw_scenario(s)[0] for s in range(start, start + 6)}
         assert fams == set(suite.FAMILIES[:6])
-    for start in (401, 410, 450):  # from it on: all seven
+    for start in (401, 410, 450, 650):  # from it on: all seven
         fams = {suite.draw_scenario(s)[0] for s in range(start, start + 7)}
-        assert fams == set(suite.FAMILIES)
+        assert fams == set(suite.FAMILIES[:7])
+    for start in (701, 733, 1001):  # from FORESIGHT_FAMILY_FROM on: all ten
+        assert {suite.family_of(s) for s in range(start, start + 10)} == set(suite.FAMILIES)
     assert "trace" not in {suite.family_of(s) for s in range(1, suite.TRACE_FAMILY_FROM)}
+    assert not set(suite.FORECASTABLE) & {suite.family_of(s) for s in range(1, suite.FORESIGHT_FAMILY_FROM)}
 
 
 def test_seeds_drawn_before_the_trace_family_still_draw_the_scenarios_the_docs_report():
@@ -49,7 +52,7 @@ def test_tuning_and_held_out_seeds_are_disjoint():
 def test_seed_sets_print_as_the_ranges_parse_seeds_reads():
     for seeds in (suite.TUNING_SEEDS, suite.HELD_OUT_SEEDS, (1, 2, 3, 7), (5,)):
         assert suite.parse_seeds(suite.seeds_text(seeds)) == sorted(seeds)
-    assert suite.seeds_text(suite.TUNING_SEEDS) == "1-48,101-124"
+    assert suite.seeds_text(suite.TUNING_SEEDS) == "1-48,101-124,1001-1030"
     assert suite.seeds_text((1, 2, 3, 7)) == "1-3,7"
 
 

@@ -57,7 +57,8 @@ def _suite(args: argparse.Namespace, policies: tuple[str, ...] | None, overrides
     progress(f"suite {args.suite}: {len(seeds)} scenarios (seeds {args.seeds}), jobs {args.jobs}")
     report = run_suite(args.suite, seeds, Path(args.out), policies=policies, jobs=max(1, args.jobs),
                        plots=not args.no_plots, progress=progress, planner_overrides=overrides, router=args.router,
-                       router_session_ttl_s=args.router_session_ttl, ceiling_headroom=args.ceiling_headroom)
+                       router_session_ttl_s=args.router_session_ttl, ceiling_headroom=args.ceiling_headroom,
+                       fast_starts=args.fast_starts)
     print(format_summary(report))
     if report.get("targets"):
         print("targets (ours): " + ", ".join(f"{k}={v}" for k, v in report["targets"].items()))
@@ -107,6 +108,10 @@ def _autoscale(args: argparse.Namespace) -> int:
         sc = sc.model_copy(update={"seed": args.seed})
     if args.router is not None or args.router_session_ttl is not None:
         sc = with_router(sc, args.router, args.router_session_ttl)
+    if args.fast_starts:
+        from v41flash_bench.sim.scenario import with_startup
+        from v41flash_bench.sim.startup import FAST
+        sc = with_startup(sc, FAST)
     out = Path(args.out)
     started = time.perf_counter()
 
@@ -163,6 +168,10 @@ def register(subparsers) -> None:
     a.add_argument("--duration", type=float, help="Override the scenario's simulated seconds (quick runs).")
     a.add_argument("--seed", type=int, help="Override the scenario's seed.")
     a.add_argument("--no-plots", action="store_true", help="Skip the PNG plots.")
+    a.add_argument("--fast-starts", action="store_true",
+                   help="Give every deployment spec.startup's fast options (Run:ai streamer, a prefetched node-local "
+                        "weight cache) and a warm compile cache: the simulated cold starts shorten by their published "
+                        "factors (sim/startup.py); the policies are not told.")
     a.add_argument("--router", choices=ROUTERS,
                    help="Replace the scenarios' deployment.router: cache_aware (cost-based, the default), "
                         "sticky_least_loaded and vllm_cache_aware (vllm-router's, as the operator renders them).")

@@ -13,6 +13,9 @@ SCALE_DOWN_STABILIZATION_SECONDS = 600
 # spec.autoscaling.movedSessionsHoldSeconds; PlannerConfig.moved_sessions_hold_s: how long the moved-sessions guard
 # may hold a prefill scale-down the demand allows (an hour: at most one re-prefill breach an hour from it)
 MOVED_SESSIONS_HOLD_SECONDS = 3600
+# spec.autoscaling.forecast.quantile; PlannerConfig.forecast_quantile: the learned seasonal forecast sizes for this
+# quantile of how far days exceed what their past said (0: off)
+FORECAST_QUANTILE = 0.9
 SLO_WINDOW_SECONDS = 60  # spec.slo.windowSeconds; Slo.window_s
 TTFT_PERCENTILE = 90  # spec.slo.ttft.percentile; Slo.ttft_percentile (as a fraction)
 MIN_REPLICAS = 1  # spec.<role>.minReplicas; RoleBounds.min_replicas

@@ -24,3 +24,13 @@ EPLB_SYNC_ONLY_COMMUNICATORS = ("torch_nccl", "pynccl")
 # spec.routing.sessionKey, the proxy's --session-key: derive sets x-session-id when a client sent none; client
 # forwards only what clients send. The proxy runs in both (it is the router admin API's only guard).
 SESSION_KEY_MODES = ("derive", "client")
+# --load-format is a free string in the parser; the model loader refuses any other value at startup (after the pod
+# was scheduled and its image pulled). Transcribed from the 0.33.0 release wheel,
+# vllm/model_executor/model_loader/__init__.py: LoadFormats / _LOAD_FORMAT_TO_MODEL_LOADER.
+LOAD_FORMATS: tuple[str, ...] = (
+    "auto", "hf", "dummy", "fastsafetensors", "instanttensor", "ipc_cache", "mistral", "modelexpress", "npcache",
+    "pt", "runai_streamer", "runai_streamer_sharded", "safetensors", "sharded_state", "tensorizer")
+# spec.startup.loadFormat: the loaders that read the checkpoint's safetensors faster than the default one;
+# fastsafetensors and instanttensor are requirements of the 0.33.0 CUDA wheel (in every vLLM image), runai_streamer
+# needs vllm[runai] (runai-model-streamer) in the image
+STARTUP_LOAD_FORMATS: tuple[str, ...] = ("safetensors", "fastsafetensors", "instanttensor", "runai_streamer")

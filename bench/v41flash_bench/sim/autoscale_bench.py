@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from v41flash import cron
 from v41flash.planner.profile import CapacityProfile
 from v41flash.roles import ROLES
 from v41flash_bench.sim import oracle as oracle_mod
@@ -37,6 +38,8 @@ from v41flash_bench.sim.policies import (
     SchedulePolicy,
     StaticPolicy,
     operator_default_config,
+    scenario_config,
+    scenario_state,
 )
 from v41flash_bench.sim.scenario import HINDSIGHT, POLICIES, AutoscaleScenario, profiles
 from v41flash_bench.sim.workload import Workload, build_workload
@@ -107,6 +110,16 @@ def _q_inf(sorted_vals: np.ndarray, q: float) -> float:
     return float(sorted_vals[max(0, k)])
 
 
+def in_schedule(sc: AutoscaleScenario, start: float, length: float, not_before: float = -math.inf) -> bool:
+    """Whether the minute [start, start + length) lies inside one of the scenario's scheduled windows (one that
+    starts at ``not_before`` or later: simulated seconds)."""
+    for w in sc.schedules:
+        s = cron.last_start(w.cron, w.time_zone, sc.epoch_s + start)
+        if s is not None and sc.epoch_s + start + length <= s + w.duration_seconds and s - sc.epoch_s >= not_before:
+            return True
+    return False
+
+
 def score(sim: Simulator, sc: AutoscaleScenario, duration: float) -> dict:
     tel, slo = sim.telemetry, sc.slo
     windows = minute_windows(sim, sc, duration)
@@ -133,10 +146,22 @@ def score(sim: Simulator, sc: AutoscaleScenario, duration: float) -> dict:
         mean[role] = float(active[keep].mean()) if keep.any() else 0.0
     actions = [a for a in tel.actions if a[0] >= sc.warmup_s]
     ok_windows = sum(1 for w in windows if w["ttft_ok"] and w["e2e_ok"])
+    inside = [w for w in windows if in_schedule(sc, w["start"], sc.slo.window_s)]
+    # ... of windows that start at least one cold start and one decision after t = 0: the run begins with the
+    # replicas the oracle sized for t = 0, so a window sooner than that could not be prepared by any policy
+    lead = max(getattr(sim.truth, r).cold_start_seconds for r in ROLES) + 30.0
+    prepared = [w for w in inside if in_schedule(sc, w["start"], sc.slo.window_s, not_before=lead)]
     return {
         "windows": len(windows),
         "windows_ok": ok_windows,
         "window_attainment": ok_windows / len(windows) if windows else None,
+        # the scored minutes inside a scheduled window (null: the scenario has no schedules, or none falls in), and
+        # of those inside a window starting a cold start (+ a decision) or more after the run began
+        "scheduled_windows": len(inside) if sc.schedules else None,
+        "scheduled_window_attainment_all": (sum(1 for w in inside if w["ttft_ok"] and w["e2e_ok"]) / len(inside)
+                                            if inside else None),
+        "scheduled_window_attainment": (sum(1 for w in prepared if w["ttft_ok"] and w["e2e_ok"]) / len(prepared)
+                                        if prepared else None),
         "request_attainment": both / total if total else None,
         "requests": total,
         "unfinished": unfinished,
@@ -158,8 +183,11 @@ def score(sim: Simulator, sc: AutoscaleScenario, duration: float) -> dict:
 
 def make_policy(name: str, ctx: PolicyContext, extra: dict):
     if name == "ours":
-        # an ablation changes some knobs of the operator's default config
-        return PlannerPolicy(ctx, replace(operator_default_config(), **_STATE.get("planner_overrides", {})))
+        # the operator's config for the scenario's spec (an ablation changes some knobs), its status at t = 0
+        sc, overrides = _STATE.get("sc"), _STATE.get("planner_overrides", {})
+        if sc is None:  # a policy made outside a benchmark run: the operator's defaults
+            return PlannerPolicy(ctx, replace(operator_default_config(), **overrides))
+        return PlannerPolicy(ctx, scenario_config(sc, overrides), scenario_state(sc))
     if name == "dynamo":
         return DynamoPolicy(ctx)
     if name == "keda":

@@ -20,14 +20,16 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from v41flash.planner.plan import plan as planner_plan
 from v41flash.planner.profile import CapacityProfile
 from v41flash.api.v1alpha1 import AutoscalingSpec
+from v41flash.planner import seasonal
 from v41flash.planner.datatypes import Bounds, PlannerConfig, PlannerState, RoleBounds, Slo
+from v41flash.planner.schedule import Window
 from v41flash.roles import ROLES
 from v41flash_bench.sim.telemetry import observation, role_gauges, window_figures
 
@@ -101,11 +103,36 @@ class SchedulePolicy:
         return self.ctx.clamp(want)
 
 
-def operator_default_config() -> PlannerConfig:
-    """What the operator runs for a V41FlashDeployment with default spec.autoscaling."""
-    a = AutoscalingSpec()
+def operator_default_config(a: AutoscalingSpec | None = None) -> PlannerConfig:
+    """What the operator runs for a V41FlashDeployment's spec.autoscaling (default: the defaults)."""
+    a = a or AutoscalingSpec()
     return PlannerConfig.for_spec(a.interval_seconds, a.scale_down_stabilization_seconds,
-                                  a.scale_up_stabilization_seconds, a.moved_sessions_hold_seconds)
+                                  a.scale_up_stabilization_seconds, a.moved_sessions_hold_seconds,
+                                  tuple(Window.from_spec(w) for w in a.schedules), a.forecast.quantile)
+
+
+def scenario_config(sc, overrides: dict | None = None) -> PlannerConfig:
+    """Ours for a scenario: the operator's config for its spec.autoscaling.schedules, on the scenario's clock (its
+    epoch), with the season at the scenario's compressed day and week when it has a history (``overrides``: an
+    ablation's PlannerConfig fields)."""
+    cfg = replace(operator_default_config(AutoscalingSpec(schedules=list(sc.schedules))), epoch_s=sc.epoch_s)
+    if sc.history is not None:
+        h = sc.history
+        keep = int(math.ceil((h.span_s + sc.duration_s) / h.bucket_s)) + 1
+        cfg = replace(cfg, season_bucket_s=h.bucket_s, season_periods_s=tuple(h.season_periods_s), season_keep=keep)
+    return replace(cfg, **(overrides or {}))
+
+
+def scenario_state(sc) -> PlannerState:
+    """The planner's memory at t = 0: empty, or the scenario's demand history as status would hold it."""
+    if sc.history is None:
+        return PlannerState()
+    from v41flash_bench.sim.workload import AgentSessionSpec, past_demand
+    if not isinstance(sc.workload, AgentSessionSpec):
+        raise ValueError("history: only agentx workloads have a shape to take a past from")
+    h = sc.history
+    rates = past_demand(sc.workload, sc.arrivals, sc.seed, -h.span_s, h.bucket_s, h.noise_cv)
+    return PlannerState(season=seasonal.seeded(h.bucket_s, -h.span_s, rates))
 
 
 class PlannerPolicy:
@@ -113,11 +140,12 @@ class PlannerPolicy:
 
     name = "ours"
 
-    def __init__(self, ctx: PolicyContext, config: PlannerConfig | None = None) -> None:
+    def __init__(self, ctx: PolicyContext, config: PlannerConfig | None = None,
+                 state: PlannerState | None = None) -> None:
         self.ctx = ctx
         self.config = config or operator_default_config()
         self.interval_s = self.config.interval_s
-        self.state = PlannerState()
+        self.state = state or PlannerState()
         lo_p, hi_p = ctx.bounds["prefill"]
         lo_d, hi_d = ctx.bounds["decode"]
         self.bounds = Bounds(

@@ -29,6 +29,7 @@ Example (every field but ``name`` has a default; see docs/decisions/2026-11-30-a
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -42,10 +43,12 @@ from v41flash.render.engine import engine_config
 from v41flash.render.resolve import resolve as resolve_spec
 from v41flash.vllm import args as vargs
 from v41flash.planner.datatypes import Slo
+from v41flash_bench.sim import startup
 from v41flash_bench.sim.simulator import ROUTERS
 from v41flash_bench.sim.workload import AgentSessionSpec, AgentxTraceSpec, ArrivalSpec, MooncakeTraceSpec
 
 POLICIES = ("ours", "dynamo", "keda", "hpa", "static", "oracle", "ceiling")
+EPOCH = "2026-12-07T00:00:00Z"  # a Monday, midnight UTC
 HINDSIGHT = ("static", "oracle", "ceiling")  # sized from the reference run's demand: wait for the oracle
 
 
@@ -71,6 +74,29 @@ class DeploymentSpec(_M):
     decode_max_num_seqs: int | None = Field(
         default=None, ge=1, le=4096,
         description="spec.decode.maxNumSeqs of the modelled deployment (null: what the operator renders for it).")
+    startup: StartupSpec = Field(
+        default_factory=lambda: StartupSpec(),
+        description="spec.startup and model.cache of the modelled deployment: the simulated cold start is coldStartS "
+                    "shortened by each option's published factor (sim/startup.py); the policies are not told.")
+
+
+class StartupSpec(_M):
+    load_format: str = ""  # spec.startup.loadFormat
+    weight_cache: bool = False  # spec.startup.weightCache (prefetched)
+    compile_cache: bool = False  # spec.model.cache.claimName (a warm VLLM_CACHE_ROOT)
+
+    def model(self) -> startup.Startup:
+        return startup.Startup(self.load_format, self.weight_cache, self.compile_cache)
+
+
+class HistorySpec(_M):
+    """The demand history the planner's status holds when the run starts (a forecastable scenario's past)."""
+
+    span_s: float = Field(gt=0, description="How far back it reaches (a few of the longest season's periods).")
+    bucket_s: float = Field(default=60.0, gt=0, description="Its resolution (the planner's season bucket).")
+    season_periods_s: tuple[float, ...] = Field(
+        min_length=1, description="The planner's season periods: the scenario's (compressed) day and week.")
+    noise_cv: float = Field(default=0.05, ge=0, description="Per-bucket noise of the recorded means.")
 
 
 class SloSpec(_M):
@@ -115,6 +141,16 @@ class AutoscaleScenario(_M):
     oracle_factors: tuple[float, ...] = Field(
         default=(1.3, 1.6, 2.0), min_length=1, description="Prefill scale factors tried (in parallel)."
     )
+    epoch: str = Field(default=EPOCH, description="The wall clock (UTC, ISO 8601) at t = 0: where schedules' crons "
+                                                  "fall (the default is a Monday 00:00).")
+    schedules: tuple[api.ScheduleWindow, ...] = Field(
+        default=(), description="spec.autoscaling.schedules of the modelled deployment (ours is given them).")
+    history: HistorySpec | None = Field(
+        default=None, description="The demand history in the planner's status at t = 0 (null: none, a fresh start).")
+
+    @property
+    def epoch_s(self) -> float:
+        return datetime.fromisoformat(self.epoch.replace("Z", "+00:00")).timestamp()
 
 
 def _snake(d):
@@ -122,6 +158,13 @@ def _snake(d):
     if isinstance(d, dict):
         return {re.sub(r"(?<!^)(?=[A-Z])", "_", k).lower(): v for k, v in d.items()}
     return d
+
+
+def with_startup(sc: AutoscaleScenario, options: startup.Startup) -> AutoscaleScenario:
+    """The scenario with the deployment's startup options replaced (the same traffic, other cold starts)."""
+    st = StartupSpec(load_format=options.load_format, weight_cache=options.weight_cache,
+                     compile_cache=options.compile_cache)
+    return sc.model_copy(update={"deployment": sc.deployment.model_copy(update={"startup": st})})
 
 
 def with_router(sc: AutoscaleScenario, router: str | None = None, session_ttl_s: float | None = None
@@ -194,10 +237,13 @@ def profiles(sc: AutoscaleScenario, base_dir: Path | None = None) -> tuple[Capac
             raise ValueError(f"no shipped capacity profile for {dep.serving_profile} on {dep.gpu_product}")
         return found
 
-    truth = with_cold_start(resolve(dep.truth_profile), dep.cold_start_s)
+    cold = dep.cold_start_s
+    if cold is not None and dep.startup.model().any:
+        cold = startup.cold_start(cold, dep.startup.model())
+    truth = with_cold_start(resolve(dep.truth_profile), cold)
     planner = resolve(dep.planner_profile) if dep.planner_profile else truth
     if dep.planner_knows_cold_start:
-        planner = with_cold_start(planner, dep.cold_start_s)
+        planner = with_cold_start(planner, cold)
     elif not dep.planner_profile:
         planner = resolve(None)  # the shipped profile with its own cold start
     planner = scaled_profile(planner, dep.planner_profile_error)

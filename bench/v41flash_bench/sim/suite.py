@@ -30,7 +30,9 @@ are too few for a per-family claim); 301–348 joined them before their first ru
 the same planner: how far the held-out figures move between draws); 401–456 (eight a family, the trace family
 included) joined them with the trace family, before their first run; 501–556 (the same) joined them before their
 first run, after one of 401–456's traces (451) had been read to find the thirteenth pass's change; 601–656 (the
-same) joined them before their first run, after 201–248's 234 had been read to find the fourteenth pass's change.
+same) joined them before their first run, after 201–248's 234 had been read to find the fourteenth pass's change;
+701–780 (eight a family, the three forecastable families included: ``FORESIGHT_FAMILY_FROM``) joined them before
+their first run, after foresight was chosen on the tuning seeds 1001–1030 (docs/decisions/2026-12-05-foresight.md).
 """
 from __future__ import annotations
 
@@ -45,14 +47,22 @@ from pathlib import Path
 import numpy as np
 
 from v41flash_bench.sim import traces
-from v41flash_bench.sim.scenario import POLICIES, AutoscaleScenario, with_router
+from v41flash_bench.sim.workload import AgentSessionSpec, ArrivalSpec, past_demand
+from v41flash_bench.sim import startup
+from v41flash_bench.sim.scenario import POLICIES, AutoscaleScenario, profiles, with_router, with_startup
 
-FAMILIES = ("steady", "diurnal", "surge_stays", "surge_ends", "burst_short", "burst_long", "trace")
+FAMILIES = ("steady", "diurnal", "surge_stays", "surge_ends", "burst_short", "burst_long", "trace",
+            "daily", "weekly", "batch")
 TRACE_FAMILY_FROM = 401  # seeds below it draw from FAMILIES[:6], as before the trace family existed
+# seeds from here draw from all ten: the forecastable families (a daily and a weekly shape with the past the
+# planner's status holds, scheduled batch jobs with their schedule) join the unforeseeable ones
+FORESIGHT_FAMILY_FROM = 701
+FORECASTABLE = ("daily", "weekly", "batch")
 GPU_PRODUCTS = ("H200", "B200", "B300", "GB300")
 SERVING_PROFILES = ("low-latency", "high-throughput")
-TUNING_SEEDS = (*range(1, 49), *range(101, 125))
-HELD_OUT_SEEDS = (*range(201, 249), *range(301, 349), *range(401, 457), *range(501, 557), *range(601, 657))
+TUNING_SEEDS = (*range(1, 49), *range(101, 125), *range(1001, 1031))
+HELD_OUT_SEEDS = (*range(201, 249), *range(301, 349), *range(401, 457), *range(501, 557), *range(601, 657),
+                  *range(701, 781))
 MAX_SIM_PERIOD_S = 1800.0
 BURST_PEAK_FACTOR = 0.6
 ORACLE_FACTORS = (1.3, 1.7)
@@ -79,7 +89,15 @@ RANGES = {
     "burst_short_fraction": (0.2, 0.8),   # burst length ÷ cold start
     "burst_long_fraction": (1.2, 2.0),
     "trace_time_scale": (0.8, 1.4),  # trace minutes per simulated minute (log-uniform)
+    "daily_period_s": (1200.0, 2400.0),  # daily: the compressed day (whole minutes)
+    "weekly_day_s": (600.0, 900.0),  # weekly: the compressed day of a 7-day week (whole minutes)
+    "weekend": (0.3, 0.6),  # weekly: days 6 and 7 at this share of a weekday
+    "history_periods": (4.0, 4.0),  # the past in status: four of the longest season's periods
+    "batch_every_s": (900.0, 1800.0),  # batch: a job every 15, 20 or 30 minutes (cron */E)
+    "batch_s": (240.0, 600.0),  # batch: each job's length
+    "batch_base": (0.3, 0.5),
 }
+BATCH_EVERY_MIN = (15, 20, 30)
 
 
 def _loguniform(rng: np.random.Generator, lo: float, hi: float) -> float:
@@ -120,7 +138,8 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def family_of(seed: int) -> str:
-    families = FAMILIES if seed >= TRACE_FAMILY_FROM else FAMILIES[:6]
+    families = FAMILIES if seed >= FORESIGHT_FAMILY_FROM else FAMILIES[:7] if seed >= TRACE_FAMILY_FROM \
+        else FAMILIES[:6]
     return families[seed % len(families)]
 
 
@@ -140,7 +159,10 @@ def draw_scenario(seed: int, suite: str = "mixed") -> tuple[str, AutoscaleScenar
     duration, warmup = RANGES["duration_s"][0], RANGES["warmup_s"][0]
     arrivals: dict = {"cv": 1.0}
     desc = ""
-    if family == "steady":
+    extra: dict = {}  # schedules, history: the forecastable families'
+    if family in FORECASTABLE:
+        arrivals, desc, extra, peak = _foreseeable(family, rng, peak, cold)
+    elif family == "steady":
         arrivals.update(pattern="steady", level=_uniform(rng, "steady_level"), cv=float(rng.uniform(1.0, 2.0)))
         desc = f"steady at {arrivals['level']:.2f} of peak"
     elif family == "diurnal":
@@ -193,8 +215,57 @@ def draw_scenario(seed: int, suite: str = "mixed") -> tuple[str, AutoscaleScenar
         "slo": {"ttftS": round(ttft, 3), "ttftPercentile": pct, "e2eP95S": round(e2e, 1)},
         "bounds": {"prefill": [1, 160], "decode": [1, 40]},
         "oracleFactors": list(ORACLE_FACTORS),
+        **extra,
     })
     return family, sc
+
+
+def _job_rate(arrivals: dict, peak: float, length: float) -> float:
+    """The request rate a platform team sees while its job runs (what it would write as the schedule's capacity):
+    the closed-loop rate its sessions make, at its highest in a job, over a few cycles of the past (sessions outlive
+    a job, so a job adds to the load of the jobs before it)."""
+    spec = ArrivalSpec.model_validate({**arrivals, "peak_rps": peak})
+    every = spec.burst_every_s
+    rates = past_demand(AgentSessionSpec(), spec, 0, -4 * every, 60.0, 0.0)
+    return round(max(rates), 1)
+
+
+def _minutes(rng: np.random.Generator, key: str) -> float:
+    return 60.0 * round(_uniform(rng, key) / 60.0)
+
+
+def _foreseeable(family: str, rng: np.random.Generator, peak: float, cold: float) -> tuple[dict, str, dict, float]:
+    """(arrivals, description, scenario fields, peak) of a forecastable family: its shape, and what the operator
+    would know of it — the past days in status (daily, weekly) or the job's schedule (batch)."""
+    if family == "batch":
+        every = BATCH_EVERY_MIN[int(rng.integers(len(BATCH_EVERY_MIN)))]
+        offset = int(rng.integers(every))  # minute of the first job after 00:00
+        length = _minutes(rng, "batch_s")
+        peak *= BURST_PEAK_FACTOR  # sessions outlive a job, as for the burst families
+        arrivals = {"pattern": "batch", "base": _uniform(rng, "batch_base"), "burst_level": 1.0,
+                    "burst_every_s": every * 60.0, "burst_s": length, "burst_offset_s": offset * 60.0,
+                    "cv": float(rng.uniform(1.0, 2.0))}
+        window = {"name": "batch-job", "cron": f"{offset}-59/{every} * * * *", "durationSeconds": int(length),
+                  "timeZone": "UTC", "requestsPerSecond": _job_rate(arrivals, peak, length)}
+        desc = (f"a {length / 60:.0f}-min batch job every {every} min from minute {offset} (schedule "
+                f"'{window['cron']}' for {window['requestsPerSecond']} req/s), base {arrivals['base']:.2f}")
+        return arrivals, desc, {"schedules": [window]}, peak
+    if family == "daily":
+        day = _minutes(rng, "daily_period_s")
+        arrivals = {"pattern": "diurnal", "trough": _uniform(rng, "diurnal_trough"), "period_s": day,
+                    "phase": float(rng.uniform(0.0, 1.0)), "cv": float(rng.uniform(1.0, 2.0))}
+        desc = f"daily, a {day / 60:.0f}-min day, trough {arrivals['trough']:.2f}"
+    else:
+        day = _minutes(rng, "weekly_day_s")
+        arrivals = {"pattern": "diurnal", "trough": _uniform(rng, "diurnal_trough"), "period_s": day,
+                    "phase": float(rng.uniform(0.0, 1.0)), "weekend": _uniform(rng, "weekend"),
+                    "weekday_at_0": int(rng.integers(7)), "cv": float(rng.uniform(1.0, 2.0))}
+        desc = (f"weekly, a {day / 60:.0f}-min day, weekend × {arrivals['weekend']:.2f}, starting on day "
+                f"{arrivals['weekday_at_0'] + 1}, trough {arrivals['trough']:.2f}")
+    periods = (day, 7 * day)
+    span = RANGES["history_periods"][0] * (periods[1] if family == "weekly" else periods[0])
+    desc += f"; {span / day:.0f} days of past demand in status"
+    return arrivals, desc, {"history": {"spanS": span, "bucketS": 60.0, "seasonPeriodsS": list(periods)}}, peak
 
 
 def draw_suite(seeds: list[int], suite: str = "mixed") -> list[tuple[str, AutoscaleScenario]]:
@@ -211,8 +282,12 @@ def _run_one(args) -> dict:
     t = time.perf_counter()
     rep = run_benchmark(sc, out_dir, policies=policies, progress=lambda m: None, plots=plots, jobs=1,
                         planner_overrides=overrides, ceiling_headroom=ceiling_headroom)
+    truth, _ = profiles(sc)
     return {"family": family, "scenario": sc.name, "description": sc.description, "wall_s": time.perf_counter() - t,
+            "cold_start_s": {"drawn": sc.deployment.cold_start_s, "simulated": truth.prefill.cold_start_seconds},
             "policies": {p: {"window_attainment": s["window_attainment"], "request_attainment": s["request_attainment"],
+                             "scheduled_window_attainment": s.get("scheduled_window_attainment"),
+                             "scheduled_window_attainment_all": s.get("scheduled_window_attainment_all"),
                              "gpu_hours": s["gpu_hours"], "tokens_per_dollar": s["tokens_per_dollar"],
                              "scale_actions": s["scale_actions"]}
                          for p, s in rep["policies"].items()},
@@ -245,8 +320,11 @@ def summarize(rows: list[dict], policies: tuple[str, ...]) -> dict:
                     for r in sel if p in r["policies"] and "oracle" in r["policies"]]
             vs_s = [r["policies"][p]["gpu_hours"] / r["policies"]["static"]["gpu_hours"]
                     for r in sel if p in r["policies"] and "static" in r["policies"]]
+            sched = [r["policies"][p].get("scheduled_window_attainment") for r in sel if p in r["policies"]]
             out[g][p] = {"window_attainment": _dist(att, True), "gpu_hours_vs_oracle": _dist(vs_o, False),
                          "gpu_hours_vs_static": _dist(vs_s, False)}
+            if any(x is not None for x in sched):  # the minutes inside scheduled windows (batch)
+                out[g][p]["scheduled_window_attainment"] = _dist(sched, True)
     return out
 
 
@@ -287,14 +365,19 @@ def targets(rows: list[dict], summary: dict, policy: str = "ours") -> dict:
 def run_suite(suite: str, seeds: list[int], out_dir: Path, policies: tuple[str, ...] | None = None,
               jobs: int = 2, plots: bool = True, progress: Callable[[str], None] = print,
               planner_overrides: dict | None = None, router: str | None = None,
-              router_session_ttl_s: float | None = None, ceiling_headroom: float = 1.0) -> dict:
+              router_session_ttl_s: float | None = None, ceiling_headroom: float = 1.0,
+              fast_starts: bool = False) -> dict:
     """Run every drawn scenario (one process per scenario, ``jobs`` at a time); write report.json. ``router``
     replaces every scenario's deployment.router (the same traffic under another routing policy), and
-    ``router_session_ttl_s`` its routerSessionTtlS."""
+    ``router_session_ttl_s`` its routerSessionTtlS; ``fast_starts`` gives every deployment the Run:ai streamer, a
+    prefetched node-local weight cache and a warm compile cache (startup.FAST: the simulated cold starts shorten
+    by their published factors; the policies are not told)."""
     policies = tuple(policies or POLICIES)
     drawn = draw_suite(seeds, suite)
     if router is not None or router_session_ttl_s is not None:
         drawn = [(f, with_router(sc, router, router_session_ttl_s)) for f, sc in drawn]
+    if fast_starts:
+        drawn = [(f, with_startup(sc, startup.FAST)) for f, sc in drawn]
     out_dir.mkdir(parents=True, exist_ok=True)
     args = [(f, sc, out_dir / sc.name, policies, plots, dict(planner_overrides or {}), ceiling_headroom)
             for f, sc in drawn]
@@ -317,6 +400,7 @@ def run_suite(suite: str, seeds: list[int], out_dir: Path, policies: tuple[str, 
         "held_out_seeds": seeds_text(HELD_OUT_SEEDS),
         "policies": list(policies), "planner_overrides": dict(planner_overrides or {}), "router": router,
         "router_session_ttl_s": router_session_ttl_s, "ceiling_headroom": ceiling_headroom,
+        "fast_starts": startup.FAST.__dict__ if fast_starts else None,
         "scenarios": rows, "summary": summary,
         "targets": targets(rows, summary) if "ours" in policies else None,
         "code_version": rows[0]["code_version"] if rows else None,
@@ -346,11 +430,24 @@ def format_summary(report: dict) -> str:
         f = (lambda x: f"{x * 100:.0f} %") if pct else (lambda x: f"{x:.2f}×")
         return f"{f(d['median'])} / {f(d['worst_decile'])} / {f(d['worst'])}"
 
+    sched = []
     for g, per in report["summary"].items():
         for p, s in per.items():
             n = (s["window_attainment"] or {}).get("n", 0)
             lines.append(f"| {g} | {p} | {n} | {cell(s['window_attainment'], True)} | "
                          f"{cell(s['gpu_hours_vs_oracle'], False)} | {cell(s['gpu_hours_vs_static'], False)} |")
+            if g != "overall" and s.get("scheduled_window_attainment"):
+                sched.append(f"| {g} | {p} | {cell(s['scheduled_window_attainment'], True)} |")
+    if sched:
+        lines += ["", "| family | policy | windows in SLO inside the scheduled windows that start a cold start or more "
+                      "after the run: median / worst decile / worst |",
+                  "|---|---|---|", *sched]
+    colds = [r["cold_start_s"] for r in report["scenarios"] if r.get("cold_start_s")]
+    if colds and any(c["simulated"] != c["drawn"] for c in colds):
+        ratio = sorted(c["simulated"] / c["drawn"] for c in colds)
+        lines += ["", f"cold starts simulated: {min(c['simulated'] for c in colds):.0f}–"
+                      f"{max(c['simulated'] for c in colds):.0f} s (× {ratio[0]:.3f}–{ratio[-1]:.3f} of the drawn "
+                      f"{min(c['drawn'] for c in colds):.0f}–{max(c['drawn'] for c in colds):.0f} s)"]
     return "\n".join(lines)
 
 

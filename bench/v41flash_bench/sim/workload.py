@@ -117,7 +117,7 @@ class ArrivalSpec(_Spec):
     latency). Sessions start as a renewal process whose rate keeps the live count on target.
     """
 
-    pattern: Literal["steady", "diurnal", "bursty", "surge", "trace"] = "steady"
+    pattern: Literal["steady", "diurnal", "bursty", "surge", "trace", "batch"] = "steady"
     peak_rps: float = Field(default=100.0, gt=0, description="Requests/s at the pattern's peak.")
     nominal_turn_latency_s: float = Field(
         default=8.0, gt=0, description="Assumed answer time per turn, used only to size concurrency."
@@ -129,10 +129,15 @@ class ArrivalSpec(_Spec):
     trough: float = Field(default=0.55, gt=0, le=1, description="diurnal: lowest fraction of peak.")
     period_s: float | None = Field(default=None, description="diurnal period; default = duration.")
     phase: float = Field(default=0.0, ge=0, lt=1, description="diurnal: fraction of the period at t=0 (0 = trough).")
+    weekend: float = Field(default=1.0, gt=0, le=1, description="diurnal: × on the 6th and 7th period of every 7 "
+                                                                 "(a weekly shape: the period is a day).")
+    weekday_at_0: int = Field(default=0, ge=0, le=6, description="diurnal: the day of the week at t=0 (0 = Monday).")
     # bursty: base level plus random bursts
     burst_every_s: float = Field(default=600.0, gt=0, description="bursty: mean gap between bursts.")
     burst_s: float = Field(default=120.0, gt=0, description="bursty: burst length.")
     burst_level: float = Field(default=1.0, gt=0, le=1, description="bursty: level during a burst.")
+    # batch: bursts of burst_s every burst_every_s exactly (a scheduled job), the first at burst_offset_s
+    burst_offset_s: float = Field(default=0.0, ge=0, description="batch: when the first job starts (t=0 is 00:00).")
     # surge: base → 1.0 at surge_at_s (within surge_ramp_s), back at surge_end_s (optional)
     base: float = Field(default=0.5, gt=0, le=1, description="bursty/surge: level outside a burst.")
     surge_at_s: float = 1200.0
@@ -266,8 +271,25 @@ def _shape(arr: ArrivalSpec, duration: float, rng: np.random.Generator):
     if arr.pattern == "diurnal":
         period = arr.period_s or duration
         amp = 1.0 - arr.trough
-        return lambda t: arr.trough + amp * 0.5 * (
-            1.0 - np.cos(2.0 * np.pi * (np.asarray(t, dtype=float) / period + arr.phase)))
+
+        def diurnal(t):
+            x = np.asarray(t, dtype=float) / period + arr.phase
+            level = arr.trough + amp * 0.5 * (1.0 - np.cos(2.0 * np.pi * x))
+            if arr.weekend < 1.0:  # days start at the trough (phase 0): the weekend's step is where load is lowest
+                weekday = np.mod(np.floor(x) + arr.weekday_at_0, 7)
+                level = np.where(weekday >= 5, level * arr.weekend, level)
+            return level
+
+        return diurnal
+    if arr.pattern == "batch":
+
+        def batch(t):
+            t = np.asarray(t, dtype=float)
+            since = np.mod(t - arr.burst_offset_s, arr.burst_every_s)  # seconds into the current job's cycle
+            on = np.clip(since / 30.0, 0, 1) * np.clip((arr.burst_s - since) / 30.0, 0, 1)
+            return arr.base + (arr.burst_level - arr.base) * on
+
+        return batch
     if arr.pattern == "surge":
 
         def surge(t):
@@ -301,6 +323,50 @@ def _shape(arr: ArrivalSpec, duration: float, rng: np.random.Generator):
     return bursty
 
 
+def _closed_loop_calibration(spec: AgentSessionSpec, arrivals: ArrivalSpec, seed: int) -> tuple[float, float]:
+    """(seconds between two requests of one session, mean session lifetime), from a calibration sample drawn from
+    its own stream (keeps the seed's sessions)."""
+    cal_rng = np.random.default_rng([seed, 1])
+    think = spec.think_s.sample(cal_rng, 20000)
+    cycle = float(think.mean()) + arrivals.nominal_turn_latency_s
+    cal_draws, cal_sid = SpecDraws(cal_rng, spec), _new_sid([0])
+    reqs = []
+    for _ in range(400):
+        tree = agent_session(cal_draws, 0, cal_sid, prefix_tokens=spec.global_prefix_tokens,
+                             max_context_tokens=spec.max_context_tokens)
+        reqs.append(tree.turns + sum(c.turns for _, c in tree.subagents))
+    return cycle, float(np.mean(reqs)) * cycle
+
+
+def past_demand(spec: AgentSessionSpec, arrivals: ArrivalSpec, seed: int, start_s: float, bucket_s: float,
+                noise_cv: float) -> list[float]:
+    """The request rate (req/s) the planner would have recorded over [start_s, 0), one mean per bucket: what its
+    status holds when the run starts. Sessions start at the rate the workload uses (live target ÷ lifetime + its
+    growth) and end after a lifetime on average (an exponential survival), so the live count lags the target as
+    in the run; each bucket's mean carries lognormal noise of ``noise_cv`` (seeded from the scenario's seed)."""
+    cycle, lifetime = _closed_loop_calibration(spec, arrivals, seed)
+    peak_live = arrivals.peak_rps * cycle
+    shape = _shape(arrivals, 1.0, np.random.default_rng([seed, 2]))
+    burn = 5.0 * lifetime
+    grid = np.arange(start_s - burn, 0.0, 1.0)
+    target = peak_live * shape(grid)
+    lam = target / lifetime + np.maximum(0.0, np.gradient(target, grid))
+    live = np.empty_like(grid)
+    x = float(target[0])
+    for i in range(len(grid)):  # dL/dt = starts − L / lifetime
+        live[i] = x
+        x += lam[i] - x / lifetime
+    rate = live / cycle
+    keep = grid >= start_s
+    rate, t = rate[keep], grid[keep]
+    n = int(round(-start_s / bucket_s))
+    idx = np.floor((t - start_s) / bucket_s).astype(int)
+    means = np.bincount(idx, weights=rate, minlength=n)[:n] / np.maximum(1, np.bincount(idx, minlength=n)[:n])
+    rng = np.random.default_rng([seed, 3])
+    sigma = math.sqrt(math.log(1 + noise_cv**2))
+    return [float(m * math.exp(sigma * rng.standard_normal() - sigma**2 / 2)) for m in means]
+
+
 def build_agentx_workload(
     spec: AgentSessionSpec, arrivals: ArrivalSpec, duration: float, seed: int
 ) -> Workload:
@@ -326,16 +392,7 @@ def build_agentx_workload(
         return _plan(tree, ids, start, prefix_ids, prefix_tokens)
 
     # Size concurrency from a calibration sample drawn from its own stream (keeps the seed's sessions).
-    cal_rng = np.random.default_rng([seed, 1])
-    think = spec.think_s.sample(cal_rng, 20000)
-    cycle = float(think.mean()) + arrivals.nominal_turn_latency_s
-    cal_draws, cal_sid = SpecDraws(cal_rng, spec), _new_sid([0])
-    reqs = []
-    for _ in range(400):
-        tree = agent_session(cal_draws, 0, cal_sid, prefix_tokens=spec.global_prefix_tokens,
-                             max_context_tokens=spec.max_context_tokens)
-        reqs.append(tree.turns + sum(c.turns for _, c in tree.subagents))
-    lifetime = float(np.mean(reqs)) * cycle
+    cycle, lifetime = _closed_loop_calibration(spec, arrivals, seed)
     peak_live = arrivals.peak_rps * cycle
     shape = _shape(arrivals, duration, rng)
 

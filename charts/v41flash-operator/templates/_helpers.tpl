@@ -85,6 +85,10 @@ Server-side apply is a PATCH that creates a missing object, so it needs both pat
 - apiGroups: [""]
   resources: ["services", "serviceaccounts"]
   verbs: ["get", "list", "create", "patch", "delete"]
+# spec.startup.weightCache.prefetch: the weight prefetcher's DaemonSet
+- apiGroups: ["apps"]
+  resources: ["daemonsets"]
+  verbs: ["get", "list", "create", "patch", "delete"]
 # get: the planner reads a capacity profile from a ConfigMap named in the spec.
 - apiGroups: [""]
   resources: ["configmaps"]

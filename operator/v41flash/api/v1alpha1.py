@@ -13,13 +13,13 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from .. import defaults, gpus, lanes
+from .. import cron, defaults, gpus, lanes
 from ..facts import (
     DEFAULT_CHECKPOINT, DSPARK_BLOCK, EPLB_COMMUNICATORS, EPLB_SYNC_ONLY_COMMUNICATORS, KV_LOAD_FAILURE_POLICIES,
-    ROUTED_EXPERTS, SESSION_KEY_MODES,
+    ROUTED_EXPERTS, SESSION_KEY_MODES, STARTUP_LOAD_FORMATS,
 )
 from ..roles import ROLES
 from . import escape_hatch as eh
@@ -163,6 +163,28 @@ class ModelSpec(Model):
         WeightsSource(hub=HubWeights()),
         description="Where weights come from: a PVC or the hub.")
     cache: CacheVolume = Field(default_factory=CacheVolume, description="Model/compile cache volume.")
+
+
+class WeightCacheSpec(Model):
+    host_path: str = Field(
+        min_length=2, max_length=1024, pattern=r"^/[^$:]*[^/$:]$",
+        description="A directory on every GPU node (a local NVMe) that keeps the hub checkpoint: the engines read "
+                    "the weights from it (HF_HOME) instead of downloading ~511 GB at each start. Needs a hostPath "
+                    "volume to be allowed in the namespace (Pod Security 'privileged').")
+    prefetch: bool = Field(
+        True, description="Render a DaemonSet <name>-weight-prefetch that downloads the checkpoint into hostPath on "
+                          "every node the engines may run on, before any engine needs it (no GPU; it then idles).")
+
+
+class StartupSpec(Model):
+    """How fast a new replica starts serving: what the planner's measured cold start is made of."""
+    load_format: Literal[("", *STARTUP_LOAD_FORMATS)] = Field(  # type: ignore[valid-type]
+        "", description="--load-format: '' = vLLM's default safetensors loader; fastsafetensors or instanttensor "
+                        "(in every vLLM 0.33.0 image), runai_streamer (needs vllm[runai] in the image) read the "
+                        "weights concurrently (their published speed-ups: docs/planner.md, Fast starts).")
+    weight_cache: WeightCacheSpec | None = Field(
+        None, description="A node-local copy of the hub checkpoint (hub source only; a PVC source is already the "
+                          "storage you chose). A persistent compile cache is model.cache.claimName.")
 
 
 # --- engine roles ----------------------------------------------------------------------------------
@@ -628,11 +650,73 @@ class MetricsSpec(Model):
     prometheus: PrometheusMetricsSpec | None = Field(None, description="The Prometheus to query (source: Prometheus).")
 
 
+class ScheduleReplicas(Model):
+    prefill: int | None = Field(None, ge=0, le=512, description="Prefill replicas at least (omit: no floor).")
+    decode: int | None = Field(None, ge=0, le=512, description="Decode replicas at least (omit: no floor).")
+
+
+SCHEDULES_MAX = 32
+WINDOW_MAX_SECONDS = 7 * 86400
+_CRON_5_FIELDS = r"^\\S+(\\s+\\S+){4}$"  # CEL (RE2) in a CEL string: five blank-separated fields
+
+
+class ScheduleWindow(Model):
+    """A recurring window of known load: a floor per role, or the capacity for a request rate, ordered one measured
+    cold start ahead (planner/schedule.py)."""
+    model_config = ConfigDict(json_schema_extra=validations(
+        cel("has(self.minReplicas) != has(self.requestsPerSecond)",
+            "set exactly one of minReplicas (a floor per role) or requestsPerSecond (capacity for a request rate)",
+            field_path=".minReplicas"),
+        cel("!has(self.minReplicas) || has(self.minReplicas.prefill) || has(self.minReplicas.decode)",
+            "minReplicas names no role: give prefill and/or decode", field_path=".minReplicas"),
+        cel(f"self.cron.matches('{_CRON_5_FIELDS}')",
+            "cron must be 5 fields (minute hour day-of-month month day-of-week), e.g. '0 9 * * 1-5': no seconds "
+            "field, no @macros", field_path=".cron"),
+    ))
+    name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+                      description="Names the window in status.lastDecision and Events (unique in the list).")
+    cron: str = Field(min_length=9, max_length=128,
+                      description="When the window starts: a standard 5-field cron expression in timeZone, e.g. "
+                                  "'0 9 * * 1-5' (09:00 on weekdays). A start that a spring-forward skips fires at "
+                                  "the first minute after the gap; one that a fall-back repeats fires once.")
+    duration_seconds: int = Field(ge=60, le=WINDOW_MAX_SECONDS,
+                                  description="How long each window runs, in elapsed seconds; shorter than the gap "
+                                              "between two starts (a window that never ends is minReplicas).")
+    time_zone: str = Field("UTC", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_+\-]+(/[A-Za-z0-9_+\-]+)*$",
+                           description="IANA time zone the cron is read in (Europe/Berlin, America/New_York, UTC).")
+    min_replicas: ScheduleReplicas | None = Field(
+        None, description="Keep at least these replicas per role while the window runs (more if demand needs).")
+    requests_per_second: float | None = Field(
+        None, gt=0, le=1_000_000, description="Keep the capacity for this many requests/s while the window runs "
+                                              "(sized like observed demand, at its prompt lengths and cache hits).")
+
+    @model_validator(mode="after")
+    def _starts_and_ends(self) -> ScheduleWindow:
+        problem = cron.cron_problem(self.cron, self.time_zone)
+        if problem:
+            raise ValueError(f"cron/timeZone: {problem}")
+        gap = cron.shortest_gap(self.cron, self.time_zone)
+        if gap is not None and self.duration_seconds >= gap:
+            raise ValueError(f"durationSeconds {self.duration_seconds} is not shorter than the {gap:.0f}s between two "
+                             f"starts of {self.cron!r}: the window would never end (use minReplicas of the role)")
+        return self
+
+
+class ForecastSpec(Model):
+    quantile: float = Field(
+        defaults.FORECAST_QUANTILE, ge=0, lt=1,
+        description="The planner learns a daily and a weekly season from its demand history (status.plannerState."
+                    "season) and, when the season forecasts better than 'demand stays', sizes a cold start ahead for "
+                    "this quantile of how far days exceed what their past said. 0 = off (the history is still kept).")
+
+
 class AutoscalingSpec(Model):
     model_config = ConfigDict(json_schema_extra=validations(
         cel("self.scaleDownStabilizationSeconds >= self.scaleUpStabilizationSeconds",
             "scaleDownStabilizationSeconds must be >= scaleUpStabilizationSeconds (scale down slower than up)",
             field_path=".scaleDownStabilizationSeconds"),
+        cel("self.schedules.all(a, self.schedules.exists_one(b, b.name == a.name))",
+            "two schedules share a name: each window needs its own", field_path=".schedules"),
     ))
     enabled: bool = Field(True, description="Run the SLO planner for roles whose replicas the operator manages.")
     mode: Literal["active", "advisory"] = Field(
@@ -664,6 +748,13 @@ class AutoscalingSpec(Model):
                                "v41flash_tokens_per_dollar metric report tokens served per dollar. 0 = not reported.")
     metrics: MetricsSpec = Field(default_factory=MetricsSpec,
                                  description="Where the planner's metrics come from: scraped or from Prometheus.")
+    schedules: list[ScheduleWindow] = Field(
+        default_factory=list, max_length=SCHEDULES_MAX,
+        description="Recurring windows of known load (cron + duration + time zone) with a floor per role or a "
+                    "capacity in requests/s; ordered one measured cold start ahead, never held past the end. "
+                    "Overlapping windows combine by maximum per role.")
+    forecast: ForecastSpec = Field(default_factory=ForecastSpec,
+                                   description="The seasonal forecast the planner learns from its own demand.")
 
 
 # --- rollouts (docs/rollouts.md) ----------------------------------------------------------------
@@ -760,6 +851,14 @@ class V41FlashDeploymentSpec(Model):
             field_path=".decode.enabled"),
         *(rule for role in ROLES for rule in _role_rules(role)),
         *_preset_rules(),
+        cel("!has(self.startup.weightCache) || !has(self.model.source.pvc)",
+            "startup.weightCache keeps hub downloads on the nodes: with model.source.pvc the weights already come "
+            "from the volume you chose; remove one of them", field_path=".startup.weightCache"),
+        *(cel(f"self.autoscaling.schedules.all(w, !has(w.minReplicas) || !has(w.minReplicas.{role}) || "
+              f"w.minReplicas.{role} <= self.{role}.maxReplicas)",
+              f"a schedule's minReplicas.{role} is above {role}.maxReplicas: the window could never hold it; raise "
+              f"{role}.maxReplicas or lower the floor", field_path=".autoscaling.schedules")
+          for role in ROLES),
         cel(f"!(self.gpu.product in {_AMD_PRODUCTS} && self.features.speculativeDecoding.adaptiveVerification)",
             f"vLLM refuses DSpark adaptive verification on ROCm ({', '.join(_AMD)}): set adaptiveVerification: false "
             "(DSpark then verifies the whole block)", field_path=".features.speculativeDecoding.adaptiveVerification"),
@@ -787,6 +886,8 @@ class V41FlashDeploymentSpec(Model):
     autoscaling: AutoscalingSpec = Field(default_factory=AutoscalingSpec, description="The SLO planner.")
     rollout: RolloutSpec = Field(default_factory=RolloutSpec, description="How an engine change (a new serving "
                                                                          "revision) is rolled out.")
+    startup: StartupSpec = Field(default_factory=StartupSpec, description="Shorter cold starts: the weights' loader "
+                                                                         "and a node-local weight cache.")
 
 
 # --- status ---------------------------------------------------------------------------------------

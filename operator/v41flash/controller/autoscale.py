@@ -28,9 +28,11 @@ from ..metrics.promapi import PromSource, prometheus_windows
 from ..metrics.scrape import scrape
 from ..metrics.window import SnapshotHistory
 from ..planner import drain
+from ..planner import seasonal
 from ..planner.datatypes import Decision, PlannerConfig, PlannerState
 from ..planner.plan import plan
 from ..planner.profile import CapacityProfile, find_profile, for_rendered_args, profile_from_dict
+from ..planner.schedule import Window
 from ..render import labels as L
 from ..render.engine import engine_config
 from ..render.resolve import Resolved, resolve
@@ -120,9 +122,11 @@ def same_decision(a: dict[str, Any], b: dict[str, Any]) -> bool:
         _DIGITS.sub("#", a.get("reason", "")) == _DIGITS.sub("#", b.get("reason", ""))
 
 
-def durable_state(state: PlannerState) -> dict[str, Any]:
-    """What must survive an operator restart: the learned corrections, the last scale action and the
-    headroom the demand history gave (coarse: it rarely changes, so status is not rewritten for it).
+def durable_state(state: PlannerState, season_bytes: int = PlannerConfig.season_status_bytes) -> dict[str, Any]:
+    """What must survive an operator restart: the learned corrections, the last scale action, the
+    headroom the demand history gave (coarse: it rarely changes, so status is not rewritten for it) and the
+    seasonal forecaster's history (closed buckets only, 3 significant digits, at most ``season_bytes`` of JSON:
+    status changes once per bucket, and a restart or failover forecasts from the same past).
 
     The rest (rate trend, stabilization history, the demand history itself, the proven capacity) rebuilds
     from fresh windows, and rebuilding it is the safe direction: no scale-down until a full stabilization
@@ -136,7 +140,16 @@ def durable_state(state: PlannerState) -> dict[str, Any]:
                      "service_correction": None if rs.service_correction is None else round(rs.service_correction, 3),
                      "last_scale_time": rs.last_scale_time, "last_action": rs.last_action,
                      "headroom_rise": rs.headroom_rise, "headroom_peak": rs.headroom_peak}
+    out["season"] = seasonal.to_status(state.season, season_bytes)
     return out
+
+
+def planner_config(a: api.AutoscalingSpec) -> PlannerConfig:
+    """The planner's knobs from spec.autoscaling: cadence, stabilization, the moved-sessions hold, the schedules
+    and the forecast's quantile."""
+    return PlannerConfig.for_spec(a.interval_seconds, a.scale_down_stabilization_seconds,
+                                  a.scale_up_stabilization_seconds, a.moved_sessions_hold_seconds,
+                                  tuple(Window.from_spec(w) for w in a.schedules), a.forecast.quantile)
 
 
 def planner_due(known: PlannerState | None, status: Mapping[str, Any], now: float, interval_s: float) -> bool:
@@ -314,10 +327,7 @@ class Autoscaler:
         if not planner_due(known, status, now, spec.autoscaling.interval_seconds):
             return None
         profile = profile_for(spec, resolved, self.kube, ns)
-        config = self.config or PlannerConfig.for_spec(spec.autoscaling.interval_seconds,
-                                                       spec.autoscaling.scale_down_stabilization_seconds,
-                                                       spec.autoscaling.scale_up_stabilization_seconds,
-                                                       spec.autoscaling.moved_sessions_hold_seconds)
+        config = self.config or planner_config(spec.autoscaling)
         measured, trouble = None, None
         if prom is not None:  # Prometheus holds the history: one query round per decision, at its time
             expected, router_pods = prometheus_pods(pods, name, enabled)

@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 # Every kind the renderer can produce: what pruning lists (a role turned off must lose its objects).
 CHILD_KINDS: tuple[tuple[str, str], ...] = (
     ("apps/v1", DEPLOYMENT),
+    ("apps/v1", "DaemonSet"),  # spec.startup.weightCache.prefetch (render/prefetch.py)
     (LWS_API_VERSION, LEADER_WORKER_SET),
     ("v1", "Service"),
     ("v1", "ServiceAccount"),

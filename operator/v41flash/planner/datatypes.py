@@ -12,6 +12,8 @@ from typing import Literal
 
 from v41flash import defaults
 from v41flash.metrics.figures import RouterFigures, WindowFigures
+from v41flash.planner import seasonal
+from v41flash.planner.schedule import Window
 from v41flash.roles import Role
 
 Action = Literal["scale_up", "scale_down", "hold"]
@@ -162,17 +164,37 @@ class PlannerConfig:
     # (its sessions re-prefill elsewhere; the TTFT percentile may breach for about one turn) and the hold starts
     # again. Without it a fleet of fewer than 1 / (1 − percentile) replicas never shrinks. 0: hold for ever
     moved_sessions_hold_s: float = float(defaults.MOVED_SESSIONS_HOLD_SECONDS)
+    # Foresight the user gives (planner/schedule.py): recurring windows with a floor per role or a request rate,
+    # ordered one measured cold start (+ one interval) ahead; overlapping windows combine by maximum
+    schedules: tuple[Window, ...] = ()
+    epoch_s: float = 0.0  # the wall clock (Unix time) at the planner's time 0: 0 in the operator, a date in the simulator
+    # Foresight it learns (planner/seasonal.py): size for the forecast at this quantile of a season found in the
+    # demand history (the median of past days at this time of day × today's level × the learned headroom), a cold
+    # start ahead; 0 turns it off (the history is still kept)
+    forecast_quantile: float = defaults.FORECAST_QUANTILE
+    season_bucket_s: float = 900.0  # history resolution
+    season_periods_s: tuple[float, ...] = (86400.0, 7 * 86400.0)  # a day and a week
+    season_keep: int = 3 * 672 + 96  # buckets kept: three weeks and a day (a weekly median of three)
+    season_status_bytes: int = 16384  # the hard cap on the history's JSON in status
+
+    @property
+    def season(self) -> seasonal.Settings:
+        return seasonal.Settings(periods_s=self.season_periods_s, quantile=self.forecast_quantile)
 
     @classmethod
     def for_spec(cls, interval_s: float, scale_down_stabilization_s: float,
                  scale_up_stabilization_s: float = 0.0,
-                 moved_sessions_hold_s: float = defaults.MOVED_SESSIONS_HOLD_SECONDS) -> PlannerConfig:
+                 moved_sessions_hold_s: float = defaults.MOVED_SESSIONS_HOLD_SECONDS,
+                 schedules: tuple[Window, ...] = (),
+                 forecast_quantile: float = defaults.FORECAST_QUANTILE) -> PlannerConfig:
         """The knobs a V41FlashDeployment's spec.autoscaling sets (the operator and the benchmark both use it)."""
         return cls(
             interval_s=float(interval_s),
             scale_up_stabilization_s=float(scale_up_stabilization_s),
             scale_down_stabilization_s=float(scale_down_stabilization_s),
             moved_sessions_hold_s=float(moved_sessions_hold_s),
+            schedules=tuple(schedules),
+            forecast_quantile=float(forecast_quantile),
             # a user's shorter scaleDownStabilizationSeconds also shortens the post-scale-up cooldown and
             # the spacing of scale-downs
             scale_down_cooldown_s=min(cls.scale_down_cooldown_s, float(scale_down_stabilization_s)),
@@ -217,6 +239,9 @@ class PlannerState:
     prefill: RoleState = RoleState()
     decode: RoleState = RoleState()
     last_decision_time: float | None = None
+    # the deployment's demand (req/s of the role that computes prompts), one mean per bucket: the seasonal
+    # forecaster's history; kept in status (seasonal.to_status, capped in bytes) so a restart keeps it
+    season: seasonal.History = seasonal.History()
 
     def role(self, role: Role) -> RoleState:
         return self.prefill if role == "prefill" else self.decode
@@ -226,7 +251,9 @@ class PlannerState:
 
     def to_dict(self) -> dict:
         """JSON-safe form for CR status (round-trips through from_dict)."""
-        return asdict(self)
+        out = asdict(replace(self, season=seasonal.History()))
+        out["season"] = seasonal.to_status(self.season, max_bytes=1 << 30, exact=True)
+        return out
 
     @classmethod
     def from_dict(cls, data: dict | None) -> PlannerState:
@@ -240,10 +267,12 @@ class PlannerState:
             known = {f for f in RoleState.__dataclass_fields__}
             return RoleState(**{k: v for k, v in d.items() if k in known})
 
+        season = data.get("season") or {}
         return cls(
             prefill=role(data.get("prefill")),
             decode=role(data.get("decode")),
             last_decision_time=data.get("last_decision_time"),
+            season=seasonal.from_status(season, float(season.get("bucketSeconds") or seasonal.History.bucket_s)),
         )
 
 

@@ -22,7 +22,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from v41flash.planner.datatypes import Bounds, Decision, Observation, PlannerConfig, PlannerState, RoleDecision, Slo
+from v41flash.planner.datatypes import (
+    Bounds, Decision, Observation, PlannerConfig, PlannerState, RoleBounds, RoleDecision, Slo,
+)
+from v41flash.planner.foresight import foresee, remember_demand
 from v41flash.planner.profile import CapacityProfile
 from v41flash.planner.steps import (
     Claim, act, clamp, cold_start_of, forecast, judge, learn, new_session_share, predict, remember, size, split_slo,
@@ -47,20 +50,28 @@ def plan(
     budgets = split_slo(demand, slo, profile, disagg)
     judged = judge(observed, profile, slo, budgets, now, config)
     learned = learn(observed, judged, demand, budgets, profile, state, config, now)
+    front: Role = "prefill" if disagg else "decode"
 
     arrivals = observed.router.arrival_rate if observed.router is not None else None
     new_share = new_session_share(observed)
-    new_state, claims, rates = learned.state, [], {}
+    new_state = remember_demand(learned.state, demand.prefill_rate if judged.role(front).usable else None, now,
+                                config)
+    claims, rates = [], {}
     for role in roles:
         obs, role_bounds, role_profile = getattr(observed, role), getattr(bounds, role), getattr(profile, role)
-        fc = forecast(judged.role(role), demand, role == "prefill" or not disagg, cold_start_of(obs, role_profile),
-                      new_state.role(role), now, config, arrivals)
+        cold = cold_start_of(obs, role_profile)
+        seen = foresee(new_state, role, now, cold, obs.replicas.desired, config)
+        fc = forecast(judged.role(role), demand, role == "prefill" or not disagg, cold, new_state.role(role), now,
+                      config, arrivals, (seen.rate, seen.note), seen.seasonal)
         sizing = size(role, fc.demand_rate, obs, disagg, learned, budgets, profile, slo, config)
         acted = act(role, obs, role_bounds, judged.role(role), fc.demand_rate, sizing, learned, disagg, slo, budgets,
                     fc.state, now, config, fc.headroom_note, profile, new_share)
         new_state = new_state.with_role(role, acted.state)
         rates[role] = fc.demand_rate
-        claims.append(Claim(role, acted.verdict, obs.replicas.desired, role_bounds, role_profile.gpus_per_replica,
+        # a schedule's floor bounds the answer (clamp), never the stabilization's recommendations: gone at its end
+        floored = role_bounds if seen.replicas <= role_bounds.min_replicas else RoleBounds(
+            min(seen.replicas, role_bounds.max_replicas), role_bounds.max_replicas, role_bounds.autoscale)
+        claims.append(Claim(role, acted.verdict, obs.replicas.desired, floored, role_profile.gpus_per_replica,
                             None if sizing.need is None else sizing.need.replicas))
     clamped = clamp(tuple(claims), bounds.gpu_budget)
     verdicts = dict(zip(roles, clamped.verdicts))

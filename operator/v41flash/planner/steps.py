@@ -417,9 +417,13 @@ def _holt(rs: RoleState, rate: float | None, now: float, horizon: float, cfg: Pl
 
 
 def forecast(judged: RoleJudgement, demand: Demand, computes_prompts: bool, cold_start_s: float, state: RoleState,
-             now: float, config: PlannerConfig, arrival_rate: float | None = None) -> RoleForecast:
+             now: float, config: PlannerConfig, arrival_rate: float | None = None,
+             foreseen: tuple[float | None, str] = (None, ""), seasonal: bool = False) -> RoleForecast:
     """Demand over the role's cold-start horizon: damped Holt trend of the rate plus the backlog, never
-    below what is observed now while users suffer. ``computes_prompts``: prefill, or an aggregated role."""
+    below what is observed now while users suffer. ``computes_prompts``: prefill, or an aggregated role.
+    ``foreseen``: (the rate the schedules and the season say the horizon brings, why) — a floor on the demand;
+    ``seasonal``: a season forecasts it, with its own learned headroom — the hour-scale rises are not added again
+    (they are the same rises, seen without the time of day; the history still learns them)."""
     cfg = config
     usable = judged.usable
     horizon = cfg.forecast_horizon_s if cfg.forecast_horizon_s is not None else cold_start_s
@@ -443,7 +447,9 @@ def forecast(judged: RoleJudgement, demand: Demand, computes_prompts: bool, cold
             rs.demand_history, now, observed_rate, cfg.headroom_bucket_s, cfg.headroom_history_s))
         within = cold_start_s + cfg.interval_s
         rise, samples = headroom.rise_quantile(rs.demand_history, within, cfg.headroom_quantile)
-        if samples >= cfg.headroom_min_samples:
+        if seasonal:
+            rise = 1.0
+        elif samples >= cfg.headroom_min_samples:
             rise = min(rise, cfg.headroom_max)
             rs = replace(rs, headroom_rise=headroom.coarse_rise(rise),
                          headroom_peak=headroom.coarse_rate(max(h[1] for h in rs.demand_history)))
@@ -469,6 +475,11 @@ def forecast(judged: RoleJudgement, demand: Demand, computes_prompts: bool, cold
         if samples < cfg.headroom_min_samples:  # the carried headroom: capped by the peak seen before the restart
             seen = max(seen, rs.headroom_peak or 0.0)
         rate = max(rate, min(level * rise, max(level, seen)) + backlog / cfg.backlog_drain_s)
+    foreseen_rate, why = foreseen
+    if foreseen_rate is not None:
+        rate = max(rate, foreseen_rate + backlog / cfg.backlog_drain_s)
+    if why:
+        note = f"{note}; {why}" if note else why
     return RoleForecast(state=rs, demand_rate=rate, headroom_note=note)
 
 

@@ -3,7 +3,8 @@
 The controller applies exactly this list (server-side apply) and prunes the rest; `v41flash render`
 prints it. Same input, same output, same order: ConfigMap, then per enabled role its Service, PDB and
 workload, then the router's ServiceAccount, Role, RoleBinding, Deployment, Service and PDB, then the
-NetworkPolicies of the engines and the router.
+NetworkPolicies of the engines and the router (with spec.startup.weightCache.prefetch, the weight prefetcher's
+DaemonSet after the engines).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from ..api import v1alpha1 as api
 from . import labels as L
 from .engine import engine_workload, replica_commands
 from .objects import config_map, pdb, role_service
+from .prefetch import weight_prefetch
 from .resolve import Resolved, resolve
 from .network import network_policies
 from .revision import revision_of, serving_revision, stamp_revision
@@ -58,6 +60,9 @@ def render(obj: api.V41FlashDeployment, replicas: dict[str, int | None] | None =
         out.append(role_service(name, namespace, rr.role, owner))
         out.append(pdb(name, namespace, rr.role, owner))
         out.append(engines[rr.role])
+    prefetch = weight_prefetch(name, namespace, spec, res, owner)
+    if prefetch is not None:
+        out.append(prefetch)
     out += router_objects(name, namespace, spec, res, owner)
     out.append(pdb(name, namespace, L.ROUTER, owner))
     metrics = spec.autoscaling.metrics

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from kubernetes.utils.quantity import parse_quantity
 from pydantic.alias_generators import to_camel
 
+from .. import cron
 from ..api import v1alpha1 as api
 from ..api.validation import Problem
 from ..vllm import args as vargs
@@ -81,6 +82,48 @@ def gpu_budget_problems(obj: api.V41FlashDeployment) -> list[Problem]:
     return [Problem("spec.autoscaling.gpuBudget",
                     f"gpuBudget {budget} is below the {need} GPUs the roles hold at minReplicas ({parts}); "
                     f"raise gpuBudget to at least {need} or lower minReplicas")]
+
+
+SCHEDULE_CHECK_DAYS = 8  # overlaps are looked for over a week and a day of starts (daily and weekly patterns)
+SCHEDULE_CHECK_STARTS = 3000  # per window (a window every 5 minutes has 2,300 in 8 days)
+
+
+def schedule_problems(obj: api.V41FlashDeployment) -> list[Problem]:
+    """Schedules whose floors, alone or combined with the windows running at the same time (by maximum per role),
+    hold more GPUs than autoscaling.gpuBudget: the planner could not keep them."""
+    spec = obj.spec
+    budget = spec.autoscaling.gpu_budget
+    if budget <= 0 or not spec.autoscaling.schedules:
+        return []
+    res = resolve(spec)
+    gpus = {rr.role: rr.gpus_per_replica for rr in res.enabled_roles}
+    events: list[tuple[float, int, int]] = []  # (time, +1 start / -1 end, window)
+    t0 = cron.REFERENCE_TIME
+    for k, w in enumerate(spec.autoscaling.schedules):
+        s = cron.last_start(w.cron, w.time_zone, t0)
+        s = s if s is not None and s + w.duration_seconds > t0 else cron.next_start(w.cron, w.time_zone, t0)
+        for _ in range(SCHEDULE_CHECK_STARTS):
+            if s is None or s > t0 + SCHEDULE_CHECK_DAYS * 86400:
+                break
+            events += [(s, 1, k), (s + w.duration_seconds, -1, k)]
+            s = cron.next_start(w.cron, w.time_zone, s)
+    active: set[int] = set()
+    for _, step, k in sorted(events, key=lambda e: (e[0], e[1])):  # an end before a start at the same second
+        if step < 0:
+            active.discard(k)
+            continue
+        active.add(k)
+        windows = [spec.autoscaling.schedules[i] for i in sorted(active)]
+        floors = {r: max((getattr(w.min_replicas, r) or 0) if w.min_replicas else 0 for w in windows) for r in gpus}
+        need = sum(floors[r] * gpus[r] for r in gpus)
+        if need > budget:
+            names = ", ".join(w.name for w in windows)
+            parts = " + ".join(f"{r} {floors[r]} x {gpus[r]}" for r in gpus if floors[r])
+            return [Problem("spec.autoscaling.schedules",
+                            f"{'the windows ' if len(windows) > 1 else 'the window '}{names} "
+                            f"{'hold together' if len(windows) > 1 else 'holds'} {need} GPUs ({parts}) > gpuBudget "
+                            f"{budget}: lower their minReplicas, or raise gpuBudget")]
+    return []
 
 
 def rollout_problems(obj: api.V41FlashDeployment) -> list[Problem]:
@@ -150,5 +193,5 @@ def host_memory_problems(obj: api.V41FlashDeployment) -> list[Problem]:
 
 
 def operator_checks() -> list[Callable[[api.V41FlashDeployment], list[Problem]]]:
-    return [engine_problems, gpu_budget_problems, host_memory_problems, rollout_problems, node_selector_problems,
-            rendered_problems]
+    return [engine_problems, gpu_budget_problems, schedule_problems, host_memory_problems, rollout_problems,
+            node_selector_problems, rendered_problems]

@@ -20,6 +20,8 @@ from .timing import DRAIN_CONFIG_KEY, DRAIN_MOUNT_DIR, PodTiming, pre_stop_scrip
 ENGINE_PORT = 8000  # home of the engine port: Services, probes, router discovery and scraping use it
 MODELS_DIR = "/models"
 CACHE_DIR = "/cache"
+WEIGHT_CACHE_DIR = "/weight-cache"  # spec.startup.weightCache.hostPath, mounted in engines and the prefetcher
+WEIGHT_CACHE_HF_HOME = f"{WEIGHT_CACHE_DIR}/huggingface"
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 LWS_GROUP_KEY = "leaderworkerset.sigs.k8s.io/group-key"
 # A plain roll never takes a role below its ready replicas: one new replica starts beside the old ones
@@ -90,6 +92,7 @@ def engine_config(spec: api.V41FlashDeploymentSpec, res: Resolved, role: str) ->
         kv_offload=engine_kv_offload(r),
         preset=spec.preset,
         point=r.point,
+        load_format=spec.startup.load_format,
     )
 
 
@@ -108,7 +111,10 @@ def _env(cmd: vargs.EngineCommand, spec: api.V41FlashDeploymentSpec) -> list[dic
         ref = hub.token_secret_ref
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
     env.append({"name": "VLLM_CACHE_ROOT", "value": f"{CACHE_DIR}/vllm"})
-    if hub is not None and spec.model.cache.claim_name:
+    if hub is not None and spec.startup.weight_cache is not None:
+        # the node's copy, prefetched: the hub client finds the files and downloads nothing
+        env.append({"name": "HF_HOME", "value": WEIGHT_CACHE_HF_HOME})
+    elif hub is not None and spec.model.cache.claim_name:
         # A persistent cache also keeps hub downloads (~511 GB) across restarts; an emptyDir is too small.
         env.append({"name": "HF_HOME", "value": f"{CACHE_DIR}/huggingface"})
     env += [{"name": k, "value": v} for k, v in cmd.env.items()]  # builder env, user extraEnv last
@@ -141,7 +147,14 @@ def _volumes(cr_name: str, spec: api.V41FlashDeploymentSpec,
         volumes.append({"name": "weights",
                         "persistentVolumeClaim": {"claimName": pvc.claim_name, "readOnly": True}})
         mounts.append({"name": "weights", "mountPath": MODELS_DIR, "readOnly": True})
+    if spec.startup.weight_cache is not None:
+        volumes.append(weight_cache_volume(spec.startup.weight_cache))
+        mounts.append({"name": "weight-cache", "mountPath": WEIGHT_CACHE_DIR})
     return volumes, mounts
+
+
+def weight_cache_volume(cache: api.WeightCacheSpec) -> dict[str, Any]:
+    return {"name": "weight-cache", "hostPath": {"path": cache.host_path, "type": "DirectoryOrCreate"}}
 
 
 def _ports(cfg: vargs.EngineConfig, serving: bool) -> list[dict[str, Any]]:

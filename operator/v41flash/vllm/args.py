@@ -128,6 +128,7 @@ class EngineConfig:
     kv_offload: KvOffload | None = None  # None: no host KV tier unless the preset point brings one
     preset: str = ""  # an AgentX lane of lanes.PRESETS; "" = none
     point: str = ""  # the lane's point; "" = chosen from the layout and max_num_seqs (lanes.select_point)
+    load_format: str = ""  # --load-format; "" = vLLM's default (auto)
 
 
 # ----------------------------------------------------------------------------------- outputs
@@ -473,6 +474,8 @@ def _user_knobs(cfg: EngineConfig, a: _Args) -> None:
         a.set("--max-model-len", cfg.max_model_len)
     if cfg.gpu_memory_utilization is not None:
         a.set("--gpu-memory-utilization", cfg.gpu_memory_utilization)
+    if cfg.load_format:
+        a.set("--load-format", cfg.load_format)
 
 
 def _pd_env(cfg: EngineConfig, product: GpuProduct, env: dict) -> dict[str, str]:

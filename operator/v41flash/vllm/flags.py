@@ -19,11 +19,13 @@ import re
 from importlib import resources
 from typing import Any
 
-from ..facts import EPLB_SYNC_ONLY_COMMUNICATORS
+from ..facts import EPLB_SYNC_ONLY_COMMUNICATORS, LOAD_FORMATS
 
 SNAPSHOT_FILE = "vllm_0_33_0_serve_flags.json"
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 _HUMAN_INT = re.compile(r"^\d+$|^\d+(\.\d+)?[kKmMgGtT]$")
+# values checked by a rule of vLLM's own beyond the parser's type: option -> the accepted values
+_LOADER_CHOICES = {"--load-format": LOAD_FORMATS}
 
 
 @functools.cache
@@ -224,6 +226,9 @@ def _check_value(option: str, spec: dict, value: str) -> list[str]:
         return _check_json_config(option, config, parsed) if config else []
     if kind == "lowercase_str":  # backend flags: the parser lowercases and maps '-' to '_'
         value = value.lower().replace("-", "_")
+    if option in _LOADER_CHOICES and value not in _LOADER_CHOICES[option]:
+        return [f"{option} {value!r} is not a model loader of vLLM {snapshot()['header']['vllm_version']} "
+                f"(one of: {', '.join(_LOADER_CHOICES[option])})"]
     return _check_choice(option, spec, value)
 
 

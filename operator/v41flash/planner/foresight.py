@@ -1,0 +1,55 @@
+"""The planner's foresight step: what the user's schedules and the learned season say the next cold start brings.
+
+``remember_demand`` keeps the deployment's demand history (the seasonal forecaster's input); ``foresee`` turns
+the schedules in force and the season's forecast into, per role, a request rate to size for at least and a
+replica floor to clamp to (``plan`` passes the rate to ``forecast`` and the floor to ``clamp``, never to the
+scale-down's stabilization: a floor gone at the window's end holds nothing).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from v41flash.planner import schedule, seasonal
+from v41flash.planner.datatypes import PlannerConfig, PlannerState
+from v41flash.roles import Role
+
+
+@dataclass(frozen=True)
+class Foresight:
+    """One role's foresight now."""
+
+    rate: float | None = None  # size for at least this request rate (None: nothing foreseen)
+    replicas: int = 0  # never fewer replicas (a schedule's floor; 0: none)
+    note: str = ""  # for the decision's reason
+    seasonal: bool = False  # a season forecasts the horizon (its learned headroom replaces the hour-scale one)
+
+
+def remember_demand(state: PlannerState, demand_rate: float | None, now: float, cfg: PlannerConfig) -> PlannerState:
+    """The demand sample of this decision in the season history (``demand_rate`` None: the window's data cannot be
+    used, nothing recorded); a history of another bucket size starts again."""
+    season = state.season
+    if season.bucket_s != cfg.season_bucket_s:
+        season = seasonal.History(cfg.season_bucket_s)
+    if demand_rate is not None:
+        season = seasonal.record(season, now, demand_rate, cfg.season_keep)
+    return replace(state, season=season)
+
+
+def foresee(state: PlannerState, role: Role, now: float, cold_start_s: float, current: int,
+            cfg: PlannerConfig) -> Foresight:
+    """The schedules' floor and rate for ``role`` and the season's forecast over its next cold start (+ one
+    interval), combined by maximum."""
+    horizon = cold_start_s + cfg.interval_s
+    floor = schedule.role_floor(cfg.schedules, role, now + cfg.epoch_s, cold_start_s, cfg.interval_s, current) \
+        if cfg.schedules else schedule.Floor()
+    rate, notes, season = floor.rate, [floor.why] if floor.why else [], False
+    if cfg.forecast_quantile > 0:
+        model = seasonal.fit(state.season, horizon, cfg.season)
+        got = seasonal.peak(state.season, model, now, horizon, cfg.season) if model is not None else None
+        if got is not None:
+            peak, level = got
+            notes.append(f"forecast {peak:.2f} req/s within {horizon:.0f}s from a "
+                         f"{model.describe(cfg.forecast_quantile, level)}")
+            rate = peak if rate is None else max(rate, peak)
+            season = True
+    return Foresight(rate=rate, replicas=floor.replicas, note="; ".join(notes), seasonal=season)
