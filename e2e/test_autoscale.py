@@ -14,6 +14,7 @@ import asyncio
 import json
 import random
 import re
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -296,3 +297,44 @@ def test_ttft_breach_scales_up_recovers_and_idle_returns_to_min(cluster, operato
         assert any(b > a for a, b in moves) and any(b < a for a, b in moves), f"{role} Scaled events: {moves}"
         if role == "prefill":
             assert all(a - b == 1 for a, b in moves if b < a), f"prefill Scaled events: {moves}"
+
+
+def test_a_restart_keeps_the_forecaster_s_history(cluster, operator_process, ns):
+    """The learned season lives in status.plannerState.season: a restarted operator reads it back and keeps
+    extending it, so a crash or a failover loses nothing. The history is seeded as a previous process left it
+    (closed buckets, and the bucket it was filling when it died): the restarted operator's first sample of a
+    later bucket closes that one and writes the history back, the seeded buckets in front."""
+    cluster.kubectl("create", "configmap", "sim-capacity-profile", "-n", ns, f"--from-file=profile.yaml={PROFILE}")
+    cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(deployment()))
+
+    def planner_state():
+        st = cluster.kubectl_json("get", "v41f", NAME, "-n", ns).get("status") or {}
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in st.get("conditions") or [])
+        return st.get("plannerState") if ready else None
+    wait_for(planner_state, 240, f"{ns}/{NAME} Ready with a planner decision in status")
+
+    operator_process.stop(signal.SIGKILL)  # a crash: nothing is flushed on the way out
+    bucket_s = 900.0
+    now_bucket = int(time.time() // bucket_s)
+    seeded = [1.5, None, 2.25, 3.0]
+    season = {"bucketSeconds": bucket_s, "last": now_bucket - 3, "values": seeded,
+              "open": [now_bucket - 1, 10.0, 4]}  # 2.5 req/s on average in the bucket it was filling
+    cluster.custom.patch_namespaced_custom_object_status(
+        "v41flash.io", "v1alpha1", ns, "v41flashdeployments", NAME, {"status": {"plannerState": {"season": season}}})
+    operator_process.start()
+
+    def extended():
+        s = ((cluster.kubectl_json("get", "v41f", NAME, "-n", ns).get("status") or {}).get("plannerState") or {}) \
+            .get("season") or {}
+        return s if s.get("last") is not None and s["last"] >= now_bucket - 1 else None
+    after = wait_for(extended, 120, "the restarted operator's planner to close the seeded open bucket")
+    # the seeded buckets, an empty one for the bucket with no sample, then the closed one (2.5 req/s)
+    assert after["values"][:6] == [*seeded, None, 2.5], after
+    assert after["bucketSeconds"] == bucket_s
+
+    operator_process.restart(signal.SIGKILL)  # and once more: what it wrote is what the next process reads
+    t_restart = time.time()
+    wait_for(lambda: time.time() - t_restart > 3 * INTERVAL_S, 3 * INTERVAL_S + 10, "three planner intervals")
+    again = extended()
+    assert again is not None and again["values"][:6] == after["values"][:6], again
+    operator_process.assert_alive()
