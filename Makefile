@@ -38,7 +38,7 @@ unit: venv unit-tools ## unit tests (with CI=true a test whose tool is missing f
 	$(VENV)/bin/pytest -q -rs tests
 
 e2e: venv tools
-	$(VENV)/bin/pytest -q -m e2e e2e
+	$(VENV)/bin/pytest -q -m e2e --durations=30 e2e
 
 test: unit e2e ## every test: unit tests, then e2e on the real control plane
 

@@ -18,6 +18,11 @@ PREFILL = H200_GPUS // 4 + 1  # TP4 replicas: one more than fit
 
 
 def test_unschedulable_prefill_pods_show_in_a_condition_and_an_event(cluster, operator_process, ns):
+    # the count of Ready and Pending pods below is the cluster's H200 GPUs: an earlier test's engine pods, still
+    # terminating (the harness runs their preStop and grace period as a kubelet would), must have left them
+    wait_for(lambda: not [p for p in cluster.kubectl_json("get", "pods", "-A", "-l",
+                                                          "v41flash.io/role in (prefill,decode)")["items"]
+                          if p["metadata"]["namespace"] != ns], 180, "other tests' engine pods gone")
     doc = {"apiVersion": "v41flash.io/v1alpha1", "kind": "V41FlashDeployment", "metadata": {"name": NAME},
            "spec": {"profile": "low-latency", "gpu": {"product": "H200"},
                     "prefill": {"minReplicas": PREFILL, "maxReplicas": PREFILL},

@@ -32,14 +32,20 @@ WINDOW_S = OperatorConfig().drift_every * TIMER_INTERVAL_S + 2 * TIMER_INTERVAL_
 
 
 @pytest.fixture
-def cordoned(cluster):
+def cordoned(cluster, ns):
+    """Every node unschedulable for the test; before they take pods again, the test's deployments and their
+    Pending pods are gone (else the next tests would share the cluster with N deployments starting up)."""
     nodes = {n.metadata.name: bool(n.spec.unschedulable) for n in cluster.core.list_node().items}
     for name in nodes:
         cluster.core.patch_node(name, {"spec": {"unschedulable": True}})
-    yield
-    for name, was in nodes.items():
-        if not was:
-            cluster.core.patch_node(name, {"spec": {"unschedulable": False}})
+    try:
+        yield
+    finally:
+        cluster.kubectl("delete", "v41f", "--all", "-n", ns, "--wait=true", timeout=300)
+        wait_for(lambda: not cluster.kubectl_json("get", "pods", "-n", ns)["items"], 300, f"{ns}'s pods gone")
+        for name, was in nodes.items():
+            if not was:
+                cluster.core.patch_node(name, {"spec": {"unschedulable": False}})
 
 
 def test_at_rest_n_deployments_get_no_write_from_the_operator(cluster, operator_process, ns, cordoned):
