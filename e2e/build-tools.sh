@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes components and simulators the e2e harness runs, from pinned Go modules,
 # into a cache outside the repo (one folder per component@version). A warm run only checks the cache.
-# Usage: e2e/build-tools.sh [etcd kwok inference-sim helm lws kubernetes promtool prometheus]   (default: all)
+# Usage: e2e/build-tools.sh [etcd kwok inference-sim helm lws kubernetes promtool prometheus gie gateway-api
+#                            tokenizers epp pd-sidecar]   (default: all but tokenizers, which epp builds)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -87,6 +88,97 @@ build_inference_sim() {
   rm -rf "$out"; mv "$out.tmp" "$out"; log "inference-sim $key done in $((SECONDS - t0))s"
 }
 
+# github.com/daulet/tokenizers' Rust static library (libtokenizers.a + tokenizers.h), which llm-d's endpoint picker
+# links through cgo. Upstream's build downloads a prebuilt archive; here cargo builds it from crates.io with the
+# module's own Cargo.lock (--locked), about 5 min on 2 busy cores.
+build_tokenizers() {
+  local ver=$TOKENIZERS_VERSION out="$BIN/tokenizers-$TOKENIZERS_VERSION" t0=$SECONDS
+  if have "$out" libtokenizers.a && [ -f "$out/tokenizers.h" ]; then log "tokenizers $ver cached"; return; fi
+  command -v cargo >/dev/null || { echo "tokenizers needs cargo (rustup or Debian's cargo)" >&2; exit 1; }
+  log "building tokenizers $ver (cargo, crates.io)"
+  local w="$CACHE/build/tokenizers"; wrapper "$w"
+  (
+    cd "$w"
+    local dir; dir=$(go mod download -json "github.com/daulet/tokenizers@$ver" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+    [ -n "$dir" ] || { echo "cannot download github.com/daulet/tokenizers@$ver" >&2; exit 1; }
+    cp -r "$dir" src && chmod -R u+w src
+    (cd src && CARGO_TARGET_DIR="$w/target" cargo build --release --locked --quiet)
+    mkdir -p "$out.tmp"
+    install -m 0644 "$w/target/release/libtokenizers.a" src/tokenizers.h "$out.tmp/"
+  )
+  rm -rf "$out"; mv "$out.tmp" "$out"; log "tokenizers $ver done in $((SECONDS - t0))s"
+}
+
+# llm-d's endpoint picker (cmd/epp of llm-d-inference-scheduler). It needs cgo: the precise prefix-cache scorer's
+# kv-cache manager links libtokenizers (above), embeds CPython (Python.h; python3-config --embed gives the flags,
+# so the binary links this machine's libpython) and subscribes to KV events with github.com/pebbe/zmq4 (libzmq:
+# Debian's libzmq3-dev). Its InferencePool CRDs come from the Gateway API Inference Extension module its go.mod
+# requires (component gie).
+build_epp() {
+  local ver=$LLM_D_INFERENCE_SCHEDULER_VERSION out="$BIN/epp-$LLM_D_INFERENCE_SCHEDULER_VERSION" t0=$SECONDS
+  local mod=github.com/llm-d/llm-d-inference-scheduler
+  if have "$out" epp; then log "epp $ver cached"; return; fi
+  build_tokenizers
+  command -v python3-config >/dev/null || { echo "epp needs python3-config (Debian: python3-dev)" >&2; exit 1; }
+  pkg-config --exists libzmq 2>/dev/null || { echo "epp needs libzmq's headers: apt-get install libzmq3-dev" >&2; exit 1; }
+  log "building epp $ver ($mod/cmd/epp, cgo)"
+  local w="$CACHE/build/epp" tok="$BIN/tokenizers-$TOKENIZERS_VERSION"; wrapper "$w"
+  (
+    cd "$w"
+    go get "$mod/cmd/epp@$ver"
+    mkdir -p "$out.tmp"
+    CGO_ENABLED=1 CGO_CFLAGS="$(python3-config --includes) -I$tok" \
+      CGO_LDFLAGS="$(python3-config --ldflags --embed) -L$tok -ltokenizers -ldl -lm -lstdc++" \
+      gobuild epp -trimpath -o "$out.tmp/epp" "$mod/cmd/epp"
+  )
+  rm -rf "$out"; mv "$out.tmp" "$out"; log "epp $ver done in $((SECONDS - t0))s"
+}
+
+# llm-d's P/D routing sidecar (cmd/pd-sidecar, pure Go). It listens on ":<port>" and sends decodes to
+# "localhost:<vllm-port>", so two simulated decode pods on one machine would collide; as for the simulator, the
+# build patches a copy of the module in the build cache (never this repo) to use $V41F_SIDECAR_BIND_HOST for both
+# (empty = upstream behaviour). Bump SIDECAR_PATCH when the patch changes.
+SIDECAR_PATCH=v41f1
+build_pd_sidecar() {
+  local ver=$LLM_D_INFERENCE_SCHEDULER_VERSION key="$LLM_D_INFERENCE_SCHEDULER_VERSION-$SIDECAR_PATCH"
+  local mod=github.com/llm-d/llm-d-inference-scheduler out="$BIN/pd-sidecar-$key" t0=$SECONDS
+  if have "$out" pd-sidecar; then log "pd-sidecar $key cached"; return; fi
+  log "building pd-sidecar $key ($mod $ver with the bind-host patch)"
+  local w="$CACHE/build/pd-sidecar"; wrapper "$w"
+  (
+    cd "$w"
+    local dir; dir=$(go mod download -json "$mod@$ver" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+    [ -n "$dir" ] || { echo "cannot download $mod@$ver" >&2; exit 1; }
+    cp -r "$dir" src && chmod -R u+w src
+    replace_once src/pkg/sidecar/proxy/proxy_helpers.go 'net.Listen("tcp", ":"+s.port)' \
+      'net.Listen("tcp", net.JoinHostPort(V41fBindHost(), s.port))'
+    replace_once src/cmd/pd-sidecar/main.go 'url.Parse(scheme + "://localhost:" + *vLLMPort)' \
+      'url.Parse(scheme + "://" + net.JoinHostPort(v41fDecoderHost(), *vLLMPort))'
+    replace_once src/cmd/pd-sidecar/main.go '"net/url"' '"net"
+	"net/url"'
+    printf '%s\n' 'package proxy' '' 'import "os"' '' \
+      '// V41fBindHost is the address the sidecar listens on (set by the v41flash e2e harness; "" = every address).' \
+      'func V41fBindHost() string { return os.Getenv("V41F_SIDECAR_BIND_HOST") }' > src/pkg/sidecar/proxy/v41f_bind.go
+    printf '%s\n' 'package main' '' 'import "github.com/llm-d/llm-d-inference-scheduler/pkg/sidecar/proxy"' '' \
+      '// v41fDecoderHost is where the local vLLM listens: the bind host when set, else localhost (upstream).' \
+      'func v41fDecoderHost() string { if h := proxy.V41fBindHost(); h != "" { return h }; return "localhost" }' \
+      > src/cmd/pd-sidecar/v41f_host.go
+    go mod edit "-require=$mod@$ver" "-replace=$mod=./src"
+    go get "$mod/cmd/pd-sidecar@$ver"
+    mkdir -p "$out.tmp"
+    gobuild pd-sidecar -trimpath -ldflags "-s -w" -o "$out.tmp/pd-sidecar" "$mod/cmd/pd-sidecar"
+  )
+  rm -rf "$out"; mv "$out.tmp" "$out"; log "pd-sidecar $key done in $((SECONDS - t0))s"
+}
+
+# replace_once FILE FROM TO: replace the one occurrence of FROM (fails unless there is exactly one).
+replace_once() {
+  local f=$1 from=$2 to=$3
+  [ "$(grep -cF "$from" "$f")" = 1 ] || { echo "'$from' not found exactly once in $f" >&2; exit 1; }
+  awk -v from="$from" -v to="$to" '{ i = index($0, from); if (i) $0 = substr($0, 1, i-1) to substr($0, i+length(from)); print }' \
+    "$f" > "$f.new" && mv "$f.new" "$f"
+}
+
 build_kubernetes() {
   local ver=$KUBERNETES_VERSION out="$BIN/kubernetes-$KUBERNETES_VERSION" t0=$SECONDS
   if have "$out" kube-apiserver kube-controller-manager kube-scheduler; then log "kubernetes $ver cached"; return; fi
@@ -142,7 +234,7 @@ prom_minor=${PROMTOOL_VERSION#v0.}; prom_minor=${prom_minor%%.*}
 prom_ld="-X github.com/prometheus/common/version.Version=${prom_minor:0:1}.${prom_minor:1}.${PROMTOOL_VERSION##*.}"
 prom_ld="$prom_ld -X github.com/prometheus/common/version.Branch=HEAD -X github.com/prometheus/common/version.Revision=$PROMTOOL_VERSION"
 
-want=${*:-etcd kwok inference-sim helm lws kubernetes promtool prometheus}
+want=${*:-etcd kwok inference-sim helm lws kubernetes promtool prometheus gie gateway-api epp pd-sidecar}
 t_all=$SECONDS
 for c in $want; do
   case $c in
@@ -170,7 +262,18 @@ for c in $want; do
     # service discoveries (no cloud SDKs to compile).
     prometheus) build_simple prometheus "$PROMTOOL_VERSION" github.com/prometheus/prometheus/cmd/prometheus prometheus \
                   -tags remove_all_sd,enable_kubernetes_sd -ldflags "-s -w $prom_ld" ;;
-    *) echo "unknown component $c (known: etcd kwok inference-sim helm lws kubernetes promtool prometheus)" >&2; exit 2 ;;
+    # Gateway mode: the CRDs (unit tests validate rendered InferencePools and HTTPRoutes against them; e2e installs
+    # them), the endpoint picker and the P/D sidecar.
+    gie) assets gie "$GATEWAY_API_INFERENCE_EXTENSION_VERSION" sigs.k8s.io/gateway-api-inference-extension \
+           config/crd/bases/inference.networking.k8s.io_inferencepools.yaml \
+           config/crd/bases/inference.networking.x-k8s.io_inferenceobjectives.yaml ;;
+    gateway-api) assets gateway-api "$GATEWAY_API_VERSION" sigs.k8s.io/gateway-api \
+                   config/crd/standard/gateway.networking.k8s.io_httproutes.yaml ;;
+    tokenizers) build_tokenizers ;;
+    epp) build_epp ;;
+    pd-sidecar) build_pd_sidecar ;;
+    *) echo "unknown component $c (known: etcd kwok inference-sim helm lws kubernetes promtool prometheus gie" \
+            "gateway-api tokenizers epp pd-sidecar)" >&2; exit 2 ;;
   esac
 done
 log "all tools in $BIN ($((SECONDS - t_all))s)"

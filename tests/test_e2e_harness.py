@@ -174,7 +174,8 @@ def test_lws_webhooks_point_at_loopback():
 def test_versions_env_pins_every_component():
     v = read_versions()
     assert set(v) == {"KUBERNETES_VERSION", "ETCD_VERSION", "KWOK_VERSION", "INFERENCE_SIM_VERSION", "HELM_VERSION",
-                      "LWS_VERSION", "PROMTOOL_VERSION"}
+                      "LWS_VERSION", "PROMTOOL_VERSION", "LLM_D_INFERENCE_SCHEDULER_VERSION",
+                      "GATEWAY_API_INFERENCE_EXTENSION_VERSION", "GATEWAY_API_VERSION", "TOKENIZERS_VERSION"}
     assert all(x.startswith("v") and x.count(".") == 2 for x in v.values())
 
 
