@@ -103,6 +103,18 @@ Server-side apply is a PATCH that creates a missing object, so it needs both pat
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
   verbs: ["get", "list", "create", "patch", "delete"]
+# spec.routing.mode: Gateway. The InferencePool and HTTPRoute children (apply, prune). The endpoint picker's Role
+# grants get/list/watch on pods, InferencePools and InferenceObjectives; RBAC only lets the operator grant what
+# it holds itself.
+- apiGroups: ["inference.networking.k8s.io"]
+  resources: ["inferencepools"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+- apiGroups: ["inference.networking.x-k8s.io"]
+  resources: ["inferenceobjectives"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["gateway.networking.k8s.io"]
+  resources: ["httproutes"]
+  verbs: ["get", "list", "create", "patch", "delete"]
 # Pods: observed for status and metrics, annotated with a deletion cost before a scale-down. get/list/watch
 # are also what the router's Role grants, and RBAC only lets the operator grant what it holds itself.
 - apiGroups: [""]

@@ -43,6 +43,11 @@ ROUTER_POLICIES = (
 DEFAULT_IMAGE = "vllm/vllm-openai:v0.33.0"
 DEFAULT_ROUTER_IMAGE = "v41flash/vllm-router:0.1.17"
 DEFAULT_OPERATOR_IMAGE = "v41flash/operator:0.1.0"  # also runs the router pod's session proxy
+# spec.routing.mode: Gateway (Gateway API Inference Extension): llm-d's endpoint picker and its P/D sidecar, built
+# from the same release as e2e/versions.env's LLM_D_INFERENCE_SCHEDULER_VERSION (a unit test ties the two).
+DEFAULT_EPP_IMAGE = "ghcr.io/llm-d/llm-d-inference-scheduler:v0.4.0"
+DEFAULT_ROUTING_SIDECAR_IMAGE = "ghcr.io/llm-d/llm-d-routing-sidecar:v0.4.0"
+ROUTING_MODES = ("VllmRouter", "Gateway")
 HEADER_KEYED_POLICIES = ("consistent_hash", "sticky_least_loaded")
 # The recipe's InferenceX AgentX lanes (lanes.py is their home): name -> (GPU product, profile, points).
 AGENTX_PRESETS: dict[str, tuple[str, str, tuple[str, ...]]] = {
@@ -476,8 +481,79 @@ class KVTransferSpec(Model):
         return value
 
 
+class GatewayParentRef(Model):
+    name: str = Field(min_length=1, max_length=253, pattern=F.DNS1123_SUBDOMAIN,
+                      description="Name of the Gateway (gateway.networking.k8s.io) the HTTPRoute attaches to.")
+    namespace: str = Field("", max_length=63, pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$",
+                           description="Its namespace; '' = the deployment's own (another namespace needs that "
+                                       "Gateway's allowedRoutes to admit this one).")
+    section_name: str = Field("", max_length=253, pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*"
+                                                          r"[a-z0-9])?)*)?$",
+                              description="The Gateway listener to attach to; '' = every listener that admits it.")
+
+
+class GatewayRoutingSpec(Model):
+    """spec.routing.gateway: what mode Gateway renders (Gateway API Inference Extension, llm-d's endpoint picker)."""
+    model_config = ConfigDict(json_schema_extra=validations(
+        cel("self.prefixCacheWeight + self.queueWeight + self.kvCacheUtilizationWeight > 0.0",
+            "with every scorer weight 0 the endpoint picker would pick at random: give one a weight",
+            field_path=".prefixCacheWeight")))
+    epp_image: str = Field(DEFAULT_EPP_IMAGE, min_length=1, max_length=1024, pattern=F.IMAGE,
+                           description="Endpoint picker image (llm-d-inference-scheduler: the GIE ext-proc server "
+                                       "with llm-d's P/D profile handler and scorers).")
+    sidecar_image: str = Field(DEFAULT_ROUTING_SIDECAR_IMAGE, min_length=1, max_length=1024, pattern=F.IMAGE,
+                               description="P/D routing sidecar image (llm-d pd-sidecar), run in each decode pod "
+                                           "in front of vLLM when prefill is enabled: it sends the prompt to the "
+                                           "prefill pod the endpoint picker chose, then decodes locally.")
+    prefix_cache_weight: float = Field(
+        3.0, ge=0, le=100, description="Weight of the prefix-cache scorer (the endpoint picker's own index of the "
+                                       "prompt prefixes it sent to each engine).")
+    queue_weight: float = Field(2.0, ge=0, le=100, description="Weight of the queue scorer (fewest waiting "
+                                                               "requests, from each engine's /metrics).")
+    kv_cache_utilization_weight: float = Field(
+        2.0, ge=0, le=100, description="Weight of the KV-cache utilization scorer (least-used KV cache).")
+    prefill_threshold_tokens: int = Field(
+        0, ge=0, le=F.INT32_MAX,
+        description="P/D only: a request whose uncached part (by the prefix index, in characters) is shorter than "
+                    "this is prefilled by its decode pod, skipping the prefill pod; 0 = always prefill remotely.")
+    data_plane_pods: PeerSelector | None = Field(
+        None, description="The pods of your Gateway's data plane (e.g. Envoy Gateway's proxies): the NetworkPolicies "
+                          "admit them to the engines' serving port and the endpoint picker's ext-proc port. Unset = "
+                          "any pod may reach those two ports (the engines' other ports stay closed).")
+    http_route: GatewayParentRef | None = Field(
+        None, description="When set, an HTTPRoute (gateway.networking.k8s.io/v1) attaching the InferencePool "
+                          "to this Gateway for the OpenAI paths. Unset = no HTTPRoute (write your own).")
+
+
+# Fields of spec.routing that configure vllm-router and its session proxy (mode VllmRouter) and their defaults (CEL
+# literals): with mode: Gateway nothing reads them, so the CRD refuses any other value there.
+VLLM_ROUTER_ONLY_FIELDS: tuple[tuple[str, str], ...] = (
+    ("sessionKey", "'derive'"), ("sessionHeader", "''"), ("policy", "'sticky_least_loaded'"),
+    ("decodePolicy", "'round_robin'"), ("kvEvents", "false"), ("cacheThreshold", "0.8"),
+    ("balanceAbsThreshold", "4"), ("balanceRelThreshold", "1.25"), ("retries", "false"), ("replicas", "1"),
+    ("image", f"'{DEFAULT_ROUTER_IMAGE}'"), ("sessionProxyImage", f"'{DEFAULT_OPERATOR_IMAGE}'"),
+)
+
+
+def _gateway_mode_rules() -> list[dict[str, str]]:
+    rules = [cel("self.mode == 'Gateway' || !has(self.gateway)",
+                 "spec.routing.gateway configures mode: Gateway only: set mode: Gateway or remove it",
+                 field_path=".gateway"),
+             cel("self.mode != 'Gateway' || !has(self.apiKeySecretRef)",
+                 "with mode: Gateway clients come through your Gateway, which authenticates them: remove "
+                 "apiKeySecretRef (it is the session proxy's, which mode: Gateway does not run)",
+                 field_path=".apiKeySecretRef")]
+    for name, default in VLLM_ROUTER_ONLY_FIELDS:
+        rules.append(cel(f"self.mode != 'Gateway' || self.{name} == {default}",
+                         f"{name} configures vllm-router (mode: VllmRouter); with mode: Gateway the endpoint picker "
+                         f"routes and nothing reads it: leave it at its default {default.strip(chr(39)) or chr(39) * 2}",
+                         field_path=f".{name}"))
+    return rules
+
+
 class RoutingSpec(Model):
     model_config = ConfigDict(json_schema_extra=validations(
+        *_gateway_mode_rules(),
         cel("!(self.policy == 'kv_aware' || self.decodePolicy == 'kv_aware') || self.kvEvents",
             "kv_aware routing without KV events silently degrades to load balancing: set kvEvents: true "
             "or pick another policy", field_path=".kvEvents"),
@@ -489,6 +565,16 @@ class RoutingSpec(Model):
             "sessionHeader is copied into x-session-id only with sessionKey: derive; with client the session "
             "proxy forwards the client's headers unchanged", field_path=".sessionHeader"),
     ))
+    mode: Literal[ROUTING_MODES] = Field(  # type: ignore[valid-type]
+        "VllmRouter",
+        description="VllmRouter: the operator's router Deployment (session proxy + vllm-router) behind the router "
+                    "Service. Gateway: the Gateway API Inference Extension instead: an InferencePool of the serving "
+                    "pods, llm-d's endpoint picker (Deployment + Service, plugins config in a ConfigMap) and, with "
+                    "prefill enabled, the P/D routing sidecar in each decode pod; your Gateway (Envoy Gateway, "
+                    "kgateway, Istio, GKE) sends requests (gateway.httpRoute renders the HTTPRoute). Needs the "
+                    "InferencePool CRD (inference.networking.k8s.io/v1) and the endpoint picker's InferenceObjective "
+                    "CRD installed.")
+    gateway: GatewayRoutingSpec | None = Field(None, description="mode: Gateway settings (unset = the defaults).")
     session_key: Literal[SESSION_KEY_MODES] = Field(  # type: ignore[valid-type]
         "derive",
         description="Where the x-session-id the router keys on comes from. derive: a session proxy in the router "
@@ -862,6 +948,9 @@ class V41FlashDeploymentSpec(Model):
         cel(f"!(self.gpu.product in {_AMD_PRODUCTS} && self.features.speculativeDecoding.adaptiveVerification)",
             f"vLLM refuses DSpark adaptive verification on ROCm ({', '.join(_AMD)}): set adaptiveVerification: false "
             "(DSpark then verifies the whole block)", field_path=".features.speculativeDecoding.adaptiveVerification"),
+        cel("!has(self.routing.gateway) || self.routing.gateway.prefillThresholdTokens == 0 || self.prefill.enabled",
+            "prefillThresholdTokens chooses between the prefill pod and the decode pod: it needs prefill enabled",
+            field_path=".routing.gateway.prefillThresholdTokens"),
     ))
     model: ModelSpec = Field(default_factory=ModelSpec, description="Checkpoint and weights.")
     image: str = Field(DEFAULT_IMAGE, min_length=1, max_length=1024, pattern=F.IMAGE, description="vLLM image (pinned).")

@@ -2,9 +2,10 @@
 
 The controller applies exactly this list (server-side apply) and prunes the rest; `v41flash render`
 prints it. Same input, same output, same order: ConfigMap, then per enabled role its Service, PDB and
-workload, then the router's ServiceAccount, Role, RoleBinding, Deployment, Service and PDB, then the
-NetworkPolicies of the engines and the router (with spec.startup.weightCache.prefetch, the weight prefetcher's
-DaemonSet after the engines).
+workload, then (with spec.startup.weightCache.prefetch) the weight prefetcher's DaemonSet, then the router's
+ServiceAccount, Role, RoleBinding, Deployment, Service and PDB (mode Gateway instead: the endpoint picker's
+ServiceAccount, Role, RoleBinding, ConfigMap, Deployment, Service, the InferencePool, the HTTPRoute when asked
+for), then the NetworkPolicies of the engines and the router (or the endpoint picker).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 from ..api import v1alpha1 as api
 from . import labels as L
 from .engine import engine_workload, replica_commands
+from .gateway import gateway_objects, gateway_settings, is_gateway
 from .objects import config_map, pdb, role_service
 from .prefetch import weight_prefetch
 from .resolve import Resolved, resolve
@@ -63,11 +65,15 @@ def render(obj: api.V41FlashDeployment, replicas: dict[str, int | None] | None =
     prefetch = weight_prefetch(name, namespace, spec, res, owner)
     if prefetch is not None:
         out.append(prefetch)
-    out += router_objects(name, namespace, spec, res, owner)
-    out.append(pdb(name, namespace, L.ROUTER, owner))
+    if is_gateway(spec):
+        out += gateway_objects(name, namespace, spec, res, owner)
+    else:
+        out += router_objects(name, namespace, spec, res, owner)
+        out.append(pdb(name, namespace, L.ROUTER, owner))
     metrics = spec.autoscaling.metrics
     out += network_policies(name, namespace, [rr.role for rr in res.enabled_roles], owner, operator_namespace,
-                            metrics.prometheus.scraped_by if metrics.source == "Prometheus" and metrics.prometheus else None)
+                            metrics.prometheus.scraped_by if metrics.source == "Prometheus" and metrics.prometheus else None,
+                            gateway=gateway_settings(spec) if is_gateway(spec) else None)
     return out
 
 

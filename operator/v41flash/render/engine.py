@@ -85,7 +85,7 @@ def engine_config(spec: api.V41FlashDeploymentSpec, res: Resolved, role: str) ->
                                       ucx_tls=kv.ucx_tls, extra_config=dict(kv.extra_config))
                      if res.disaggregated else None),
         kv_events=vargs.KvEvents() if spec.routing.kv_events else None,
-        port=ENGINE_PORT,
+        port=vllm_port(spec, res, role),
         extra_args=tuple(r.extra_args),
         extra_env={e.name: e.value for e in r.extra_env},
         features=engine_features(spec),
@@ -94,6 +94,17 @@ def engine_config(spec: api.V41FlashDeploymentSpec, res: Resolved, role: str) ->
         point=r.point,
         load_format=spec.startup.load_format,
     )
+
+
+def behind_sidecar(spec: api.V41FlashDeploymentSpec, res: Resolved, role: str) -> bool:
+    """A decode pod of mode Gateway with prefill: the routing sidecar owns ENGINE_PORT, vLLM listens behind it."""
+    from .gateway import uses_sidecar  # gateway.py takes ENGINE_PORT from here
+    return role == "decode" and uses_sidecar(spec, res)
+
+
+def vllm_port(spec: api.V41FlashDeploymentSpec, res: Resolved, role: str) -> int:
+    from .gateway import VLLM_BEHIND_SIDECAR_PORT
+    return VLLM_BEHIND_SIDECAR_PORT if behind_sidecar(spec, res, role) else ENGINE_PORT
 
 
 def replica_commands(spec: api.V41FlashDeploymentSpec, res: Resolved, role: str) -> vargs.ReplicaCommands:
@@ -159,10 +170,12 @@ def weight_cache_volume(cache: api.WeightCacheSpec) -> dict[str, Any]:
 
 def _ports(cfg: vargs.EngineConfig, serving: bool) -> list[dict[str, Any]]:
     """Ports the serving pod binds. Workers share one template across node ranks whose ports differ
-    (base + global DP rank), so only the leader/single pod lists its side ports (documentation only)."""
+    (base + global DP rank), so only the leader/single pod lists its side ports (documentation only).
+    vLLM's own port is "http" unless a routing sidecar owns that name (mode Gateway decode: "vllm")."""
     if not serving:
         return []
-    ports: list[dict[str, Any]] = [{"name": "http", "containerPort": ENGINE_PORT, "protocol": "TCP"}]
+    ports: list[dict[str, Any]] = [{"name": "http" if cfg.port == ENGINE_PORT else "vllm",
+                                    "containerPort": cfg.port, "protocol": "TCP"}]
     for i, port in enumerate(vargs.nixl_side_channel_ports(cfg, 0)):
         ports.append({"name": f"nixl-{i}", "containerPort": port, "protocol": "TCP"})
     for i, port in enumerate(vargs.kv_event_ports(cfg, 0)):
@@ -178,9 +191,9 @@ def startup_seconds(cmd: vargs.EngineCommand, timing: PodTiming) -> int:
     return max(timing.startup_min_seconds, ready_timeout + timing.startup_margin_seconds)
 
 
-def _probes(cmd: vargs.EngineCommand, timing: PodTiming) -> dict[str, Any]:
+def _probes(cmd: vargs.EngineCommand, timing: PodTiming, port: int = ENGINE_PORT) -> dict[str, Any]:
     startup_s = startup_seconds(cmd, timing)
-    health = {"path": "/health", "port": ENGINE_PORT}
+    health = {"path": "/health", "port": port}
     return {
         # /health: connection refused while loading, 200 serving, 503 once the engine died.
         "startupProbe": {"httpGet": dict(health), "periodSeconds": timing.startup_period_seconds,
@@ -260,7 +273,7 @@ def pod_template(cr_name: str, spec: api.V41FlashDeploymentSpec, res: Resolved, 
     }
     if serving:  # headless LWS workers serve no HTTP: LWS recreates their group when one fails
         container["ports"] = _ports(cfg, serving)
-        container.update(_probes(cmd, timing))
+        container.update(_probes(cmd, timing, cfg.port))
     pod_spec: dict[str, Any] = {
         "enableServiceLinks": False,
         # engines never call the apiserver: no token to steal from a compromised engine
@@ -272,6 +285,9 @@ def pod_template(cr_name: str, spec: api.V41FlashDeploymentSpec, res: Resolved, 
         "containers": [container],
         "volumes": volumes,
     }
+    if serving and behind_sidecar(spec, res, role):
+        from .gateway import sidecar_container
+        pod_spec["containers"] = [sidecar_container(spec, res), container]
     if spec.gpu.node_selector:
         pod_spec["nodeSelector"] = dict(sorted(spec.gpu.node_selector.items()))
     return {"metadata": {"labels": pod_labels}, "spec": pod_spec}

@@ -40,11 +40,17 @@ def _prometheus_peer(scraped_by: Any) -> dict[str, Any]:
 
 def network_policies(cr_name: str, namespace: str, roles: list[str], owner: dict[str, Any] | None,
                      operator_namespace: str | None = None, prometheus_scraped_by: Any = None,
-                     slot_routers: bool = False) -> list[dict[str, Any]]:
+                     slot_routers: bool = False, gateway: Any = None) -> list[dict[str, Any]]:
     """``prometheus_scraped_by``: the api.PeerSelector of the user's Prometheus (metrics source Prometheus), else None.
     ``slot_routers``: each rollout slot has its own vllm-router on ROUTER_INTERNAL_PORT (rollout/slots.py); only
     the deployment's router pods (the front's session proxy) may reach it there: its admin API has no
-    authentication."""
+    authentication.
+    ``gateway``: the api.GatewayRoutingSpec in mode Gateway, else None. Then the Gateway's data plane
+    (gateway.dataPlanePods, unset = any pod) reaches the engines' serving port and the endpoint picker's ext-proc
+    port, the endpoint picker scrapes the engines' serving port, and no router policy is rendered."""
+    if gateway is not None:
+        return _gateway_policies(cr_name, namespace, roles, owner, operator_namespace, prometheus_scraped_by,
+                                 gateway)
     def engines() -> dict[str, Any]:  # fresh each use: no shared subtrees (YAML anchors) in the output
         return {"matchLabels": {L.DEPLOYMENT_LABEL: cr_name},
                 "matchExpressions": [{"key": L.ROLE_LABEL, "operator": "In", "values": sorted(roles)}]}
@@ -74,3 +80,46 @@ def network_policies(cr_name: str, namespace: str, roles: list[str], owner: dict
         *([{"from": [{"podSelector": router()}], "ports": [tcp(ROUTER_INTERNAL_PORT)]}] if slot_routers else []),
     ])
     return [engine_policy, router_policy]
+
+
+def _gateway_policies(cr_name: str, namespace: str, roles: list[str], owner: dict[str, Any] | None,
+                      operator_namespace: str | None, prometheus_scraped_by: Any, gateway: Any) -> list[dict[str, Any]]:
+    from .gateway import EPP, EPP_GRPC_PORT, EPP_METRICS_PORT
+
+    def engines() -> dict[str, Any]:
+        return {"matchLabels": {L.DEPLOYMENT_LABEL: cr_name},
+                "matchExpressions": [{"key": L.ROLE_LABEL, "operator": "In", "values": sorted(roles)}]}
+
+    def epp() -> dict[str, Any]:
+        return {"matchLabels": L.selector_labels(cr_name, EPP)}
+
+    def data_plane(port: int) -> dict[str, Any]:
+        rule: dict[str, Any] = {"ports": [{"protocol": "TCP", "port": port}]}
+        if gateway.data_plane_pods is not None:
+            rule["from"] = [_prometheus_peer(gateway.data_plane_pods)]  # the same namespace/pod label shape
+        return rule
+
+    scrapers = [_operator_peer(operator_namespace)]
+    if prometheus_scraped_by is not None:
+        scrapers.append(_prometheus_peer(prometheus_scraped_by))
+
+    def policy(suffix: str, pods: dict[str, Any], ingress: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": L.metadata(cr_name, namespace, L.child_name(cr_name, suffix), "network", owner),
+            "spec": {"podSelector": pods, "policyTypes": ["Ingress"], "ingress": ingress},
+        }
+    tcp = lambda port: {"protocol": "TCP", "port": port}  # noqa: E731
+    return [
+        policy("engines", engines(), [
+            data_plane(ENGINE_PORT),  # requests from the Gateway (the decode pod's sidecar, or vLLM)
+            {"from": [{"podSelector": epp()}], "ports": [tcp(ENGINE_PORT)]},  # the picker scrapes /metrics
+            {"from": [{"podSelector": engines()}]},  # P/D KV transfer, the sidecar's prefill call, DP ranks
+            {"from": scrapers, "ports": [tcp(ENGINE_PORT)]},
+        ]),
+        policy("epp-ingress", epp(), [
+            data_plane(EPP_GRPC_PORT),  # the Gateway's ext-proc calls
+            {"from": list(scrapers), "ports": [tcp(EPP_METRICS_PORT)]},
+        ]),
+    ]

@@ -1,0 +1,388 @@
+"""spec.routing.mode: Gateway (render/gateway.py): the InferencePool, llm-d's endpoint picker, the P/D sidecar, the
+HTTPRoute, their RBAC and NetworkPolicies, and what the CRD refuses. The rendered InferencePool and HTTPRoute are
+checked against the CRDs of the pinned modules (copied into the tool cache by `bash e2e/build-tools.sh gie
+gateway-api`; absent: skipped locally, failed under CI)."""
+from __future__ import annotations
+
+import copy
+import functools
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from prereq import require_tool, tool_cache, versions
+from v41flash.api import v1alpha1 as api
+from v41flash.api.validation import validate
+from v41flash.render import gateway as gw
+from v41flash.render import labels as L
+from v41flash.render import render
+from v41flash.render.engine import ENGINE_PORT
+from v41flash.vllm.flags import check_serve_args
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "manifests" / "examples" / "tp4-h200-pd-gateway.yaml"
+V = versions()
+
+
+def deployment(routing: dict | None = None, **spec) -> api.V41FlashDeployment:
+    doc = {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": {"name": "demo", "namespace": "ns"},
+           "spec": {"gpu": {"product": "H200"}, "routing": {"mode": "Gateway", **(routing or {})}, **spec}}
+    assert validate(doc) == [], validate(doc)
+    return api.V41FlashDeployment.model_validate(doc)
+
+
+def by_kind(objs, kind):
+    return [o for o in objs if o["kind"] == kind]
+
+
+def one(objs, kind, name=None):
+    found = [o for o in by_kind(objs, kind) if name is None or o["metadata"]["name"] == name]
+    assert len(found) == 1, (kind, name, [o["metadata"]["name"] for o in by_kind(objs, kind)])
+    return found[0]
+
+
+def containers(workload):
+    return {c["name"]: c for c in workload["spec"]["template"]["spec"]["containers"]}
+
+
+# --- what is rendered ------------------------------------------------------------------------------
+
+def test_default_mode_renders_no_gateway_objects():
+    objs = render(deployment({"mode": "VllmRouter"}))
+    kinds = {o["kind"] for o in objs}
+    assert not kinds & {"InferencePool", "HTTPRoute"}
+    assert one(objs, "Deployment", "demo-router")
+    assert not [o for o in objs if o["metadata"]["name"].startswith("demo-epp")]
+
+
+def test_gateway_mode_replaces_the_router_with_pool_and_endpoint_picker():
+    objs = render(deployment())
+    names = [o["metadata"]["name"] for o in objs]
+    assert not [n for n in names if n.startswith("demo-router")]  # no router Deployment, Service, PDB, RBAC
+    pool = one(objs, "InferencePool")
+    assert pool["apiVersion"] == "inference.networking.k8s.io/v1"
+    # every serving pod of this deployment, prefill and decode: the picker's filters split the roles
+    assert pool["spec"]["selector"]["matchLabels"] == L.serving_pods_selector("demo")
+    assert pool["spec"]["targetPorts"] == [{"number": ENGINE_PORT}]
+    ref = pool["spec"]["endpointPickerRef"]
+    assert (ref["kind"], ref["name"], ref["port"]["number"]) == ("Service", "demo-epp", gw.EPP_GRPC_PORT)
+    svc = one(objs, "Service", "demo-epp")
+    epp = one(objs, "Deployment", "demo-epp")
+    # the Service selects exactly the picker's pods
+    assert svc["spec"]["selector"].items() <= epp["spec"]["template"]["metadata"]["labels"].items()
+    assert epp["spec"]["selector"]["matchLabels"] == svc["spec"]["selector"]
+    assert not by_kind(objs, "HTTPRoute")  # only when gateway.httpRoute names a Gateway
+    assert not [p for p in by_kind(objs, "PodDisruptionBudget") if p["metadata"]["name"].startswith("demo-epp")]
+
+
+def test_the_pool_selects_the_serving_pods_of_both_roles():
+    objs = render(deployment())
+    selector = one(objs, "InferencePool")["spec"]["selector"]["matchLabels"]
+    for role in ("prefill", "decode"):
+        labels = one(objs, "Deployment", f"demo-{role}")["spec"]["template"]["metadata"]["labels"]
+        assert selector.items() <= labels.items(), role
+
+
+def test_endpoint_picker_args_point_at_its_pool_and_config():
+    objs = render(deployment())
+    epp = one(objs, "Deployment", "demo-epp")
+    args = containers(epp)["epp"]["args"]
+    flag = lambda f: args[args.index(f) + 1]  # noqa: E731
+    assert flag("--pool-name") == "demo-pool" and flag("--pool-namespace") == "ns"
+    assert flag("--pool-group") == "inference.networking.k8s.io"
+    cm = one(objs, "ConfigMap", "demo-epp")
+    mount = containers(epp)["epp"]["volumeMounts"][0]
+    assert flag("--config-file") == f"{mount['mountPath']}/{gw.EPP_CONFIG_KEY}"
+    assert gw.EPP_CONFIG_KEY in cm["data"]
+    assert epp["spec"]["template"]["spec"]["volumes"] == [{"name": "config", "configMap": {"name": "demo-epp"}}]
+    # vLLM 0.33.0 exposes vllm:kv_cache_usage_perc; the picker's default is the old name
+    assert flag("--kv-cache-usage-percentage-metric") == "vllm:kv_cache_usage_perc"
+    assert "--ha-enable-leader-election" not in args
+
+
+def test_pd_config_has_both_profiles_and_the_prefill_header():
+    cfg = yaml.safe_load(one(render(deployment()), "ConfigMap", "demo-epp")["data"][gw.EPP_CONFIG_KEY])
+    assert cfg["kind"] == "EndpointPickerConfig"
+    types = [p["type"] for p in cfg["plugins"]]
+    assert {"pd-profile-handler", "prefill-header-handler", "prefix-cache-scorer", "max-score-picker"} <= set(types)
+    assert [p["name"] for p in cfg["schedulingProfiles"]] == ["prefill", "decode"]
+    filters = {p["name"]: p["parameters"] for p in cfg["plugins"] if p["type"] == "by-label"}
+    assert filters["prefill-pods"] == {"label": L.ROLE_LABEL, "validValues": ["prefill"], "allowsNoLabel": False}
+    assert filters["decode-pods"]["validValues"] == ["decode"]
+    declared = {p.get("name", p["type"]) for p in cfg["plugins"]}
+    for profile in cfg["schedulingProfiles"]:
+        refs = [r["pluginRef"] for r in profile["plugins"]]
+        assert set(refs) <= declared  # every reference resolves
+        assert refs[0] == f"{profile['name']}-pods" and refs[-1] == "max-score-picker"
+
+
+def test_aggregated_config_has_one_profile_and_no_sidecar():
+    objs = render(deployment(prefill={"enabled": False}))
+    cfg = yaml.safe_load(one(objs, "ConfigMap", "demo-epp")["data"][gw.EPP_CONFIG_KEY])
+    types = [p["type"] for p in cfg["plugins"]]
+    assert "single-profile-handler" in types and "pd-profile-handler" not in types
+    assert [p["name"] for p in cfg["schedulingProfiles"]] == ["default"]
+    assert list(containers(one(objs, "Deployment", "demo-decode"))) == ["vllm"]
+
+
+def test_aggregated_gateway_mode_keeps_the_engine_pods_and_their_revision():
+    """Switching an aggregated deployment to mode Gateway replaces only the router: no engine restarts."""
+    router = render(deployment({"mode": "VllmRouter"}, prefill={"enabled": False}))
+    gateway = render(deployment(prefill={"enabled": False}))
+    assert one(router, "Deployment", "demo-decode") == one(gateway, "Deployment", "demo-decode")
+
+
+def test_pd_decode_pods_carry_the_sidecar_on_the_serving_port_and_vllm_behind_it():
+    objs = render(deployment())
+    decode = containers(one(objs, "Deployment", "demo-decode"))
+    assert list(decode) == ["routing-sidecar", "vllm"]
+    sidecar, vllm = decode["routing-sidecar"], decode["vllm"]
+    assert sidecar["ports"] == [{"name": "http", "containerPort": ENGINE_PORT, "protocol": "TCP"}]
+    args = sidecar["args"]
+    assert args[args.index("--port") + 1] == str(ENGINE_PORT)
+    assert args[args.index("--vllm-port") + 1] == str(gw.VLLM_BEHIND_SIDECAR_PORT)
+    assert args[args.index("--connector") + 1] == "nixlv2" and "--secure-proxy=false" in args
+    assert vllm["args"][vllm["args"].index("--port") + 1] == str(gw.VLLM_BEHIND_SIDECAR_PORT)
+    assert vllm["ports"][0] == {"name": "vllm", "containerPort": gw.VLLM_BEHIND_SIDECAR_PORT, "protocol": "TCP"}
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert vllm[probe]["httpGet"]["port"] == gw.VLLM_BEHIND_SIDECAR_PORT, probe
+    assert check_serve_args(vllm["args"]) == []  # vLLM 0.33.0's parser takes the moved port
+    prefill = containers(one(objs, "Deployment", "demo-prefill"))
+    assert list(prefill) == ["vllm"] and prefill["vllm"]["ports"][0]["containerPort"] == ENGINE_PORT
+
+
+def test_pd_gateway_mode_changes_only_the_decode_revision_inputs():
+    router = render(deployment({"mode": "VllmRouter"}))
+    gateway = render(deployment())
+    assert one(router, "Deployment", "demo-prefill")["spec"]["template"]["spec"] == \
+        one(gateway, "Deployment", "demo-prefill")["spec"]["template"]["spec"]
+    assert one(router, "Deployment", "demo-decode") != one(gateway, "Deployment", "demo-decode")
+
+
+def test_multi_node_decode_gets_the_sidecar_on_the_leader_only():
+    doc = yaml.safe_load((ROOT / "manifests" / "examples" / "gb300-pd-dep4-dep16.yaml").read_text())
+    doc["spec"]["routing"] = {"mode": "Gateway"}
+    assert validate(doc) == []
+    objs = render(api.V41FlashDeployment.model_validate(doc))
+    lws = one(objs, "LeaderWorkerSet", f"{doc['metadata']['name']}-decode")
+    tmpl = lws["spec"]["leaderWorkerTemplate"]
+    assert [c["name"] for c in tmpl["leaderTemplate"]["spec"]["containers"]] == ["routing-sidecar", "vllm"]
+    assert [c["name"] for c in tmpl["workerTemplate"]["spec"]["containers"]] == ["vllm"]
+    # a DEP pod's API server balances its ranks behind one port: the sidecar is not told the DP size
+    assert "--data-parallel-size" not in tmpl["leaderTemplate"]["spec"]["containers"][0]["args"]
+
+
+def test_http_route_attaches_the_pool_to_the_named_gateway():
+    objs = render(deployment({"gateway": {"httpRoute": {"name": "gw", "namespace": "infra",
+                                                        "sectionName": "https"}}}))
+    route = one(objs, "HTTPRoute")
+    assert route["spec"]["parentRefs"] == [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gw",
+                                            "namespace": "infra", "sectionName": "https"}]
+    rule = route["spec"]["rules"][0]
+    assert rule["backendRefs"] == [{"group": "inference.networking.k8s.io", "kind": "InferencePool",
+                                    "name": "demo-pool", "weight": 1}]
+    assert {m["path"]["value"] for m in rule["matches"]} >= {"/v1/chat/completions", "/v1/completions"}
+    assert rule["timeouts"]["request"] == "4h"  # the routing request timeout, 14400 s
+
+
+@pytest.mark.parametrize("seconds, text", [(14400, "4h"), (3725, "1h2m5s"), (59, "59s"), (604800, "168h"),
+                                           (0, "0s"), (61, "1m1s")])
+def test_gateway_duration_fits_the_gateway_api_pattern(seconds, text):
+    import re
+    assert gw.gateway_duration(seconds) == text
+    assert re.fullmatch(r"([0-9]{1,5}(h|m|s|ms)){1,4}", text)
+
+
+def test_rbac_lets_the_picker_read_pods_and_pools_only():
+    objs = render(deployment())
+    role = one(objs, "Role", "demo-epp")
+    granted = {(g, r): set(rule["verbs"]) for rule in role["rules"] for g in rule["apiGroups"]
+               for r in rule["resources"]}
+    assert granted == {("", "pods"): {"get", "list", "watch"},
+                       ("inference.networking.k8s.io", "inferencepools"): {"get", "list", "watch"},
+                       ("inference.networking.x-k8s.io", "inferenceobjectives"): {"get", "list", "watch"}}
+    binding = one(objs, "RoleBinding", "demo-epp")
+    epp = one(objs, "Deployment", "demo-epp")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "demo-epp", "namespace": "ns"}]
+    assert epp["spec"]["template"]["spec"]["serviceAccountName"] == "demo-epp"
+
+
+def test_one_picker_without_leader_election():
+    epp = one(render(deployment()), "Deployment", "demo-epp")
+    assert epp["spec"]["replicas"] == 1 and "--ha-enable-leader-election" not in containers(epp)["epp"]["args"]
+
+
+def test_scorer_weights_reach_the_config_and_a_zero_weight_drops_the_scorer():
+    objs = render(deployment({"gateway": {"prefixCacheWeight": 5, "queueWeight": 0, "kvCacheUtilizationWeight": 1.5}}))
+    cfg = yaml.safe_load(one(objs, "ConfigMap", "demo-epp")["data"][gw.EPP_CONFIG_KEY])
+    weights = {r["pluginRef"]: r.get("weight") for r in cfg["schedulingProfiles"][0]["plugins"]}
+    assert weights["prefix-cache-scorer"] == 5 and weights["kv-cache-utilization-scorer"] == 1.5
+    assert "queue-scorer" not in weights and "queue-scorer" not in [p["type"] for p in cfg["plugins"]]
+
+
+def test_without_the_prefix_scorer_the_pd_handler_is_not_pointed_at_it():
+    objs = render(deployment({"gateway": {"prefixCacheWeight": 0}}))
+    cfg = yaml.safe_load(one(objs, "ConfigMap", "demo-epp")["data"][gw.EPP_CONFIG_KEY])
+    handler = next(p for p in cfg["plugins"] if p["type"] == "pd-profile-handler")
+    assert "prefixPluginName" not in handler["parameters"]
+
+
+# --- network policies ------------------------------------------------------------------------------
+
+def _ingress(policy):
+    return policy["spec"]["ingress"]
+
+
+def test_network_policies_admit_the_data_plane_and_the_picker_only_where_needed():
+    objs = render(deployment({"gateway": {"dataPlanePods": {"namespaceLabels": {"kubernetes.io/metadata.name": "eg"},
+                                                            "podLabels": {"app": "envoy"}}}}))
+    names = {p["metadata"]["name"] for p in by_kind(objs, "NetworkPolicy")}
+    assert names == {"demo-engines", "demo-epp-ingress"}
+    peer = {"podSelector": {"matchLabels": {"app": "envoy"}},
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "eg"}}}
+    engines = _ingress(one(objs, "NetworkPolicy", "demo-engines"))
+    assert {"from": [peer], "ports": [{"protocol": "TCP", "port": ENGINE_PORT}]} in engines
+    epp_pods = {"podSelector": {"matchLabels": L.selector_labels("demo", gw.EPP)}}
+    assert {"from": [epp_pods], "ports": [{"protocol": "TCP", "port": ENGINE_PORT}]} in engines
+    epp = one(objs, "NetworkPolicy", "demo-epp-ingress")
+    assert epp["spec"]["podSelector"] == {"matchLabels": L.selector_labels("demo", gw.EPP)}
+    assert {"from": [peer], "ports": [{"protocol": "TCP", "port": gw.EPP_GRPC_PORT}]} in _ingress(epp)
+    # the picker's pods match its policy's selector
+    labels = one(objs, "Deployment", "demo-epp")["spec"]["template"]["metadata"]["labels"]
+    assert epp["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+
+
+def test_without_data_plane_pods_only_the_two_ports_open_to_everyone():
+    objs = render(deployment())
+    engines = _ingress(one(objs, "NetworkPolicy", "demo-engines"))
+    open_rules = [r for r in engines if "from" not in r]
+    assert open_rules == [{"ports": [{"protocol": "TCP", "port": ENGINE_PORT}]}]
+    epp_open = [r for r in _ingress(one(objs, "NetworkPolicy", "demo-epp-ingress")) if "from" not in r]
+    assert epp_open == [{"ports": [{"protocol": "TCP", "port": gw.EPP_GRPC_PORT}]}]
+
+
+# --- admission --------------------------------------------------------------------------------------
+
+def _problems(routing: dict, **spec) -> list[str]:
+    doc = {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": {"name": "x"},
+           "spec": {"routing": routing, **spec}}
+    return [str(p) for p in validate(doc)]
+
+
+@pytest.mark.parametrize("routing, spec, field", [
+    ({"gateway": {}}, {}, "spec.routing.gateway"),  # settings of a mode not chosen
+    ({"mode": "Gateway", "policy": "cache_aware"}, {}, "spec.routing.policy"),
+    ({"mode": "Gateway", "kvEvents": True}, {}, "spec.routing.kvEvents"),
+    ({"mode": "Gateway", "sessionKey": "client"}, {}, "spec.routing.sessionKey"),
+    ({"mode": "Gateway", "replicas": 2}, {}, "spec.routing.replicas"),
+    ({"mode": "Gateway", "image": "other:1"}, {}, "spec.routing.image"),
+    ({"mode": "Gateway", "apiKeySecretRef": {"name": "keys"}}, {}, "spec.routing.apiKeySecretRef"),
+    ({"mode": "Gateway", "gateway": {"prefixCacheWeight": 0, "queueWeight": 0, "kvCacheUtilizationWeight": 0}}, {},
+     "spec.routing.gateway.prefixCacheWeight"),
+    ({"mode": "Gateway", "gateway": {"prefillThresholdTokens": 100}}, {"prefill": {"enabled": False}},
+     "spec.routing.gateway.prefillThresholdTokens"),
+    ({"mode": "Gateway", "gateway": {"eppReplicas": 2}}, {}, "spec.routing.gateway"),  # one picker (no field)
+    ({"mode": "Gateway", "gateway": {"httpRoute": {"name": "Bad_Name"}}}, {}, "spec.routing.gateway.httpRoute.name"),
+    ({"mode": "Gateway", "gateway": {"eppImage": "has space"}}, {}, "spec.routing.gateway.eppImage"),
+    ({"mode": "gateway"}, {}, "spec.routing.mode"),
+])
+def test_admission_refuses_naming_the_field(routing, spec, field):
+    problems = _problems(routing, **spec)
+    assert problems and any(p.startswith(field) for p in problems), problems
+
+
+@pytest.mark.parametrize("routing, spec", [
+    ({"mode": "Gateway"}, {}),
+    ({"mode": "Gateway", "requestTimeoutSeconds": 600, "sessionAffinityTtlSeconds": 60}, {}),  # both modes use them
+    ({"mode": "Gateway", "gateway": {"prefillThresholdTokens": 100}}, {}),
+    ({"mode": "VllmRouter", "policy": "cache_aware"}, {}),
+])
+def test_admission_allows(routing, spec):
+    assert _problems(routing, **spec) == []
+
+
+def test_example_is_valid_and_renders_an_http_route():
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    assert validate(doc) == []
+    objs = render(api.V41FlashDeployment.model_validate(doc))
+    assert one(objs, "HTTPRoute")["spec"]["parentRefs"][0]["name"] == "inference-gateway"
+
+
+def test_default_images_carry_the_pinned_scheduler_release():
+    tag = V["LLM_D_INFERENCE_SCHEDULER_VERSION"]
+    assert api.DEFAULT_EPP_IMAGE.endswith(f":{tag}") and api.DEFAULT_ROUTING_SIDECAR_IMAGE.endswith(f":{tag}")
+
+
+# --- the pinned CRDs and binaries -------------------------------------------------------------------
+
+@functools.cache
+def _crd_validator(component: str, version_key: str, filename: str, kind_version: str):
+    import jsonschema
+    from test_render import _structural_to_jsonschema
+
+    path = require_tool(tool_cache() / f"{component}-{V[version_key]}" / "assets" / filename,
+                        f"bash e2e/build-tools.sh {component}")
+    crd = yaml.safe_load(path.read_text())
+    schema = next(v for v in crd["spec"]["versions"] if v["name"] == kind_version)["schema"]["openAPIV3Schema"]
+    schema = _structural_to_jsonschema(schema)
+    schema["properties"]["metadata"] = {"type": "object"}
+    return jsonschema.Draft7Validator(schema)
+
+
+def _pool_validator():
+    return _crd_validator("gie", "GATEWAY_API_INFERENCE_EXTENSION_VERSION",
+                          "inference.networking.k8s.io_inferencepools.yaml", "v1")
+
+
+def _route_validator():
+    return _crd_validator("gateway-api", "GATEWAY_API_VERSION", "gateway.networking.k8s.io_httproutes.yaml", "v1")
+
+
+def test_example_pool_and_route_validate_against_the_pinned_crds():
+    objs = render(api.V41FlashDeployment.model_validate(yaml.safe_load(EXAMPLE.read_text())))
+    _pool_validator().validate(one(objs, "InferencePool"))
+    _route_validator().validate(one(objs, "HTTPRoute"))
+
+
+def test_crd_check_catches_a_bad_pool():
+    import jsonschema
+    pool = copy.deepcopy(one(render(deployment()), "InferencePool"))
+    pool["spec"]["targetPorts"] = [{"number": 70000}]
+    with pytest.raises(jsonschema.ValidationError):
+        _pool_validator().validate(pool)
+
+
+def test_gateway_objects_of_builtin_kinds_validate_against_kubernetes():
+    import kubernetes_validate
+    for obj in render(deployment()):
+        if obj["apiVersion"].startswith(("inference.networking", "gateway.networking")):
+            continue
+        kubernetes_validate.validate(obj, "1.36.0", strict=True)
+
+
+def _help(binary: Path) -> str:
+    out = subprocess.run([str(binary), "--help"], capture_output=True, text=True, timeout=60)
+    return out.stdout + out.stderr
+
+
+def _flags(args: list[str]) -> set[str]:
+    return {a.split("=", 1)[0].lstrip("-") for a in args if a.startswith("--")}
+
+
+def test_every_endpoint_picker_flag_exists_in_the_pinned_epp():
+    binary = require_tool(tool_cache() / f"epp-{V['LLM_D_INFERENCE_SCHEDULER_VERSION']}" / "epp",
+                          "bash e2e/build-tools.sh epp")
+    text = _help(binary)
+    args = containers(one(render(deployment()), "Deployment", "demo-epp"))["epp"]["args"]
+    missing = [f for f in _flags(args) if f"-{f}" not in text]
+    assert not missing, missing
+
+
+def test_every_sidecar_flag_exists_in_the_pinned_sidecar():
+    key = f"{V['LLM_D_INFERENCE_SCHEDULER_VERSION']}-v41f1"
+    binary = require_tool(tool_cache() / f"pd-sidecar-{key}" / "pd-sidecar", "bash e2e/build-tools.sh pd-sidecar")
+    text = _help(binary)
+    missing = [f for f in _flags(gw.sidecar_args()) if f"-{f}" not in text]
+    assert not missing, missing
