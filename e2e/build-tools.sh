@@ -39,6 +39,21 @@ gobuild() {
 # wrapper DIR: a fresh throwaway module to build a main package in.
 wrapper() { rm -rf "$1"; mkdir -p "$1"; (cd "$1" && go mod init v41flash.local/build >/dev/null 2>&1); }
 
+# module_src MODULE VERSION: a writable copy of a pinned module's source in ./src (for a build-cache patch).
+module_src() {
+  local dir; dir=$(go mod download -json "$1@$2" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+  [ -n "$dir" ] || { echo "cannot download $1@$2" >&2; exit 1; }
+  cp -r "$dir" src && chmod -R u+w src
+}
+
+# replace_once FILE FROM TO: replace the one occurrence of FROM (fails unless there is exactly one).
+replace_once() {
+  local f=$1 from=$2 to=$3
+  [ "$(grep -cF "$from" "$f")" = 1 ] || { echo "'$from' not found exactly once in $f" >&2; exit 1; }
+  awk -v from="$from" -v to="$to" '{ i = index($0, from); if (i) $0 = substr($0, 1, i-1) to substr($0, i+length(from)); print }' \
+    "$f" > "$f.new" && mv "$f.new" "$f"
+}
+
 # build_simple NAME VERSION PKG BINNAME [go build flags...]: go get PKG@VERSION, build it to NAME-VERSION/BINNAME.
 build_simple() {
   local name=$1 key=$2 pkg=$3 bin=$4; shift 4
@@ -68,15 +83,10 @@ build_inference_sim() {
   local w="$CACHE/build/inference-sim"; wrapper "$w"
   (
     cd "$w"
-    local dir; dir=$(go mod download -json "$mod@$ver" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
-    [ -n "$dir" ] || { echo "cannot download $mod@$ver" >&2; exit 1; }
-    cp -r "$dir" src && chmod -R u+w src
-    local f=src/pkg/communication/http.go
-    local from='net.Listen("tcp4", fmt.Sprintf(":%d", c.simulator.Context.Config().Port))'
-    local to='net.Listen("tcp4", net.JoinHostPort(v41fBindHost(), strconv.Itoa(c.simulator.Context.Config().Port)))'
-    [ "$(grep -cF "$from" "$f")" = 1 ] || { echo "listen call not found exactly once in $f" >&2; exit 1; }
-    awk -v from="$from" -v to="$to" '{ i = index($0, from); if (i) $0 = substr($0, 1, i-1) to substr($0, i+length(from)); print }' \
-      "$f" > "$f.new" && mv "$f.new" "$f"
+    module_src "$mod" "$ver"
+    replace_once src/pkg/communication/http.go \
+      'net.Listen("tcp4", fmt.Sprintf(":%d", c.simulator.Context.Config().Port))' \
+      'net.Listen("tcp4", net.JoinHostPort(v41fBindHost(), strconv.Itoa(c.simulator.Context.Config().Port)))'
     printf '%s\n' 'package communication' '' 'import "os"' '' \
       '// v41fBindHost is the address the simulator listens on (set by the v41flash e2e harness).' \
       'func v41fBindHost() string { return os.Getenv("V41F_SIM_BIND_HOST") }' > src/pkg/communication/v41f_bind.go
@@ -99,9 +109,7 @@ build_tokenizers() {
   local w="$CACHE/build/tokenizers"; wrapper "$w"
   (
     cd "$w"
-    local dir; dir=$(go mod download -json "github.com/daulet/tokenizers@$ver" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
-    [ -n "$dir" ] || { echo "cannot download github.com/daulet/tokenizers@$ver" >&2; exit 1; }
-    cp -r "$dir" src && chmod -R u+w src
+    module_src github.com/daulet/tokenizers "$ver"
     (cd src && CARGO_TARGET_DIR="$w/target" cargo build --release --locked --quiet)
     mkdir -p "$out.tmp"
     install -m 0644 "$w/target/release/libtokenizers.a" src/tokenizers.h "$out.tmp/"
@@ -147,9 +155,7 @@ build_pd_sidecar() {
   local w="$CACHE/build/pd-sidecar"; wrapper "$w"
   (
     cd "$w"
-    local dir; dir=$(go mod download -json "$mod@$ver" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
-    [ -n "$dir" ] || { echo "cannot download $mod@$ver" >&2; exit 1; }
-    cp -r "$dir" src && chmod -R u+w src
+    module_src "$mod" "$ver"
     replace_once src/pkg/sidecar/proxy/proxy_helpers.go 'net.Listen("tcp", ":"+s.port)' \
       'net.Listen("tcp", net.JoinHostPort(V41fBindHost(), s.port))'
     replace_once src/cmd/pd-sidecar/main.go 'url.Parse(scheme + "://localhost:" + *vLLMPort)' \
@@ -169,14 +175,6 @@ build_pd_sidecar() {
     gobuild pd-sidecar -trimpath -ldflags "-s -w" -o "$out.tmp/pd-sidecar" "$mod/cmd/pd-sidecar"
   )
   rm -rf "$out"; mv "$out.tmp" "$out"; log "pd-sidecar $key done in $((SECONDS - t0))s"
-}
-
-# replace_once FILE FROM TO: replace the one occurrence of FROM (fails unless there is exactly one).
-replace_once() {
-  local f=$1 from=$2 to=$3
-  [ "$(grep -cF "$from" "$f")" = 1 ] || { echo "'$from' not found exactly once in $f" >&2; exit 1; }
-  awk -v from="$from" -v to="$to" '{ i = index($0, from); if (i) $0 = substr($0, 1, i-1) to substr($0, i+length(from)); print }' \
-    "$f" > "$f.new" && mv "$f.new" "$f"
 }
 
 build_kubernetes() {

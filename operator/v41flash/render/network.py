@@ -51,75 +51,74 @@ def network_policies(cr_name: str, namespace: str, roles: list[str], owner: dict
     if gateway is not None:
         return _gateway_policies(cr_name, namespace, roles, owner, operator_namespace, prometheus_scraped_by,
                                  gateway)
-    def engines() -> dict[str, Any]:  # fresh each use: no shared subtrees (YAML anchors) in the output
-        return {"matchLabels": {L.DEPLOYMENT_LABEL: cr_name},
-                "matchExpressions": [{"key": L.ROLE_LABEL, "operator": "In", "values": sorted(roles)}]}
+    engines = lambda: _engine_pods(cr_name, roles)  # noqa: E731
 
     def router() -> dict[str, Any]:
         return {"matchLabels": L.selector_labels(cr_name, L.ROUTER)}
-    tcp = lambda port: {"protocol": "TCP", "port": port}  # noqa: E731
-    def policy(suffix: str, pods: dict[str, Any], ingress: list[dict[str, Any]]) -> dict[str, Any]:
-        return {
-            "apiVersion": "networking.k8s.io/v1",
-            "kind": "NetworkPolicy",
-            "metadata": L.metadata(cr_name, namespace, L.child_name(cr_name, suffix), "network", owner),
-            "spec": {"podSelector": pods, "policyTypes": ["Ingress"], "ingress": ingress},
-        }
-    def scrapers() -> list[dict[str, Any]]:
-        peers = [_operator_peer(operator_namespace)]
-        return peers + [_prometheus_peer(prometheus_scraped_by)] if prometheus_scraped_by is not None else peers
+    policy = lambda suffix, pods, ingress: _policy(cr_name, namespace, owner, suffix, pods, ingress)  # noqa: E731
+    scrapers = lambda: _scrapers(operator_namespace, prometheus_scraped_by)  # noqa: E731
     engine_policy = policy("engines", engines(), [
         # any port: the router also subscribes to the engines' KV-event publishers (ports per DP rank)
         {"from": [{"podSelector": router()}]},
         {"from": [{"podSelector": engines()}]},  # P/D KV transfer and DP ranks: every port
-        {"from": scrapers(), "ports": [tcp(ENGINE_PORT)]},
+        {"from": scrapers(), "ports": [_tcp(ENGINE_PORT)]},
     ])
     router_policy = policy("router-ingress", router(), [
-        {"ports": [tcp(ROUTER_PORT)]},  # clients, from anywhere (also the session proxy's /proxy/metrics)
-        {"from": scrapers(), "ports": [tcp(METRICS_PORT)]},
-        *([{"from": [{"podSelector": router()}], "ports": [tcp(ROUTER_INTERNAL_PORT)]}] if slot_routers else []),
+        {"ports": [_tcp(ROUTER_PORT)]},  # clients, from anywhere (also the session proxy's /proxy/metrics)
+        {"from": scrapers(), "ports": [_tcp(METRICS_PORT)]},
+        *([{"from": [{"podSelector": router()}], "ports": [_tcp(ROUTER_INTERNAL_PORT)]}] if slot_routers else []),
     ])
     return [engine_policy, router_policy]
+
+
+def _tcp(port: int) -> dict[str, Any]:
+    return {"protocol": "TCP", "port": port}
+
+
+def _engine_pods(cr_name: str, roles: list[str]) -> dict[str, Any]:
+    """The deployment's engine pods (fresh each call: no shared subtrees, i.e. YAML anchors, in the output)."""
+    return {"matchLabels": {L.DEPLOYMENT_LABEL: cr_name},
+            "matchExpressions": [{"key": L.ROLE_LABEL, "operator": "In", "values": sorted(roles)}]}
+
+
+def _policy(cr_name: str, namespace: str, owner: dict[str, Any] | None, suffix: str, pods: dict[str, Any],
+            ingress: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": L.metadata(cr_name, namespace, L.child_name(cr_name, suffix), "network", owner),
+        "spec": {"podSelector": pods, "policyTypes": ["Ingress"], "ingress": ingress},
+    }
+
+
+def _scrapers(operator_namespace: str | None, prometheus_scraped_by: Any) -> list[dict[str, Any]]:
+    """Who may scrape metrics ports: the operator, and the user's Prometheus with metrics source Prometheus."""
+    peers = [_operator_peer(operator_namespace)]
+    return peers + [_prometheus_peer(prometheus_scraped_by)] if prometheus_scraped_by is not None else peers
 
 
 def _gateway_policies(cr_name: str, namespace: str, roles: list[str], owner: dict[str, Any] | None,
                       operator_namespace: str | None, prometheus_scraped_by: Any, gateway: Any) -> list[dict[str, Any]]:
     from .gateway import EPP, EPP_GRPC_PORT, EPP_METRICS_PORT
 
-    def engines() -> dict[str, Any]:
-        return {"matchLabels": {L.DEPLOYMENT_LABEL: cr_name},
-                "matchExpressions": [{"key": L.ROLE_LABEL, "operator": "In", "values": sorted(roles)}]}
-
     def epp() -> dict[str, Any]:
         return {"matchLabels": L.selector_labels(cr_name, EPP)}
 
     def data_plane(port: int) -> dict[str, Any]:
-        rule: dict[str, Any] = {"ports": [{"protocol": "TCP", "port": port}]}
+        rule: dict[str, Any] = {"ports": [_tcp(port)]}
         if gateway.data_plane_pods is not None:
             rule["from"] = [_prometheus_peer(gateway.data_plane_pods)]  # the same namespace/pod label shape
         return rule
 
-    scrapers = [_operator_peer(operator_namespace)]
-    if prometheus_scraped_by is not None:
-        scrapers.append(_prometheus_peer(prometheus_scraped_by))
-
-    def policy(suffix: str, pods: dict[str, Any], ingress: list[dict[str, Any]]) -> dict[str, Any]:
-        return {
-            "apiVersion": "networking.k8s.io/v1",
-            "kind": "NetworkPolicy",
-            "metadata": L.metadata(cr_name, namespace, L.child_name(cr_name, suffix), "network", owner),
-            "spec": {"podSelector": pods, "policyTypes": ["Ingress"], "ingress": ingress},
-        }
-    tcp = lambda port: {"protocol": "TCP", "port": port}  # noqa: E731
     return [
-        policy("engines", engines(), [
+        _policy(cr_name, namespace, owner, "engines", _engine_pods(cr_name, roles), [
             data_plane(ENGINE_PORT),  # requests from the Gateway (the decode pod's sidecar, or vLLM)
-            {"from": [{"podSelector": epp()}], "ports": [tcp(ENGINE_PORT)]},  # the picker scrapes /metrics
-            {"from": [{"podSelector": engines()}]},  # P/D KV transfer, the sidecar's prefill call, DP ranks
-            {"from": scrapers, "ports": [tcp(ENGINE_PORT)]},
+            {"from": [{"podSelector": epp()}], "ports": [_tcp(ENGINE_PORT)]},  # the picker scrapes /metrics
+            {"from": [{"podSelector": _engine_pods(cr_name, roles)}]},  # P/D KV transfer, the sidecar's prefill call
+            {"from": _scrapers(operator_namespace, prometheus_scraped_by), "ports": [_tcp(ENGINE_PORT)]},
         ]),
-        policy("epp-ingress", epp(), [
+        _policy(cr_name, namespace, owner, "epp-ingress", epp(), [
             data_plane(EPP_GRPC_PORT),  # the Gateway's ext-proc calls
-            {"from": list(scrapers), "ports": [tcp(EPP_METRICS_PORT)]},
+            {"from": _scrapers(operator_namespace, prometheus_scraped_by), "ports": [_tcp(EPP_METRICS_PORT)]},
         ]),
     ]
