@@ -128,6 +128,11 @@ build_epp() {
   if have "$out" epp; then log "epp $ver cached"; return; fi
   build_tokenizers
   command -v python3-config >/dev/null || { echo "epp needs python3-config (Debian: python3-dev)" >&2; exit 1; }
+  if ! pkg-config --exists libzmq 2>/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    log "epp needs libzmq's headers: installing Debian's libzmq3-dev"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q libzmq3-dev >/dev/null \
+      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q libzmq3-dev >/dev/null; }
+  fi
   pkg-config --exists libzmq 2>/dev/null || { echo "epp needs libzmq's headers: apt-get install libzmq3-dev" >&2; exit 1; }
   log "building epp $ver ($mod/cmd/epp, cgo)"
   local w="$CACHE/build/epp" tok="$BIN/tokenizers-$TOKENIZERS_VERSION"; wrapper "$w"
