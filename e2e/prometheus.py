@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from v41flash.render import labels as L
-from v41flash.render.engine import ENGINE_PORT
+from v41flash.render.ports import ENGINE_PORT
 from v41flash.render.router import METRICS_PORT, ROUTER_PORT
 from v41flash_bench.procs import LOOPBACK, Proc, free_port, spawn, stop_procs
 

@@ -18,7 +18,7 @@ from v41flash.api.validation import validate
 from v41flash.render import gateway as gw
 from v41flash.render import labels as L
 from v41flash.render import render
-from v41flash.render.engine import ENGINE_PORT
+from v41flash.render.ports import ENGINE_PORT
 from v41flash.vllm.flags import check_serve_args
 
 ROOT = Path(__file__).resolve().parents[1]

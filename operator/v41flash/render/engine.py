@@ -14,10 +14,11 @@ from ..defaults import PROGRESS_MARGIN_SECONDS
 from ..vllm import args as vargs
 from ..vllm import features as vfeatures
 from . import labels as L
+from .gateway import VLLM_BEHIND_SIDECAR_PORT, sidecar_container, uses_sidecar
+from .ports import ENGINE_PORT
 from .resolve import LEADER_WORKER_SET, Resolved, RoleResolved
 from .timing import DRAIN_CONFIG_KEY, DRAIN_MOUNT_DIR, PodTiming, pre_stop_script
 
-ENGINE_PORT = 8000  # home of the engine port: Services, probes, router discovery and scraping use it
 MODELS_DIR = "/models"
 CACHE_DIR = "/cache"
 WEIGHT_CACHE_DIR = "/weight-cache"  # spec.startup.weightCache.hostPath, mounted in engines and the prefetcher
@@ -98,12 +99,10 @@ def engine_config(spec: api.V41FlashDeploymentSpec, res: Resolved, role: str) ->
 
 def behind_sidecar(spec: api.V41FlashDeploymentSpec, res: Resolved, role: str) -> bool:
     """A decode pod of mode Gateway with prefill: the routing sidecar owns ENGINE_PORT, vLLM listens behind it."""
-    from .gateway import uses_sidecar  # gateway.py takes ENGINE_PORT from here
     return role == "decode" and uses_sidecar(spec, res)
 
 
 def vllm_port(spec: api.V41FlashDeploymentSpec, res: Resolved, role: str) -> int:
-    from .gateway import VLLM_BEHIND_SIDECAR_PORT
     return VLLM_BEHIND_SIDECAR_PORT if behind_sidecar(spec, res, role) else ENGINE_PORT
 
 
@@ -286,7 +285,6 @@ def pod_template(cr_name: str, spec: api.V41FlashDeploymentSpec, res: Resolved, 
         "volumes": volumes,
     }
     if serving and behind_sidecar(spec, res, role):
-        from .gateway import sidecar_container
         pod_spec["containers"] = [sidecar_container(spec, res), container]
     if spec.gpu.node_selector:
         pod_spec["nodeSelector"] = dict(sorted(spec.gpu.node_selector.items()))

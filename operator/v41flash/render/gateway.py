@@ -19,7 +19,7 @@ from typing import Any
 
 from ..api import v1alpha1 as api
 from . import labels as L
-from .engine import ENGINE_PORT
+from .ports import ENGINE_PORT
 from .resolve import Resolved
 from .timing import DEFAULT_DRAIN_SECONDS
 from .yamlout import to_yaml_doc

@@ -18,7 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 from . import labels as L
-from .engine import ENGINE_PORT
+from .gateway import EPP, EPP_GRPC_PORT, EPP_METRICS_PORT
+from .ports import ENGINE_PORT
 from .router import METRICS_PORT, ROUTER_INTERNAL_PORT, ROUTER_PORT
 
 # Labels the operator chart puts on the operator's own pods (charts/v41flash-operator/templates/deployment.yaml).
@@ -99,8 +100,6 @@ def _scrapers(operator_namespace: str | None, prometheus_scraped_by: Any) -> lis
 
 def _gateway_policies(cr_name: str, namespace: str, roles: list[str], owner: dict[str, Any] | None,
                       operator_namespace: str | None, prometheus_scraped_by: Any, gateway: Any) -> list[dict[str, Any]]:
-    from .gateway import EPP, EPP_GRPC_PORT, EPP_METRICS_PORT
-
     def epp() -> dict[str, Any]:
         return {"matchLabels": L.selector_labels(cr_name, EPP)}
 

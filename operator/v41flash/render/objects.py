@@ -6,7 +6,8 @@ from typing import Any
 from ..api import v1alpha1 as api
 from ..vllm import args as vargs
 from . import labels as L
-from .engine import ENGINE_PORT, model_path
+from .engine import model_path
+from .ports import ENGINE_PORT
 from .timing import DRAIN_CONFIG_KEY, PodTiming
 from .resolve import Resolved, RoleResolved
 from .router import KV_EVENT_SOURCES, intra_node_dp_size, session_proxy_command

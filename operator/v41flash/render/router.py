@@ -17,7 +17,7 @@ from typing import Any
 
 from ..api import v1alpha1 as api
 from . import labels as L
-from .engine import ENGINE_PORT
+from .ports import ENGINE_PORT
 from .resolve import Resolved
 
 ROUTER_PORT = 30000  # the pod's "http" port (the Service's target): the proxy, or the router without one
