@@ -47,6 +47,8 @@ GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
 # share pod IPs; node i gets 127.<N>.<i>.0/24 and 127.<N>.0.0/24 is kwok's fallback pool.
 SERVICE_CIDR = "10.0.0.0/16"  # 65k Service IPs: 500+ deployments (3 Services each) and room to spare
 LWS_NAMESPACE = "lws-system"
+# build-tools.sh's SIDECAR_PATCH: the pd-sidecar build with the bind-host patch (a unit test ties the two)
+SIDECAR_PATCH = "v41f1"
 CORE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "supervisor")
 
 
@@ -105,6 +107,21 @@ class Tools:
     @property
     def sim(self):
         return binary_path(self.bin, self.versions["INFERENCE_SIM_VERSION"])
+    # mode Gateway: llm-d's endpoint picker and P/D sidecar (the sidecar with build-tools.sh's bind-host patch),
+    # the InferencePool/InferenceObjective CRDs (GIE) and the HTTPRoute CRD (Gateway API)
+    @property
+    def epp(self): return self._dir("epp", "LLM_D_INFERENCE_SCHEDULER_VERSION") / "epp"
+    @property
+    def pd_sidecar(self):
+        return self.bin / f"pd-sidecar-{self.versions['LLM_D_INFERENCE_SCHEDULER_VERSION']}-{SIDECAR_PATCH}" / "pd-sidecar"
+    @property
+    def gie_crds(self) -> list[Path]:
+        d = self._dir("gie", "GATEWAY_API_INFERENCE_EXTENSION_VERSION") / "assets"
+        return [d / "inference.networking.k8s.io_inferencepools.yaml",
+                d / "inference.networking.x-k8s.io_inferenceobjectives.yaml"]
+    @property
+    def gateway_api_crds(self) -> list[Path]:
+        return [self._dir("gateway-api", "GATEWAY_API_VERSION") / "assets" / "gateway.networking.k8s.io_httproutes.yaml"]
 
     def missing(self) -> list[str]:
         """Components of build-tools.sh whose outputs are absent (helm is not needed to run)."""
@@ -113,6 +130,7 @@ class Tools:
                                                     self.kwok_assets / "node-not-ready.yaml"],
             "inference-sim": [self.sim], "lws": [self.lws, self.lws_assets / "manifests.yaml"],
             "kubernetes": [self.kube / b for b in ("kube-apiserver", "kube-controller-manager", "kube-scheduler")],
+            "gie": self.gie_crds, "gateway-api": self.gateway_api_crds,  # mode Gateway's CRDs, installed by `up`
         }
         return [c for c, paths in need.items() if not all(p.exists() for p in paths)]
 
@@ -308,7 +326,8 @@ def release_pod_network(state: Path, registry: Path | None = None) -> None:
 ROLE_LABEL = "v41flash.io/role"
 # The roles whose pods the supervisor plays kubelet for (e2e/supervisor.py): it runs their processes, sets their
 # Ready condition, and on deletion terminates them as kubelet does, then removes the pod object itself.
-SUPERVISED_ROLES = ("prefill", "decode", "router")
+# "epp": mode Gateway's endpoint picker (render/gateway.py's EPP component).
+SUPERVISED_ROLES = ("prefill", "decode", "router", "epp")
 
 
 def kwok_stages(assets: Path) -> str:
@@ -611,8 +630,11 @@ class Cluster:
         sup = start("supervisor", [sys.executable, "-m", "e2e.supervisor", "--state", self.state], env=env, cwd=REPO)
         step("controller-manager, scheduler, kwok, supervisor started")
 
+        # mode Gateway's CRDs (InferencePool, InferenceObjective, HTTPRoute) are part of the default cluster; the
+        # test of a missing InferencePool CRD removes and restores them (e2e/gateway.py: remove_gie_crds)
         crds = project_crds() + [
-            tools.lws_assets / "leaderworkerset.x-k8s.io_leaderworkersets.yaml"]
+            tools.lws_assets / "leaderworkerset.x-k8s.io_leaderworkersets.yaml", *tools.gie_crds,
+            *tools.gateway_api_crds]
         self.kubectl("apply", "--server-side", "--force-conflicts", *[f"-f={c}" for c in crds])
 
         def established():  # (kubectl wait fails at once while a CRD has no conditions yet)
@@ -791,6 +813,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("status", help="what runs, with PIDs and ports")
     pc = sub.add_parser("pod-controllers", help="turn the Deployment/ReplicaSet/StatefulSet controllers off or on")
     pc.add_argument("state", choices=["on", "off"])
+    gc = sub.add_parser("gie-crds", help="remove or install the Gateway API Inference Extension CRDs (InferencePool)")
+    gc.add_argument("state", choices=["on", "off"])
     lg = sub.add_parser("logs", help="tail component logs")
     lg.add_argument("component", nargs="?", help="e.g. kube-apiserver, supervisor, sim-default-mypod")
     lg.add_argument("-n", type=int, default=40)
@@ -805,6 +829,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if c.is_up() else 3
     elif a.cmd == "pod-controllers":
         c.pod_controllers(a.state == "on")
+    elif a.cmd == "gie-crds":
+        from e2e.gateway import install_gie_crds, remove_gie_crds
+        (install_gie_crds if a.state == "on" else remove_gie_crds)(c)
     elif a.cmd == "logs":
         files = sorted(c.logs.glob("*.log")) if c.logs.exists() else []
         if a.component:

@@ -45,7 +45,7 @@ import yaml
 
 from e2e.harness import ROLE_LABEL, SUPERVISED_ROLES, VENV_BIN, Tools, log, write_json
 from v41flash_bench.inference_sim import FAIL_START, SimKnobs, SimLatency, sim_command, split_knobs
-from v41flash_bench.procs import Proc, spawn, stop_procs
+from v41flash_bench.procs import Proc, free_ports, spawn, stop_procs
 
 SELECTOR = f"{ROLE_LABEL} in ({','.join(SUPERVISED_ROLES)})"
 LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
@@ -338,11 +338,102 @@ def pick_container(pod: dict, role: str) -> dict:
             toks = (c.get("command") or []) + (c.get("args") or [])
             if any(os.path.basename(str(t)) == "vllm-router" for t in toks) or c["name"] in ("router", "vllm-router"):
                 return c
+    elif role == "epp":
+        return next((c for c in cs if c["name"] == "epp"), cs[0])
     else:
-        for c in cs:
+        engines = [c for c in cs if not is_routing_sidecar(c)] or cs
+        for c in engines:
             if any(p.get("name") == "http" for p in c.get("ports") or []) or c["name"] in ("vllm", "engine"):
                 return c
+        return engines[0]
     return cs[0]
+
+
+# ---------------------------------------------------------------------------------------------------
+# pure helpers: mode Gateway (llm-d's endpoint picker, and the P/D routing sidecar in decode pods)
+
+EPP_PORT_FLAGS = {"--grpc-port": 9002, "--grpc-health-port": 9003, "--metrics-port": 9090}  # epp's own defaults
+
+
+def is_routing_sidecar(container: dict) -> bool:
+    """llm-d's P/D routing sidecar (pd-sidecar): by its image or its container name."""
+    image = str(container.get("image", ""))
+    return container.get("name") == "routing-sidecar" or any(x in image for x in ("routing-sidecar", "pd-sidecar"))
+
+
+def sidecar_container(pod: dict) -> dict | None:
+    return next((c for c in pod["spec"]["containers"] if is_routing_sidecar(c)), None)
+
+
+def _go_flag(tokens: list[str], name: str) -> tuple[int, str | None, bool]:
+    """(index, value, inline) of a Go flag given as -name/--name VALUE or -name=/--name=VALUE; (-1, None, False)."""
+    bare = name.lstrip("-")
+    for i, t in enumerate(tokens):
+        key, eq, val = t.partition("=")
+        if key in (f"-{bare}", f"--{bare}"):
+            if eq:
+                return i, val, True
+            return i, (tokens[i + 1] if i + 1 < len(tokens) else None), False
+    return -1, None, False
+
+
+def strip_executable(tokens: list[str], *names: str) -> list[str]:
+    """The flags after the executable when command+args start with it (else all tokens: the image entrypoint)."""
+    return tokens[1:] if tokens and os.path.basename(tokens[0]) in names else list(tokens)
+
+
+def epp_command(binary: str, tokens: list[str], local_ports: dict[str, int]) -> tuple[list[str], dict[int, int]]:
+    """The endpoint picker's argv from its rendered flags, each of its ports (grpc, grpc-health, metrics) moved to
+    the given free loopback port; and {pod port: local port} for the forwarder. It listens on ":<port>" (every
+    address), so two pickers on this machine would collide on the pod ports: the forwarder puts them back on the
+    pod IP."""
+    flags = strip_executable(tokens, "epp")
+    forwards: dict[int, int] = {}
+    for flag, default in EPP_PORT_FLAGS.items():
+        i, val, inline = _go_flag(flags, flag)
+        pod_port = int(val) if val is not None else default
+        local = local_ports[flag]
+        forwards[pod_port] = local
+        if i < 0:
+            flags += [flag, str(local)]
+        elif inline:
+            flags[i] = f"{flag}={local}"
+        else:
+            flags[i + 1] = str(local)
+    return [binary, *flags], forwards
+
+
+def forward_command(pod_ip: str, forwards: dict[int, int]) -> list[str]:
+    """e2e/tcp_forward.py: <podIP>:<pod port> -> 127.0.0.1:<local port>, for each port."""
+    return [sys.executable, "-m", "e2e.tcp_forward",
+            *(f"{pod_ip}:{pp}=127.0.0.1:{lp}" for pp, lp in sorted(forwards.items()))]
+
+
+def sidecar_command(binary: str, tokens: list[str]) -> tuple[list[str], int]:
+    """pd-sidecar argv from the rendered container (its flags as they are) and the port it serves."""
+    flags = strip_executable(tokens, "pd-sidecar")
+    _, port, _ = _go_flag(flags, "--port")
+    return [binary, *flags], int(port or 8000)
+
+
+def volume_paths(pod: dict, container: dict, tokens: list[str], volumes: Path) -> list[str]:
+    """Tokens with each configMap mount path they name moved to its copy under `volumes/<volume name>`."""
+    for path, volume, _ in configmap_mounts(pod, container, " ".join(tokens)):
+        tokens = [t.replace(path, str(volumes / volume)) for t in tokens]
+    return tokens
+
+
+def grpc_health_ok(target: str, service: str, timeout: float = 1.0) -> bool:
+    """A gRPC health check (grpc.health.v1.Health/Check) as kubelet's grpc probe runs it: plaintext, SERVING."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    try:
+        with grpc.insecure_channel(target) as channel:
+            resp = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=service),
+                                                             timeout=timeout)
+    except grpc.RpcError:
+        return False
+    return resp.status == health_pb2.HealthCheckResponse.SERVING
 
 
 def http_port(container: dict) -> int | None:
@@ -353,8 +444,12 @@ def http_port(container: dict) -> int | None:
 
 
 def readiness_url(pod: dict, container: dict) -> str | None:
-    """URL of the container's HTTP readiness probe on the pod IP (None: no httpGet readiness probe)."""
-    get = (container.get("readinessProbe") or {}).get("httpGet")
+    """URL of the container's readiness probe on the pod IP: http(s)://IP:PORT/PATH for httpGet,
+    grpc://IP:PORT/SERVICE for grpc (None: neither)."""
+    probe = container.get("readinessProbe") or {}
+    if "grpc" in probe:
+        return f"grpc://{pod['status']['podIP']}:{int(probe['grpc']['port'])}/{probe['grpc'].get('service', '')}"
+    get = probe.get("httpGet")
     if not get:
         return None
     port = get.get("port")
@@ -530,6 +625,7 @@ class Child:
     hook_over: bool = False
     sigterm_at: float | None = None
     ip_wait: str = ""  # the uid of another pod whose process still holds this one's IP (logged once)
+    reads: str = ""  # the rendered command line: configMap files it names are copied to the state dir at start
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.alive()
@@ -574,6 +670,8 @@ class Supervisor:
         env = container_env(pod, c)
         toks = command_tokens(c, env)
         tag = f"{meta['namespace']}-{meta['name']}"
+        if role == "epp":
+            return self.epp_children(pod, c, env, toks, ip, tag)
         if role == "router" and not has_router(pod):  # a rollout's front: the session proxy alone
             return [self.front_child(pod, ip, tag)]
         if role == "router":
@@ -607,9 +705,41 @@ class Supervisor:
                 **senv}
         if problem:
             log(f"not starting the simulator of {meta['namespace']}/{meta['name']}: {problem}")
-        return [Child(meta["uid"], meta["namespace"], meta["name"], role, "sim", ip, v.port, argv, penv,
-                      str(self.logs / f"sim-{tag}.log"), readiness_url(pod, c), next_start=start_at, problem=problem,
-                      extra={"dp_ranks": v.dp_ranks}, container=c["name"])]
+        sim = Child(meta["uid"], meta["namespace"], meta["name"], role, "sim", ip, v.port, argv, penv,
+                    str(self.logs / f"sim-{tag}.log"), readiness_url(pod, c), next_start=start_at, problem=problem,
+                    extra={"dp_ranks": v.dp_ranks}, container=c["name"])
+        sc = sidecar_container(pod)
+        if sc is None:
+            return [sim]
+        # mode Gateway's decode pod: the P/D routing sidecar owns the serving port, the simulator (vLLM) is behind
+        # it; the sidecar is listed first (the pod's front door, what sim_for() finds)
+        senv = container_env(pod, sc)
+        sargv, sport = sidecar_command(str(self.tools.pd_sidecar), command_tokens(sc, senv))
+        qenv = {"PATH": os.environ.get("PATH", ""), **senv, "V41F_SIDECAR_BIND_HOST": ip}
+        if _go_flag(sargv, "--enable-ssrf-protection")[0] >= 0:  # it then watches InferencePools: under its RBAC
+            qenv["KUBECONFIG"] = str(self.service_account_kubeconfig(pod))
+        side = Child(meta["uid"], meta["namespace"], meta["name"], role, "sidecar", ip, sport, sargv, qenv,
+                     str(self.logs / f"sidecar-{tag}.log"), readiness_url(pod, sc), container=sc["name"])
+        return [side, sim]
+
+    def epp_children(self, pod: dict, c: dict, env: dict, toks: list[str], ip: str, tag: str) -> list[Child]:
+        """The endpoint picker with its rendered flags (ports moved to free loopback ports, the plugins config read
+        from a copy of its ConfigMap volume) under a token of the pod's ServiceAccount, and the forwarder that
+        serves its ports on the pod IP. The picker's grpc readiness probe runs against the pod IP."""
+        meta = pod["metadata"]
+        local = dict(zip(EPP_PORT_FLAGS, free_ports(len(EPP_PORT_FLAGS), "0.0.0.0")))
+        toks = volume_paths(pod, c, toks, self.state / "volumes" / meta["uid"])
+        argv, forwards = epp_command(str(self.tools.epp), toks, local)
+        penv = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/root"),
+                "POD_NAME": meta["name"], "NAMESPACE": meta["namespace"], "POD_NAMESPACE": meta["namespace"],
+                **env, "KUBECONFIG": str(self.service_account_kubeconfig(pod))}
+        reads = " ".join(str(t) for t in (c.get("command") or []) + (c.get("args") or []))
+        fwd = Child(meta["uid"], meta["namespace"], meta["name"], "epp", "fwd", ip, min(forwards),
+                    forward_command(ip, forwards), {"PATH": os.environ.get("PATH", ""), "PYTHONUNBUFFERED": "1"},
+                    str(self.logs / f"fwd-{tag}.log"), extra={"forwards": {str(k): v for k, v in forwards.items()}})
+        epp = Child(meta["uid"], meta["namespace"], meta["name"], "epp", "epp", ip, local["--grpc-port"], argv, penv,
+                    str(self.logs / f"epp-{tag}.log"), readiness_url(pod, c), container=c["name"], reads=reads)
+        return [fwd, epp]
 
     def front_child(self, pod: dict, ip: str, tag: str) -> Child:
         """The front's session proxy, its --upstream and --routes-file made local: Service URLs resolved to
@@ -919,12 +1049,13 @@ class Supervisor:
         return True
 
     def materialize(self, pod: dict, ch: Child) -> None:
-        """Copy the configMap volumes the container's preStop hook reads into <state>/volumes/<uid>/<volume>/, as
+        """Copy the configMap volumes the container's preStop hook (or its own command line: the endpoint picker's
+        --config-file) reads into <state>/volumes/<uid>/<volume>/, as
         kubelet mounts them: at start (an optional ConfigMap that is missing: an empty directory) and again when
         the hook runs, where a ConfigMap gone meanwhile (deleted with its owner) leaves the copy as it was."""
         c = next((c for c in pod["spec"]["containers"] if c["name"] == ch.container), None)
         hook = ((c or {}).get("lifecycle") or {}).get("preStop") or {}
-        text = " ".join(str(t) for t in (hook.get("exec") or {}).get("command") or [])
+        text = " ".join([*(str(t) for t in (hook.get("exec") or {}).get("command") or []), ch.reads]).strip()
         for _, volume, source in configmap_mounts(pod, c, text) if text else []:
             d = self.state / "volumes" / ch.uid / volume
             d.mkdir(parents=True, exist_ok=True)
@@ -949,7 +1080,10 @@ class Supervisor:
         """The readiness probe, as kubelet runs it: Ready follows the container's httpGet probe (or the
         process being up when there is none); re-probed every second until Ready, then every 5 seconds."""
         ok = True
-        if ch.probe_url:
+        if ch.probe_url and ch.probe_url.startswith("grpc://"):
+            target, _, service = ch.probe_url[len("grpc://"):].partition("/")
+            ok = grpc_health_ok(target, service)
+        elif ch.probe_url:
             try:
                 with urllib.request.urlopen(ch.probe_url, timeout=1) as r:
                     ok = 200 <= r.status < 400

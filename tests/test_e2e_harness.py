@@ -250,9 +250,9 @@ def test_kwok_deletes_no_pod_the_supervisor_terminates(tmp_path):
     assert delete["spec"]["next"] == {"delete": True} and delete["spec"]["resourceRef"] == POD_DELETE["spec"]["resourceRef"]
     assert delete["spec"]["selector"]["matchExpressions"] == [
         {"key": ".metadata.deletionTimestamp", "operator": "Exists"},
-        {"key": '.metadata.labels["v41flash.io/role"]', "operator": "NotIn", "values": ["prefill", "decode", "router"]}]
+        {"key": '.metadata.labels["v41flash.io/role"]', "operator": "NotIn", "values": ["prefill", "decode", "router", "epp"]}]
     from e2e.supervisor import SELECTOR
-    assert SELECTOR == "v41flash.io/role in (prefill,decode,router)"  # the pods the supervisor watches
+    assert SELECTOR == "v41flash.io/role in (prefill,decode,router,epp)"  # the pods the supervisor watches
     # a kwok that no longer deletes in that stage is refused, not silently worked around
     changed = {**POD_DELETE, "spec": {**POD_DELETE["spec"], "next": {"finalizers": {}}}}
     with pytest.raises(AssertionError, match="pod-delete"):
