@@ -1,0 +1,229 @@
+"""spec.routing.mode: Gateway on the real control plane, through a real Envoy (e2e/gateway.py) programmed from the
+operator's HTTPRoute like a Gateway controller programs its proxies:
+
+1. with prefill: the CR becomes Ready (endpoint picker Ready by its gRPC health probe, decode pods Ready by their
+   routing sidecar), and a chat completion through Envoy -> the picker (ext_proc) -> the decode pod's routing
+   sidecar reaches a prefill and a decode simulator of the deployment (their request counters move);
+2. the InferencePool CRD missing: the CR reports it as a condition naming the kind, the operator keeps running,
+   and the deployment becomes Ready once the CRDs are back;
+3. a rollout under steady load through Envoy: 0 failed requests, the new revision serving at the end.
+
+The Gateway (`e2e-gateway`, one per namespace, all on one Envoy) is started once for the module.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from e2e.gateway import CONTROLLER_NAME, GATEWAY_NAME, GatewayProcess, install_gie_crds, remove_gie_crds
+from e2e.kit import wait_for
+from e2e.test_operator import apply, condition, get_cr, wait_ready
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "manifests/examples/tp4-h200-pd-gateway.yaml"
+REVISION = "v41flash.io/serving-revision"
+ROLLOUT = {"steps": [50, 100], "stepSeconds": 8, "minRequestsPerStep": 5, "progressDeadlineSeconds": 60,
+           "drainDeadlineSeconds": 20}
+
+
+@pytest.fixture(scope="module")
+def gateway(cluster):
+    from e2e.harness import Tools
+    tools = Tools.load()
+    missing = [str(p) for p in (tools.epp, tools.pd_sidecar) if not p.exists()]
+    if missing:
+        pytest.fail(f"mode Gateway's binaries are not built: {missing}; run `e2e/build-tools.sh epp pd-sidecar`")
+    gw = GatewayProcess(cluster.cluster).start()
+    yield gw
+    gw.stop()
+
+
+def gateway_doc(name: str = "gw") -> dict:
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["metadata"]["name"] = name
+    doc["spec"]["routing"]["gateway"]["httpRoute"] = {"name": GATEWAY_NAME}
+    return doc
+
+
+def model(doc: dict) -> str:
+    return doc["spec"]["model"].get("servedModelName") or doc["spec"]["model"]["checkpoint"]
+
+
+def served(entry: dict) -> float:
+    """Requests a simulator counted (vllm:request_success_total), read from its own port."""
+    from prometheus_client.parser import text_string_to_metric_families
+    text = httpx.get(f"http://{entry['ip']}:{entry['port']}/metrics", timeout=5).text
+    return sum(s.value for fam in text_string_to_metric_families(text) for s in fam.samples
+               if s.name in ("vllm:request_success", "vllm:request_success_total"))
+
+
+def sims(cluster, ns: str, name: str, revision: str | None = None) -> dict[str, list[dict]]:
+    """The simulators (kind sim: the engines themselves, not the sidecar in front) of the deployment's engine
+    pods by role, of one revision when given."""
+    sel = f"v41flash.io/deployment={name},v41flash.io/serving=true" + (f",{REVISION}={revision}" if revision else "")
+    pods = {p.metadata.name: p.metadata.labels["v41flash.io/role"]
+            for p in cluster.core.list_namespaced_pod(ns, label_selector=sel).items if not p.metadata.deletion_timestamp}
+    out: dict[str, list[dict]] = {}
+    for s in cluster.supervised(ns, kind="sim"):
+        if s["pod"] in pods:
+            out.setdefault(pods[s["pod"]], []).append(s)
+    return out
+
+
+def pods_ready(cluster, ns: str, name: str, roles: tuple[str, ...]) -> bool:
+    """At least one pod of each role, and every pod of those roles Ready."""
+    pods = [p for p in cluster.core.list_namespaced_pod(ns, label_selector=f"v41flash.io/deployment={name}").items
+            if not p.metadata.deletion_timestamp and p.metadata.labels.get("v41flash.io/role") in roles]
+    ready = lambda p: any(c.type == "Ready" and c.status == "True" for c in (p.status.conditions or []))  # noqa: E731
+    return {p.metadata.labels["v41flash.io/role"] for p in pods} == set(roles) and all(ready(p) for p in pods)
+
+
+def chat(base: str, doc: dict, text: str, client: httpx.Client | None = None) -> httpx.Response:
+    body = {"model": model(doc), "max_tokens": 8,
+            "messages": [{"role": "user", "content": f"{text}: " + "plan the change step by step " * 8}]}
+    return (client or httpx).post(f"{base}/v1/chat/completions", json=body, timeout=30)
+
+
+def route_status(cluster, ns: str, name: str) -> dict[str, dict]:
+    route = cluster.kubectl_json("get", "httproutes.gateway.networking.k8s.io", f"{name}-route", "-n", ns)
+    parents = [p for p in (route.get("status") or {}).get("parents") or [] if p.get("controllerName") == CONTROLLER_NAME]
+    return {c["type"]: c for p in parents for c in p.get("conditions") or []}
+
+
+def test_gateway_mode_with_prefill_is_ready_and_a_completion_through_envoy_reaches_prefill_and_decode(
+        cluster, operator_process, gateway, ns):
+    doc = gateway_doc()
+    name = doc["metadata"]["name"]
+    apply(cluster, doc, ns)
+    # the data path first (pods Ready as kubelet would set them), the CR's own Ready last: a failure says which
+    # side is missing. The picker's pod is Ready by its grpc probe, through the forwarder on the pod IP.
+    wait_for(lambda: pods_ready(cluster, ns, name, ("prefill", "decode", "epp")), 120,
+             "the prefill, decode and endpoint-picker pods Ready")
+    assert {s["kind"] for s in cluster.supervised(ns, role="epp")} == {"epp", "fwd"}
+    decode_kinds = {s["kind"] for s in cluster.supervised(ns, role="decode")}
+    assert decode_kinds == {"sidecar", "sim"}, decode_kinds
+    by_role = sims(cluster, ns, name)
+    assert set(by_role) == {"prefill", "decode"}, by_role
+    before = {role: sum(served(s) for s in ss) for role, ss in by_role.items()}
+
+    base = wait_for(lambda: gateway.address(ns), 60, f"Gateway {ns}/{GATEWAY_NAME} programmed")
+    resp = wait_for(lambda: (lambda r: r if r.status_code == 200 else None)(chat(base, doc, "hello")), 90,
+                    "a 200 through Envoy, the endpoint picker and the routing sidecar")
+    assert resp.json()["choices"][0]["message"]["content"]
+    # one request, P/D: the decode pod's sidecar sent it to a prefill pod first, then decoded locally
+    wait_for(lambda: all(sum(served(s) for s in by_role[role]) > before[role] for role in by_role), 20,
+             "the prefill and the decode simulator both counting the request")
+    # the route's status, as a Gateway controller writes it
+    conds = wait_for(lambda: (lambda c: c if c.get("ResolvedRefs", {}).get("status") == "True" else None)(
+        route_status(cluster, ns, name)), 30, "HTTPRoute status ResolvedRefs")
+    assert conds["Accepted"]["status"] == "True", conds
+    # paths outside the route are not served (Envoy's 404: the route's matches are programmed, not a catch-all)
+    assert httpx.get(f"{base}/metrics", timeout=10).status_code == 404
+    # the operator's view: Ready (from the endpoint picker and the engines; mode Gateway runs no router)
+    wait_ready(cluster, ns, name, timeout=60)
+
+
+def test_missing_inferencepool_crd_is_a_condition_and_the_deployment_recovers_once_installed(
+        cluster, operator_process, gateway, ns):
+    doc = gateway_doc("nocrd")
+    name = doc["metadata"]["name"]
+    remove_gie_crds(cluster.cluster)
+    try:
+        apply(cluster, doc, ns)
+
+        def reported():
+            cr = get_cr(cluster, ns, name)
+            conds = [c for c in (cr.get("status") or {}).get("conditions") or []
+                     if c.get("status") == "True" and "InferencePool" in (c.get("message") or "")]
+            return conds if cr["status"].get("observedGeneration") == cr["metadata"]["generation"] else None
+        conds = wait_for(reported, 60, "a condition naming the missing InferencePool kind")
+        print(f"\n[missing CRD] conditions: {conds}")
+        assert any(c["type"] == "Stalled" for c in conds), conds
+        ready = condition(get_cr(cluster, ns, name), "Ready") or {}
+        assert ready.get("status") != "True", ready
+        operator_process.assert_alive()
+    finally:
+        install_gie_crds(cluster.cluster)
+    wait_ready(cluster, ns, name)
+    operator_process.assert_alive()
+
+
+class GatewayLoad:
+    """`workers` threads sending chat completions through the Gateway; every response recorded."""
+
+    def __init__(self, base: str, doc: dict, workers: int = 3):
+        self.base, self.doc, self.workers = base, doc, workers
+        self.records: list[dict] = []
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.threads: list[threading.Thread] = []
+
+    def _worker(self, w: int) -> None:
+        with httpx.Client(timeout=30) as client:
+            while not self.stop.is_set():
+                rec = {"t0": time.time()}
+                try:
+                    r = chat(self.base, self.doc, f"w{w}-{uuid.uuid4().hex[:8]}", client)
+                    rec.update(status=r.status_code, body=r.text[:200] if r.status_code != 200 else "")
+                except httpx.HTTPError as exc:
+                    rec.update(status=0, body=f"{type(exc).__name__}: {exc}")
+                rec["t1"] = time.time()
+                with self.lock:
+                    self.records.append(rec)
+
+    def wait_requests(self, n: int, timeout: float = 60) -> None:
+        start = len(self.records)
+        wait_for(lambda: len(self.records) >= start + n, timeout, f"{n} more requests through the Gateway")
+
+    def failures(self) -> list[dict]:
+        return [r for r in self.records if r["status"] != 200]
+
+    def __enter__(self) -> "GatewayLoad":
+        self.threads = [threading.Thread(target=self._worker, args=(w,), daemon=True) for w in range(self.workers)]
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(60)
+
+
+def test_a_rollout_in_gateway_mode_serves_every_request_through_envoy(cluster, operator_process, gateway, ns):
+    doc = gateway_doc("roll")
+    doc["spec"]["rollout"] = dict(ROLLOUT)
+    name = doc["metadata"]["name"]
+    apply(cluster, doc, ns)
+    old = wait_ready(cluster, ns, name)["status"]["servingRevision"]
+    base = wait_for(lambda: gateway.address(ns), 60, f"Gateway {ns}/{GATEWAY_NAME} programmed")
+    wait_for(lambda: chat(base, doc, "warm").status_code == 200, 90, "a 200 through the Gateway")
+    with GatewayLoad(base, doc) as load:
+        load.wait_requests(8)
+        doc["spec"]["model"]["revision"] = "e2e-1017"
+        apply(cluster, doc, ns)
+
+        def complete():
+            cr = get_cr(cluster, ns, name)
+            st = cr.get("status") or {}
+            return cr if (st.get("rollout") or {}).get("phase") == "Complete" and st.get("servingRevision") != old \
+                else None
+        cr = wait_for(complete, 300, "the rollout in mode Gateway to complete")
+        new = cr["status"]["servingRevision"]
+        wait_for(lambda: {p.metadata.labels[REVISION] for p in cluster.core.list_namespaced_pod(
+            ns, label_selector=f"v41flash.io/deployment={name},v41flash.io/serving=true").items
+            if not p.metadata.deletion_timestamp} == {new}, 90, "only the new revision's engine pods left")
+        load.wait_requests(8)
+    print(f"\n[gateway rollout] {len(load.records)} requests, {len(load.failures())} failed; {old} -> {new}")
+    assert load.failures() == [], load.failures()[:10]
+    # the new revision serves: its prefill and decode simulators both counted requests
+    by_role = sims(cluster, ns, name, new)
+    assert all(sum(served(s) for s in by_role.get(role, [])) > 0 for role in ("prefill", "decode")), by_role
