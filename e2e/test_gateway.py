@@ -152,6 +152,11 @@ def test_missing_inferencepool_crd_is_a_condition_and_the_deployment_recovers_on
         operator_process.assert_alive()
     finally:
         install_gie_crds(cluster.cluster)
+    # level-triggered: with the CRDs back, the stall clears, the pool is applied, and the deployment becomes Ready
+    wait_for(lambda: not any(c.get("status") == "True" for c in [condition(get_cr(cluster, ns, name), "Stalled") or {}]),
+             60, "the Stalled condition cleared once the CRDs are installed")
+    wait_for(lambda: cluster.kubectl("get", "inferencepools.inference.networking.k8s.io", f"{name}-pool", "-n", ns,
+                                     check=False).returncode == 0, 60, "the InferencePool applied")
     wait_ready(cluster, ns, name)
     operator_process.assert_alive()
 
