@@ -44,6 +44,9 @@ GATEWAY_NAME = "e2e-gateway"
 CONTROLLER_NAME = "v41flash.io/e2e-gateway"
 INFERENCE_GROUP = "inference.networking.k8s.io"
 GATEWAY_GROUP = "gateway.networking.k8s.io"
+# A pool no route names any more keeps its listener this long: requests in flight through it finish (Envoy drains
+# a removed listener's connections for --drain-time-s, 30 s, after that).
+RETIRE_S = 30.0
 DESTINATION_HEADER = "x-gateway-destination-endpoint"  # GIE's protocol: the picker's choice for the data plane
 ORIGINAL_DST = "original_dst"
 HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
@@ -326,6 +329,7 @@ class Gateway:
         self.gateway_ports: dict[str, int] = {}
         self.pool_ports: dict[str, int] = {}
         self.written: dict[str, str] = {}
+        self.pools_seen: dict[str, tuple[Pool, float]] = {}  # pool key -> (last resolved, when last named)
         self.statuses: dict[tuple[str, str], list[dict]] = {}
 
     def source(self, file: str) -> dict:
@@ -384,23 +388,45 @@ class Gateway:
             pods += [api.sanitize_for_serialization(p) for p in core.list_namespaced_pod(ns, _request_timeout=10).items]
         return program(self.name, routes, pools, services, pods)
 
-    def apply(self, prog: Program) -> None:
+    def active_listeners(self) -> set[str] | None:
+        """Names of the listeners Envoy serves now (warmed), from its admin; None when it does not answer."""
+        import urllib.request
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}/listeners?format=json", timeout=2) as r:
+                return {x["name"] for x in json.loads(r.read()).get("listener_statuses") or []}
+        except (OSError, ValueError):
+            return None
+
+    def apply(self, prog: Program, active: set[str] | None = None) -> None:
+        """Program Envoy, make before break: a pool's listener (and clusters) is written first and routed to only
+        once Envoy serves it (`active`: listener names, None = all written ones); a pool no route names any more
+        keeps its listener RETIRE_S for the requests still in it."""
+        now = time.monotonic()
         for gw in prog.gateways:
             self.gateway_ports.setdefault(gw, free_port())
-        for key in prog.pools:
+        for key, pool in prog.pools.items():
             self.pool_ports.setdefault(key, free_port())
-        listeners, clusters, rds = envoy_resources(prog, self.gateway_ports, self.pool_ports,
+            self.pools_seen[key] = (pool, now)
+        for key in [k for k, (_, t) in self.pools_seen.items() if k not in prog.pools and now - t > RETIRE_S]:
+            del self.pools_seen[key]
+        live = {k: p for k, (p, _) in self.pools_seen.items()}
+        routable = {k for k in live if active is None or f"pool/{k}" in active}
+        gateways = {gw: [Rule(r.matches, tuple((k, w if k in routable else 0) for k, w in r.backends), r.timeout_s)
+                         for r in rules] for gw, rules in prog.gateways.items()}
+        listeners, clusters, rds = envoy_resources(Program(gateways, live), self.gateway_ports, self.pool_ports,
                                                    lambda gw: self.source(f"rds-{_stat(gw)}.json"))
-        # clusters and route tables first, then the listeners that name them
+        # clusters, then the listeners that name them, then the route tables that send traffic to them
         changed = self.write("cds.json", discovery(clusters, "type.googleapis.com/envoy.config.cluster.v3.Cluster"))
+        changed |= self.write("lds.json", discovery(listeners, "type.googleapis.com/envoy.config.listener.v3.Listener"))
         for gw, rc in rds.items():
             changed |= self.write(f"rds-{_stat(gw)}.json",
                                   discovery([rc], "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"))
-        changed |= self.write("lds.json", discovery(listeners, "type.googleapis.com/envoy.config.listener.v3.Listener"))
         if changed:
             log("programmed: " + "; ".join(
-                f"{gw} on 127.0.0.1:{self.gateway_ports[gw]}" for gw in sorted(prog.gateways)) + " | pools: " +
-                "; ".join(f"{k} -> picker {p.epp}" for k, p in sorted(prog.pools.items())))
+                f"{gw} on 127.0.0.1:{self.gateway_ports[gw]}: "
+                + ", ".join(f"{k}={w}" for r in rules for k, w in r.backends) for gw, rules in sorted(gateways.items()))
+                + " | pools: " + "; ".join(f"{k} -> picker {p.epp}" + ("" if k in prog.pools else " (retiring)")
+                                           for k, p in sorted(live.items())))
         write_json(self.dir / "gateway.json", {
             "envoy": {"pid": self.envoy.pid if self.envoy else None, "admin": f"127.0.0.1:{self.admin_port}"},
             "gateways": {gw: f"127.0.0.1:{port}" for gw, port in self.gateway_ports.items() if gw in prog.gateways},
@@ -431,7 +457,7 @@ class Gateway:
                 raise RuntimeError(f"envoy exited; see {self.envoy.log}")
             try:
                 prog = self.observe(api)
-                self.apply(prog)
+                self.apply(prog, self.active_listeners() or set())
                 self.write_statuses(api, prog)
             except Exception as e:  # noqa: BLE001 - apiserver hiccup: the data plane keeps what it has
                 log(f"gateway sync: {e.__class__.__name__}: {str(e)[:300]}")

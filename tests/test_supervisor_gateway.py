@@ -288,3 +288,34 @@ def test_the_gateway_rewrites_envoy_files_only_on_change(tmp_path):
     gw.apply(G.Program(gateways=prog.gateways, pools={"ns/a": G.Pool("ns", "a", ("127.9.0.2", 9002))}))
     assert (gw.xds / "lds.json").stat().st_mtime_ns == lds
     assert "127.9.0.2" in (gw.xds / "cds.json").read_text()
+
+
+def test_the_gateway_makes_before_it_breaks(tmp_path, monkeypatch):
+    """A new pool is routed to only once Envoy serves its listener; a pool no route names keeps its listener for
+    RETIRE_S (requests in flight through it finish)."""
+    gw = G.Gateway(tmp_path)
+    a, b = G.Pool("ns", "a", ("127.9.0.1", 9002)), G.Pool("ns", "b", ("127.9.0.2", 9002))
+    rules = lambda *backends: {"ns/e2e-gateway": [G.Rule((("PathPrefix", "/v1"),), backends)]}  # noqa: E731
+
+    def routes():
+        rds = json.loads((gw.xds / "rds-ns_e2e_gateway.json").read_text())["resources"][0]
+        return rds["virtual_hosts"][0]["routes"][0]
+
+    def listeners():
+        return {x["name"] for x in json.loads((gw.xds / "lds.json").read_text())["resources"]}
+    gw.apply(G.Program(rules(("ns/a", 1)), {"ns/a": a}), active=set())
+    assert "pool/ns/a" in listeners() and routes()["direct_response"] == {"status": 500}  # not served yet
+    gw.apply(G.Program(rules(("ns/a", 1)), {"ns/a": a}), active={"pool/ns/a"})
+    assert routes()["route"]["cluster"] == "pool/ns/a"
+    # a second pool joins with weight: its listener first, traffic once Envoy serves it
+    gw.apply(G.Program(rules(("ns/a", 1), ("ns/b", 1)), {"ns/a": a, "ns/b": b}), active={"pool/ns/a"})
+    assert "pool/ns/b" in listeners() and routes()["route"]["cluster"] == "pool/ns/a"
+    gw.apply(G.Program(rules(("ns/a", 1), ("ns/b", 1)), {"ns/a": a, "ns/b": b}), active={"pool/ns/a", "pool/ns/b"})
+    assert {c["name"] for c in routes()["route"]["weighted_clusters"]["clusters"]} == {"pool/ns/a", "pool/ns/b"}
+    # the first pool leaves the route: its listener stays while it retires, then goes
+    gw.apply(G.Program(rules(("ns/b", 1)), {"ns/b": b}), active={"pool/ns/a", "pool/ns/b"})
+    assert routes()["route"]["cluster"] == "pool/ns/b" and "pool/ns/a" in listeners()
+    later = time.monotonic() + G.RETIRE_S + 1
+    monkeypatch.setattr(G.time, "monotonic", lambda: later)
+    gw.apply(G.Program(rules(("ns/b", 1)), {"ns/b": b}), active={"pool/ns/a", "pool/ns/b"})
+    assert "pool/ns/a" not in listeners()
