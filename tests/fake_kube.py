@@ -26,6 +26,7 @@ from kubernetes.client.exceptions import ApiException
 
 from v41flash.api import v1alpha1 as api
 from v41flash.controller.kube import CHILD_KINDS, CONTROLLER_REVISION, ChildRef, KindNotInstalled
+from v41flash.render.gateway import WATCHED_KINDS
 from v41flash.render import labels as L
 from v41flash.render.engine import LWS_API_VERSION
 from v41flash.render.resolve import DEPLOYMENT, LEADER_WORKER_SET
@@ -58,7 +59,7 @@ class _CoreV1:
 
 
 class FakeKube:
-    def __init__(self, kinds: Iterable[tuple[str, str]] = CHILD_KINDS, *,
+    def __init__(self, kinds: Iterable[tuple[str, str]] = (*CHILD_KINDS, *WATCHED_KINDS), *,
                  discovered: Iterable[tuple[str, str]] | None = None, pods: Iterable[Any] = (),
                  refuse: dict[str, Exception] | None = None):
         self.kinds = set(kinds) | {CONTROLLER_REVISION}  # what this cluster serves

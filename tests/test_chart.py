@@ -216,7 +216,7 @@ def test_rbac_covers_every_child_kind_the_controller_prunes():
               "Service": "services",
               "ServiceAccount": "serviceaccounts", "Role": "roles", "RoleBinding": "rolebindings",
               "PodDisruptionBudget": "poddisruptionbudgets", "ConfigMap": "configmaps",
-              "NetworkPolicy": "networkpolicies"}
+              "NetworkPolicy": "networkpolicies", "InferencePool": "inferencepools", "HTTPRoute": "httproutes"}
     for api_version, kind in CHILD_KINDS:
         group = api_version.rpartition("/")[0]
         assert CHILD <= NAMESPACED_RULES[(group, plural[kind])], kind

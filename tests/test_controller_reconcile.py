@@ -13,6 +13,7 @@ from process_memory import reconcile
 from v41flash.controller.autoscale import PlannerOutcome
 from v41flash.controller.kube import CHILD_KINDS
 from v41flash.render import labels as L
+from v41flash.render.gateway import WATCHED_KINDS
 
 ROOT = Path(__file__).resolve().parents[1]
 NOW, LATER = "2026-12-01T10:00:00Z", "2026-12-01T10:05:00Z"
@@ -258,6 +259,25 @@ def test_a_missing_kind_stalls_before_anything_is_applied():
     out, _ = run(kube, "gb300-pd-dep4-dep16")
     assert out.stall is None and kube.get("LeaderWorkerSet", "gb300-pd-dep4-dep16-decode") is not None
     assert cond(kube.cr("gb300-pd-dep4-dep16")["status"], "Stalled") is None
+
+
+@pytest.mark.parametrize("missing", [("inference.networking.k8s.io/v1", "InferencePool"),
+                                     ("inference.networking.x-k8s.io/v1alpha2", "InferenceObjective")],
+                         ids=lambda k: k[1])
+def test_mode_gateway_without_the_inference_extension_crds_stalls_naming_them(missing):
+    """The picker watches InferenceObjectives it never renders: their CRD missing is a stall too (the picker
+    would crash-loop), with what to install."""
+    kube = FakeKube(kinds=[k for k in (*CHILD_KINDS, *WATCHED_KINDS) if k != missing])
+    name = kube.add_cr(example("tp4-h200-pd-gateway"))["metadata"]["name"]
+    out, events = run(kube, name)
+    assert out.stall.reason == "KindNotInstalled"
+    assert out.stall.message == (f"the cluster does not serve {missing[1]}.{missing[0]}: install the Gateway API "
+                                 "Inference Extension v1.2.0 CRDs (InferencePool, InferenceObjective)")
+    assert [m for m, _ in kube.calls if m == "apply"] == [] and kube.objects == {}
+    assert [e[:2] for e in events] == [("Warning", "KindNotInstalled")]
+    kube.kinds.add(missing)
+    out, _ = run(kube, name)
+    assert out.stall is None and kube.get("InferencePool", f"{name}-pool") is not None
 
 
 def test_a_kind_that_vanishes_between_discovery_and_apply_stalls_without_pruning():

@@ -344,18 +344,7 @@ def test_the_controller_sizes_the_candidate_from_the_serving_slots_replicas(worl
     assert "CandidateGrowing" in reasons and any("candidate prefill 2/2, decode 1/1 replicas" in m for m in messages)
 
 
-def _rollout_examples() -> list:
-    """Every example; mode Gateway's rollouts (a pool and picker per revision) come with its controller wiring
-    (issue 30), which waits for the controller refactor: strict xfail until then."""
-    out = []
-    for p in sorted((ROOT / "manifests/examples").glob("*.yaml")):
-        gateway = (yaml.safe_load(p.read_text())["spec"].get("routing") or {}).get("mode") == "Gateway"
-        out.append(pytest.param(p.stem, marks=pytest.mark.xfail(
-            strict=True, reason="mode Gateway: controller wiring (issue 30) not done")) if gateway else p.stem)
-    return out
-
-
-@pytest.mark.parametrize("example_name", _rollout_examples())
+@pytest.mark.parametrize("example_name", sorted(p.stem for p in (ROOT / "manifests/examples").glob("*.yaml")))
 def test_at_rest_after_a_rollout_an_observe_pass_lists_and_applies_nothing_and_agrees_with_a_full_pass(
         world, example_name):
     """After a rollout, status.rollout stays (Complete) and the engines live under a slot's names: an observe

@@ -61,49 +61,54 @@ def test_gateway_mode_replaces_the_router_with_pool_and_endpoint_picker():
     objs = render(deployment())
     names = [o["metadata"]["name"] for o in objs]
     assert not [n for n in names if n.startswith("demo-router")]  # no router Deployment, Service, PDB, RBAC
-    pool = one(objs, "InferencePool")
-    assert pool["apiVersion"] == "inference.networking.k8s.io/v1"
-    # every serving pod of this deployment, prefill and decode: the picker's filters split the roles
-    assert pool["spec"]["selector"]["matchLabels"] == L.serving_pods_selector("demo")
-    assert pool["spec"]["targetPorts"] == [{"number": ENGINE_PORT}]
-    ref = pool["spec"]["endpointPickerRef"]
-    assert (ref["kind"], ref["name"], ref["port"]["number"]) == ("Service", "demo-epp", gw.EPP_GRPC_PORT)
-    svc = one(objs, "Service", "demo-epp")
-    epp = one(objs, "Deployment", "demo-epp")
-    # the Service selects exactly the picker's pods
-    assert svc["spec"]["selector"].items() <= epp["spec"]["template"]["metadata"]["labels"].items()
-    assert epp["spec"]["selector"]["matchLabels"] == svc["spec"]["selector"]
+    front, slot = one(objs, "InferencePool", "demo-pool"), one(objs, "InferencePool", "demo-pool-0")
+    for pool, picker in ((front, "demo-epp"), (slot, "demo-epp-0")):
+        assert pool["apiVersion"] == "inference.networking.k8s.io/v1"
+        # every serving pod of this deployment, prefill and decode: the picker's filters split the roles
+        assert pool["spec"]["selector"]["matchLabels"] == L.serving_pods_selector("demo")
+        assert pool["spec"]["targetPorts"] == [{"number": ENGINE_PORT}]
+        ref = pool["spec"]["endpointPickerRef"]
+        assert (ref["kind"], ref["name"], ref["port"]["number"]) == ("Service", picker, gw.EPP_GRPC_PORT)
+    epp = one(objs, "Deployment", "demo-epp-0")
+    # the front Service and the slot's Service select exactly the slot's picker pods
+    for svc in (one(objs, "Service", "demo-epp"), one(objs, "Service", "demo-epp-0")):
+        assert svc["spec"]["selector"].items() <= epp["spec"]["template"]["metadata"]["labels"].items()
+        assert epp["spec"]["selector"]["matchLabels"] == svc["spec"]["selector"]
+    assert epp["spec"]["template"]["metadata"]["labels"][L.SLOT_LABEL] == "0"
+    assert L.REVISION_LABEL not in epp["metadata"]["labels"]  # never rolled out: no revision scope
+    assert epp["spec"]["template"]["spec"]["serviceAccountName"] == "demo-epp"  # shared by every slot's picker
     assert not by_kind(objs, "HTTPRoute")  # only when gateway.httpRoute names a Gateway
     assert not [p for p in by_kind(objs, "PodDisruptionBudget") if p["metadata"]["name"].startswith("demo-epp")]
 
 
 def test_the_pool_selects_the_serving_pods_of_both_roles():
     objs = render(deployment())
-    selector = one(objs, "InferencePool")["spec"]["selector"]["matchLabels"]
-    for role in ("prefill", "decode"):
-        labels = one(objs, "Deployment", f"demo-{role}")["spec"]["template"]["metadata"]["labels"]
-        assert selector.items() <= labels.items(), role
+    for pool in by_kind(objs, "InferencePool"):
+        selector = pool["spec"]["selector"]["matchLabels"]
+        for role in ("prefill", "decode"):
+            labels = one(objs, "Deployment", f"demo-{role}")["spec"]["template"]["metadata"]["labels"]
+            assert selector.items() <= labels.items(), role
 
 
 def test_endpoint_picker_args_point_at_its_pool_and_config():
     objs = render(deployment())
-    epp = one(objs, "Deployment", "demo-epp")
+    epp = one(objs, "Deployment", "demo-epp-0")
     args = containers(epp)["epp"]["args"]
     flag = lambda f: args[args.index(f) + 1]  # noqa: E731
-    assert flag("--pool-name") == "demo-pool" and flag("--pool-namespace") == "ns"
+    assert flag("--pool-name") == "demo-pool-0" and flag("--pool-namespace") == "ns"
     assert flag("--pool-group") == "inference.networking.k8s.io"
-    cm = one(objs, "ConfigMap", "demo-epp")
+    cm = one(objs, "ConfigMap", "demo-epp-0")
     mount = containers(epp)["epp"]["volumeMounts"][0]
     assert flag("--config-file") == f"{mount['mountPath']}/{gw.EPP_CONFIG_KEY}"
     assert gw.EPP_CONFIG_KEY in cm["data"]
-    assert epp["spec"]["template"]["spec"]["volumes"] == [{"name": "config", "configMap": {"name": "demo-epp"}}]
+    assert epp["spec"]["template"]["spec"]["volumes"] == [{"name": "config", "configMap": {"name": "demo-epp-0"}}]
     # vLLM 0.33.0 exposes vllm:kv_cache_usage_perc; the picker's default is the old name
     assert flag("--kv-cache-usage-percentage-metric") == "vllm:kv_cache_usage_perc"
     assert "--ha-enable-leader-election" not in args
 
 
 def test_pd_config_has_both_profiles_and_the_prefill_header():
-    cfg = yaml.safe_load(one(render(deployment()), "ConfigMap", "demo-epp")["data"][gw.EPP_CONFIG_KEY])
+    cfg = yaml.safe_load(one(render(deployment()), "ConfigMap", "demo-epp-0")["data"][gw.EPP_CONFIG_KEY])
     assert cfg["kind"] == "EndpointPickerConfig"
     types = [p["type"] for p in cfg["plugins"]]
     assert {"pd-profile-handler", "prefill-header-handler", "prefix-cache-scorer", "max-score-picker"} <= set(types)
@@ -120,7 +125,7 @@ def test_pd_config_has_both_profiles_and_the_prefill_header():
 
 def test_aggregated_config_has_one_profile_and_no_sidecar():
     objs = render(deployment(prefill={"enabled": False}))
-    cfg = yaml.safe_load(one(objs, "ConfigMap", "demo-epp")["data"][gw.EPP_CONFIG_KEY])
+    cfg = yaml.safe_load(one(objs, "ConfigMap", "demo-epp-0")["data"][gw.EPP_CONFIG_KEY])
     types = [p["type"] for p in cfg["plugins"]]
     assert "single-profile-handler" in types and "pd-profile-handler" not in types
     assert [p["name"] for p in cfg["schedulingProfiles"]] == ["default"]
@@ -204,19 +209,19 @@ def test_rbac_lets_the_picker_read_pods_and_pools_only():
                        ("inference.networking.k8s.io", "inferencepools"): {"get", "list", "watch"},
                        ("inference.networking.x-k8s.io", "inferenceobjectives"): {"get", "list", "watch"}}
     binding = one(objs, "RoleBinding", "demo-epp")
-    epp = one(objs, "Deployment", "demo-epp")
+    epp = one(objs, "Deployment", "demo-epp-0")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "demo-epp", "namespace": "ns"}]
     assert epp["spec"]["template"]["spec"]["serviceAccountName"] == "demo-epp"
 
 
 def test_one_picker_without_leader_election():
-    epp = one(render(deployment()), "Deployment", "demo-epp")
+    epp = one(render(deployment()), "Deployment", "demo-epp-0")
     assert epp["spec"]["replicas"] == 1 and "--ha-enable-leader-election" not in containers(epp)["epp"]["args"]
 
 
 def test_scorer_weights_reach_the_config_and_a_zero_weight_drops_the_scorer():
     objs = render(deployment({"gateway": {"prefixCacheWeight": 5, "queueWeight": 0, "kvCacheUtilizationWeight": 1.5}}))
-    cfg = yaml.safe_load(one(objs, "ConfigMap", "demo-epp")["data"][gw.EPP_CONFIG_KEY])
+    cfg = yaml.safe_load(one(objs, "ConfigMap", "demo-epp-0")["data"][gw.EPP_CONFIG_KEY])
     weights = {r["pluginRef"]: r.get("weight") for r in cfg["schedulingProfiles"][0]["plugins"]}
     assert weights["prefix-cache-scorer"] == 5 and weights["kv-cache-utilization-scorer"] == 1.5
     assert "queue-scorer" not in weights and "queue-scorer" not in [p["type"] for p in cfg["plugins"]]
@@ -224,7 +229,7 @@ def test_scorer_weights_reach_the_config_and_a_zero_weight_drops_the_scorer():
 
 def test_without_the_prefix_scorer_the_pd_handler_is_not_pointed_at_it():
     objs = render(deployment({"gateway": {"prefixCacheWeight": 0}}))
-    cfg = yaml.safe_load(one(objs, "ConfigMap", "demo-epp")["data"][gw.EPP_CONFIG_KEY])
+    cfg = yaml.safe_load(one(objs, "ConfigMap", "demo-epp-0")["data"][gw.EPP_CONFIG_KEY])
     handler = next(p for p in cfg["plugins"] if p["type"] == "pd-profile-handler")
     assert "prefixPluginName" not in handler["parameters"]
 
@@ -250,7 +255,7 @@ def test_network_policies_admit_the_data_plane_and_the_picker_only_where_needed(
     assert epp["spec"]["podSelector"] == {"matchLabels": L.selector_labels("demo", gw.EPP)}
     assert {"from": [peer], "ports": [{"protocol": "TCP", "port": gw.EPP_GRPC_PORT}]} in _ingress(epp)
     # the picker's pods match its policy's selector
-    labels = one(objs, "Deployment", "demo-epp")["spec"]["template"]["metadata"]["labels"]
+    labels = one(objs, "Deployment", "demo-epp-0")["spec"]["template"]["metadata"]["labels"]
     assert epp["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
 
 
@@ -342,13 +347,14 @@ def _route_validator():
 
 def test_example_pool_and_route_validate_against_the_pinned_crds():
     objs = render(api.V41FlashDeployment.model_validate(yaml.safe_load(EXAMPLE.read_text())))
-    _pool_validator().validate(one(objs, "InferencePool"))
+    for pool in by_kind(objs, "InferencePool"):
+        _pool_validator().validate(pool)
     _route_validator().validate(one(objs, "HTTPRoute"))
 
 
 def test_crd_check_catches_a_bad_pool():
     import jsonschema
-    pool = copy.deepcopy(one(render(deployment()), "InferencePool"))
+    pool = copy.deepcopy(one(render(deployment()), "InferencePool", "demo-pool"))
     pool["spec"]["targetPorts"] = [{"number": 70000}]
     with pytest.raises(jsonschema.ValidationError):
         _pool_validator().validate(pool)
@@ -375,7 +381,7 @@ def test_every_endpoint_picker_flag_exists_in_the_pinned_epp():
     binary = require_tool(tool_cache() / f"epp-{V['LLM_D_INFERENCE_SCHEDULER_VERSION']}" / "epp",
                           "bash e2e/build-tools.sh epp")
     text = _help(binary)
-    args = containers(one(render(deployment()), "Deployment", "demo-epp"))["epp"]["args"]
+    args = containers(one(render(deployment()), "Deployment", "demo-epp-0"))["epp"]["args"]
     missing = [f for f in _flags(args) if f"-{f}" not in text]
     assert not missing, missing
 
@@ -386,3 +392,80 @@ def test_every_sidecar_flag_exists_in_the_pinned_sidecar():
     text = _help(binary)
     missing = [f for f in _flags(gw.sidecar_args()) if f"-{f}" not in text]
     assert not missing, missing
+
+
+# --- a rollout (rollout/slots.render_slots) --------------------------------------------------------
+
+def _rolling(shares=(75, 25), httproute=True, candidate_takes_new=True):
+    from v41flash.rollout.slots import SlotSpec, render_slots
+    routing = {"gateway": {"httpRoute": {"name": "shared-gw", "namespace": "infra"}}} if httproute else None
+    old = deployment(routing)
+    doc = old.model_dump(by_alias=True, exclude_none=True)
+    doc["spec"]["model"]["revision"] = "next"
+    new = api.V41FlashDeployment.model_validate(doc)
+    slots = [SlotSpec("", old.spec, share=shares[0], accept_new=shares[0] > 0),
+             SlotSpec("a", new.spec, replicas={"prefill": 1, "decode": 1}, share=shares[1],
+                      accept_new=candidate_takes_new)]
+    return render_slots(new, slots)
+
+
+def _revision(objs, role, slot):
+    name = f"demo-{role}-{slot}" if slot else f"demo-{role}"
+    return one(objs, "Deployment", name)["spec"]["template"]["metadata"]["labels"][L.REVISION_LABEL]
+
+
+def test_a_rollout_runs_a_picker_and_a_pool_per_revision_and_the_route_splits_by_share():
+    objs = _rolling()
+    old_rev, new_rev = _revision(objs, "decode", ""), _revision(objs, "decode", "a")
+    assert old_rev != new_rev and _revision(objs, "prefill", "a") == new_rev
+    for slot, rev in (("0", old_rev), ("a", new_rev)):
+        pool = one(objs, "InferencePool", f"demo-pool-{slot}")
+        # a picker sees one revision's pods only: a prefill and a decode of one request share a revision
+        assert pool["spec"]["selector"]["matchLabels"] == {**L.serving_pods_selector("demo"), L.REVISION_LABEL: rev}
+        assert pool["spec"]["endpointPickerRef"]["name"] == f"demo-epp-{slot}"
+        epp = one(objs, "Deployment", f"demo-epp-{slot}")
+        args = containers(epp)["epp"]["args"]
+        assert args[args.index("--pool-name") + 1] == f"demo-pool-{slot}"
+        assert epp["metadata"]["labels"][L.REVISION_LABEL] == rev
+        assert one(objs, "Service", f"demo-epp-{slot}")["spec"]["selector"] == epp["spec"]["selector"]["matchLabels"]
+    # the front pool (what a user's own HTTPRoute names) serves the serving revision through its picker
+    front = one(objs, "InferencePool", "demo-pool")
+    assert front["spec"]["selector"]["matchLabels"][L.REVISION_LABEL] == old_rev
+    assert one(objs, "Service", "demo-epp")["spec"]["selector"] == \
+        one(objs, "Deployment", "demo-epp-0")["spec"]["selector"]["matchLabels"]
+    backends = one(objs, "HTTPRoute")["spec"]["rules"][0]["backendRefs"]
+    assert [(b["name"], b["weight"]) for b in backends] == [("demo-pool", 75), ("demo-pool-a", 25)]
+    assert not [o for o in objs if o["metadata"]["name"].startswith("demo-router")]
+    assert ROUTES_KEY not in one(objs, "ConfigMap", "demo-config")["data"]  # no session proxy to read it
+    assert len(by_kind(objs, "ServiceAccount")) == 1  # the pickers share one identity
+
+
+ROUTES_KEY = "routes.json"
+
+
+def test_once_promoted_the_front_follows_the_new_revision_and_the_old_slot_takes_no_new_requests():
+    from v41flash.rollout.slots import SlotSpec, render_slots
+    objs = _rolling()
+    new_rev = _revision(objs, "decode", "a")
+    old = deployment({"gateway": {"httpRoute": {"name": "shared-gw"}}})
+    doc = old.model_dump(by_alias=True, exclude_none=True)
+    doc["spec"]["model"]["revision"] = "next"
+    new = api.V41FlashDeployment.model_validate(doc)
+    draining = render_slots(new, [SlotSpec("a", new.spec, share=100), SlotSpec("", old.spec, share=0,
+                                                                                accept_new=False)])
+    assert one(draining, "InferencePool", "demo-pool")["spec"]["selector"]["matchLabels"][L.REVISION_LABEL] == new_rev
+    assert one(draining, "Service", "demo-epp")["spec"]["selector"][L.SLOT_LABEL] == "a"
+    backends = one(draining, "HTTPRoute")["spec"]["rules"][0]["backendRefs"]
+    assert [(b["name"], b["weight"]) for b in backends] == [("demo-pool", 100), ("demo-pool-0", 0)]
+    for pool in by_kind(draining, "InferencePool"):
+        _pool_validator().validate(pool)
+    _route_validator().validate(one(draining, "HTTPRoute"))
+
+
+def test_a_rollout_keeps_the_never_rolled_picker_under_its_name():
+    """Slot "" of a rollout renders the picker render() made: the same Deployment (no restart but its labels),
+    so the serving revision keeps its picker (and its prefix index) when a rollout starts."""
+    before = one(render(deployment()), "Deployment", "demo-epp-0")
+    during = one(_rolling(httproute=False), "Deployment", "demo-epp-0")
+    assert during["spec"]["template"] == before["spec"]["template"]
+    assert during["spec"]["selector"] == before["spec"]["selector"]

@@ -523,7 +523,7 @@ def test_every_rendered_engine_container_passes_the_vllm_parser(path):
     lws_env = {"LWS_LEADER_ADDRESS": "leader.ns", "LWS_WORKER_INDEX": "1"}  # what LWS injects
     checked = 0
     for w in render(example(path.stem)):
-        if w["kind"] in ("Deployment", "LeaderWorkerSet") and not w["metadata"]["name"].endswith(("-router", "-epp")):
+        if w["kind"] in ("Deployment", "LeaderWorkerSet") and w["metadata"]["labels"].get("v41flash.io/role") in ("prefill", "decode"):
             for t in pod_templates(w):
                 c = engine(t)
                 argv = expand_k8s_vars([*c["command"], *c["args"]], lws_env)
@@ -539,10 +539,6 @@ def test_no_shared_subtrees(path):
     assert "&id" not in yaml.safe_dump_all(render(example(path.stem)))
 
 
-# mode Gateway's InferencePool and HTTPRoute join controller/kube.py's CHILD_KINDS with its controller wiring
-# (issue 30), which waits for the controller refactor; strict: this fails once they are there, to drop the mark.
-@pytest.mark.xfail(strict=True, reason="controller wiring of mode Gateway (issue 30) not done: CHILD_KINDS lacks "
-                                       "InferencePool and HTTPRoute")
 def test_every_rendered_kind_is_one_the_controller_prunes():
     from v41flash.controller.kube import CHILD_KINDS
 

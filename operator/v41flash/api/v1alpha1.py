@@ -1002,8 +1002,12 @@ class RoleStatus(Model):
 
 class RouterStatus(Model):
     model_config = ConfigDict(extra="ignore")
-    ready_replicas: int = 0
-    service: str = Field("", description="Service clients send OpenAI requests to (host:port).")
+    ready_replicas: int = Field(0, description="Router pods Ready (mode Gateway: the serving slot's endpoint "
+                                               "picker).")
+    service: str = Field("", description="Service clients send OpenAI requests to (host:port); empty in mode "
+                                         "Gateway (requests come through your Gateway).")
+    inference_pool: str = Field("", description="mode Gateway: the InferencePool an HTTPRoute names (it always "
+                                                "selects the serving revision's pods).")
 
 
 class ObservedSLO(Model):

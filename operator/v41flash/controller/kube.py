@@ -25,6 +25,7 @@ from kubernetes.dynamic.exceptions import ConflictError, NotFoundError, Resource
 from ..api import v1alpha1 as api
 from ..render import labels as L
 from ..render.engine import LWS_API_VERSION
+from ..render.gateway import HTTPROUTE_API_VERSION, INFERENCE_POOL_API_VERSION
 from ..render.resolve import DEPLOYMENT, LEADER_WORKER_SET
 from .config import OperatorConfig
 from .metrics import API_REQUESTS
@@ -44,6 +45,8 @@ CHILD_KINDS: tuple[tuple[str, str], ...] = (
     ("policy/v1", "PodDisruptionBudget"),
     ("v1", "ConfigMap"),
     ("networking.k8s.io/v1", "NetworkPolicy"),
+    (INFERENCE_POOL_API_VERSION, "InferencePool"),  # spec.routing.mode: Gateway (render/gateway.py)
+    (HTTPROUTE_API_VERSION, "HTTPRoute"),
 )
 
 

@@ -28,7 +28,9 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from ..api import v1alpha1 as api
+from ..render import gateway
 from ..render import labels as L
+from ..render.resolve import LEADER_WORKER_SET
 from ..render.revision import revision_of
 from ..rollout import progress
 from ..rollout.progress import StepFigures
@@ -179,14 +181,19 @@ def list_children(io: Io, s: PassState) -> PassState:
 
 
 def check_kinds(io: Io, s: PassState) -> PassState:
-    """Every kind the spec renders is served by the cluster (the LeaderWorkerSet CRD for multi-node replicas)."""
-    missing = sorted({f"{o['kind']}.{o['apiVersion']}" for o in s.desired
-                      if not io.kube.has_kind(o["apiVersion"], o["kind"])})
+    """Every kind the spec renders (and, in mode Gateway, the InferenceObjective its picker watches) is served by
+    the cluster: the LeaderWorkerSet CRD for multi-node replicas, the Gateway API Inference Extension's CRDs."""
+    need = {(o["apiVersion"], o["kind"]) for o in s.desired}
+    if any(kind == "InferencePool" for _, kind in need):
+        need |= set(gateway.WATCHED_KINDS)
+    missing = sorted((kind, api_version) for api_version, kind in need if not io.kube.has_kind(api_version, kind))
     if not missing:
         return s
-    return replace(s, stall=Stall("KindNotInstalled", f"the cluster does not serve {', '.join(missing)}: install "
-                                                      f"it (e.g. the LeaderWorkerSet controller for multi-node "
-                                                      f"replicas)"))
+    hints = {gateway.INSTALL_HINTS.get(kind, "the LeaderWorkerSet controller (multi-node replicas)"
+                                       if kind == LEADER_WORKER_SET else f"the CRD of {kind}") for kind, _ in missing}
+    served = ", ".join(f"{kind}.{api_version}" for kind, api_version in missing)
+    return replace(s, stall=Stall("KindNotInstalled", f"the cluster does not serve {served}: install "
+                                                      f"{' and '.join(sorted(hints))}"))
 
 
 def apply_children(io: Io, s: PassState) -> PassState:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..api import v1alpha1 as api
+from ..render import gateway
 from ..render import labels as L
 from ..render.resolve import DEPLOYMENT, LEADER_WORKER_SET, resolve
 from ..render.revision import revision_of
@@ -186,14 +187,16 @@ def deployment_status(*, body: dict[str, Any], model: api.V41FlashDeployment | N
         revision, slot, rolled = (revision_of(list(desired)) if stall is None else None), "", None
     by_name = {ref.name: o for ref, o in live.items() if ref.kind in (DEPLOYMENT, LEADER_WORKER_SET)}
     workloads = {role: workload_state(by_name.get(slot_workload_name(name, role, slot))) for role in ROLES}
-    router = workload_state(by_name.get(L.child_name(name, L.ROUTER)))
+    gateway_mode = model is not None and gateway.is_gateway(model.spec)
+    # the router: vllm-router's Deployment (the front, once rolled out), or the serving slot's endpoint picker
+    router = workload_state(by_name.get(gateway.epp_name(name, slot) if gateway_mode else L.child_name(name, L.ROUTER)))
     if model is not None:
         spec = model.spec
         enabled = {role: getattr(spec, role).enabled for role in ROLES}
         want = desired_replicas(spec, previous, planner.desired if planner and stall is None else None)
         resolved = resolve(spec)
         gpus = {role: r.gpus_per_replica for role, r in resolved.roles.items()}
-        router_desired = spec.routing.replicas
+        router_desired = 1 if gateway_mode else spec.routing.replicas  # one picker per slot
     else:  # an invalid spec: describe what runs, as it runs
         enabled = {role: workloads[role].exists for role in ROLES}
         want = {role: workloads[role].spec_replicas for role in ROLES}
@@ -207,8 +210,10 @@ def deployment_status(*, body: dict[str, Any], model: api.V41FlashDeployment | N
     status = compute_status(
         generation=generation, enabled=enabled, desired=want, workloads=workloads, router=router,
         router_desired=router_desired, gpus_per_replica=gpus,
-        router_service=service_address(name, namespace), stall=stall, previous=previous, now=now,
-        revision=revision, pod_revisions=pods)
+        router_service="" if gateway_mode else service_address(name, namespace), stall=stall, previous=previous,
+        now=now, revision=revision, pod_revisions=pods)
+    if gateway_mode:
+        status["router"]["inferencePool"] = gateway.pool_name(name)
     if planner is not None and stall is None:
         status.update(planner.status)
     if rolled is not None:

@@ -10,6 +10,15 @@ and a prefill pod, named in the x-prefiller-host-port header; the decode pod's r
 serving port, vLLM behind it on VLLM_BEHIND_SIDECAR_PORT) sends the prompt to that prefill pod with
 kv_transfer_params, then decodes locally, as vllm-router's P/D mode does.
 
+Names, so that a rollout never changes what a user's own HTTPRoute names: each slot (render/labels.py SLOT_LABEL;
+"0" for a deployment that never rolled out) has its endpoint picker ``<cr>-epp-<slot>`` (Deployment, Service,
+ConfigMap) watching its own pool ``<cr>-pool-<slot>`` (the slot's serving pods, of its revision once rolled out),
+so a picker pairs a prefill and a decode of one revision only. The front ``<cr>-pool`` (the pool an HTTPRoute
+names) always selects the serving slot's pods, its picker reference the Service ``<cr>-epp`` whose selector follows
+the serving slot's picker. The operator's HTTPRoute splits a rollout's traffic: the front pool at the serving
+share, the candidate's slot pool at the canary share (weight 0 for a draining slot). ServiceAccount, Role and
+RoleBinding ``<cr>-epp`` are shared by the pickers.
+
 Every flag below exists in llm-d-inference-scheduler v0.4.0's `epp` and `pd-sidecar` (gateway-api-inference-
 extension v1.2.0's runner); the e2e harness runs these args as local processes.
 """
@@ -32,12 +41,12 @@ INFERENCE_OBJECTIVE_GROUP = "inference.networking.x-k8s.io"
 INFERENCE_OBJECTIVE_API_VERSION = f"{INFERENCE_OBJECTIVE_GROUP}/v1alpha2"
 INFERENCE_OBJECTIVE_PLURAL = "inferenceobjectives"
 HTTPROUTE_API_VERSION = "gateway.networking.k8s.io/v1"
-# The CRDs mode Gateway needs (kind, group, version, plural): the controller checks they are installed.
-REQUIRED_CRDS = (
-    ("InferencePool", INFERENCE_GROUP, "v1", INFERENCE_POOL_PLURAL),
-    ("InferenceObjective", INFERENCE_OBJECTIVE_GROUP, "v1alpha2", INFERENCE_OBJECTIVE_PLURAL),
-)
-HTTPROUTE_CRD = ("HTTPRoute", "gateway.networking.k8s.io", "v1", "httproutes")
+# What mode Gateway needs served beyond the kinds it renders: the picker watches InferenceObjectives.
+WATCHED_KINDS = ((INFERENCE_OBJECTIVE_API_VERSION, "InferenceObjective"),)
+_GIE_CRDS = "the Gateway API Inference Extension v1.2.0 CRDs (InferencePool, InferenceObjective)"
+# kind -> what to install when the cluster does not serve it (the controller's KindNotInstalled message)
+INSTALL_HINTS = {"InferencePool": _GIE_CRDS, "InferenceObjective": _GIE_CRDS,
+                 "HTTPRoute": "the Gateway API v1.4.0 standard CRDs (HTTPRoute)"}
 
 EPP = "epp"  # component / name suffix of the endpoint picker's objects
 POOL = "pool"  # name suffix of the InferencePool
@@ -69,12 +78,24 @@ def uses_sidecar(spec: api.V41FlashDeploymentSpec, res: Resolved) -> bool:
     return is_gateway(spec) and res.disaggregated
 
 
-def pool_name(cr_name: str) -> str:
-    return L.child_name(cr_name, POOL)
+def slot_tag(slot: str) -> str:
+    """A slot's label value and name suffix: "0" for the never-rolled layout's slot ""."""
+    return slot or "0"
 
 
-def epp_name(cr_name: str) -> str:
-    return L.child_name(cr_name, EPP)
+def pool_name(cr_name: str, slot: str | None = None) -> str:
+    """The front pool (slot None: what an HTTPRoute names), or one slot's pool."""
+    return L.child_name(cr_name, POOL if slot is None else f"{POOL}-{slot_tag(slot)}")
+
+
+def epp_name(cr_name: str, slot: str | None = None) -> str:
+    """The front Service and the pickers' shared ServiceAccount/Role/RoleBinding (slot None), or one slot's
+    picker (Deployment, Service, ConfigMap)."""
+    return L.child_name(cr_name, EPP if slot is None else f"{EPP}-{slot_tag(slot)}")
+
+
+def epp_selector(cr_name: str, slot: str) -> dict[str, str]:
+    return {**L.selector_labels(cr_name, EPP), L.SLOT_LABEL: slot_tag(slot)}
 
 
 def pool_selector(cr_name: str, revision: str = "") -> dict[str, str]:
@@ -130,9 +151,9 @@ def epp_config(spec: api.V41FlashDeploymentSpec, res: Resolved) -> dict[str, Any
             "plugins": plugins, "schedulingProfiles": profiles}
 
 
-def epp_args(cr_name: str, namespace: str, *, pool: str | None = None,
+def epp_args(cr_name: str, namespace: str, slot: str = "",
              config_file: str = f"{EPP_CONFIG_DIR}/{EPP_CONFIG_KEY}") -> list[str]:
-    args = ["--pool-name", pool or pool_name(cr_name), "--pool-namespace", namespace,
+    args = ["--pool-name", pool_name(cr_name, slot), "--pool-namespace", namespace,
             "--pool-group", INFERENCE_GROUP, "--config-file", config_file,
             "--grpc-port", str(EPP_GRPC_PORT), "--grpc-health-port", str(EPP_HEALTH_PORT),
             "--metrics-port", str(EPP_METRICS_PORT),
@@ -172,16 +193,18 @@ def sidecar_container(spec: api.V41FlashDeploymentSpec, res: Resolved) -> dict[s
     }
 
 
-def inference_pool(cr_name: str, namespace: str, owner: dict[str, Any] | None, *, name: str | None = None,
-                   epp: str | None = None, revision: str = "") -> dict[str, Any]:
+def inference_pool(cr_name: str, namespace: str, owner: dict[str, Any] | None, *, slot: str | None = None,
+                   revision: str = "") -> dict[str, Any]:
+    """The front pool (slot None) or one slot's; ``revision``: only that revision's pods ("" = every serving pod,
+    a deployment that never rolled out)."""
     return {
         "apiVersion": INFERENCE_POOL_API_VERSION,
         "kind": "InferencePool",
-        "metadata": L.metadata(cr_name, namespace, name or pool_name(cr_name), POOL, owner),
+        "metadata": L.metadata(cr_name, namespace, pool_name(cr_name, slot), POOL, owner),
         "spec": {
             "selector": {"matchLabels": pool_selector(cr_name, revision)},
             "targetPorts": [{"number": ENGINE_PORT}],
-            "endpointPickerRef": {"kind": "Service", "name": epp or epp_name(cr_name),
+            "endpointPickerRef": {"kind": "Service", "name": epp_name(cr_name, slot),
                                   "port": {"number": EPP_GRPC_PORT}, "failureMode": "FailClose"},
         },
     }
@@ -198,7 +221,7 @@ def gateway_duration(seconds: int) -> str:
 def http_route(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, owner: dict[str, Any] | None,
                pools: list[tuple[str, int]] | None = None) -> dict[str, Any] | None:
     """The HTTPRoute to the user's Gateway, or None when gateway.httpRoute is unset. ``pools``: (InferencePool,
-    weight) backends, default the deployment's one pool."""
+    weight) backends, default the front pool alone."""
     parent = gateway_settings(spec).http_route
     if parent is None:
         return None
@@ -223,19 +246,13 @@ def http_route(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, o
     }
 
 
-def epp_objects(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, res: Resolved,
-                owner: dict[str, Any] | None, *, name: str | None = None, pool: str | None = None) -> list[dict[str, Any]]:
-    """ServiceAccount, Role, RoleBinding, ConfigMap, Deployment and Service of one endpoint picker."""
-    name = name or epp_name(cr_name)
-    gw = gateway_settings(spec)
+def epp_shared(cr_name: str, namespace: str, owner: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The pickers' ServiceAccount, Role and RoleBinding (one set for every slot's picker)."""
+    name = epp_name(cr_name)
 
     def meta() -> dict[str, Any]:
         return L.metadata(cr_name, namespace, name, EPP, owner)
 
-    selector = L.selector_labels(cr_name, EPP)
-    pod_labels = L.common_labels(cr_name, EPP)
-    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(),
-              "data": {EPP_CONFIG_KEY: to_yaml_doc(epp_config(spec, res))}}
     rules = [
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": [INFERENCE_GROUP], "resources": [INFERENCE_POOL_PLURAL], "verbs": ["get", "list", "watch"]},
@@ -246,13 +263,43 @@ def epp_objects(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, 
     binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta(),
                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
                "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]}
+    sa = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta()}
+    return [sa, role, binding]
+
+
+def _epp_service(cr_name: str, namespace: str, name: str, selector: dict[str, str], owner: dict[str, Any] | None,
+                 *, metrics: bool) -> dict[str, Any]:
+    ports = [{"name": "grpc", "port": EPP_GRPC_PORT, "targetPort": "grpc", "protocol": "TCP", "appProtocol": "http2"}]
+    if metrics:
+        ports.append({"name": "metrics", "port": EPP_METRICS_PORT, "targetPort": "metrics", "protocol": "TCP"})
+    return {"apiVersion": "v1", "kind": "Service", "metadata": L.metadata(cr_name, namespace, name, EPP, owner),
+            "spec": {"type": "ClusterIP", "selector": dict(selector), "ports": ports}}
+
+
+def epp_slot(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, res: Resolved,
+             owner: dict[str, Any] | None, *, slot: str = "", revision: str = "") -> list[dict[str, Any]]:
+    """One slot's picker: ConfigMap, Deployment and Service ``<cr>-epp-<slot>``, and its pool. ``revision`` ("" =
+    never rolled out) scopes the pool and labels the picker's Deployment (what a rollout reads as its router)."""
+    name = epp_name(cr_name, slot)
+    gw = gateway_settings(spec)
+
+    def meta() -> dict[str, Any]:
+        m = L.metadata(cr_name, namespace, name, EPP, owner)
+        m["labels"][L.SLOT_LABEL] = slot_tag(slot)
+        return m
+
+    selector = epp_selector(cr_name, slot)
+    pod_labels = {**L.common_labels(cr_name, EPP), L.SLOT_LABEL: slot_tag(slot)}
+    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(),
+              "data": {EPP_CONFIG_KEY: to_yaml_doc(epp_config(spec, res))}}
+
     def grpc_health() -> dict[str, Any]:  # fresh each use: no shared subtrees (YAML anchors) in the output
         return {"grpc": {"port": EPP_HEALTH_PORT, "service": "inference-extension"}}
     container = {
         "name": EPP,
         "image": gw.epp_image,
         "imagePullPolicy": spec.image_pull_policy,
-        "args": epp_args(cr_name, namespace, pool=pool),
+        "args": epp_args(cr_name, namespace, slot),
         "ports": [{"name": "grpc", "containerPort": EPP_GRPC_PORT, "protocol": "TCP"},
                   {"name": "grpc-health", "containerPort": EPP_HEALTH_PORT, "protocol": "TCP"},
                   {"name": "metrics", "containerPort": EPP_METRICS_PORT, "protocol": "TCP"}],
@@ -263,19 +310,22 @@ def epp_objects(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, 
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
                             "runAsNonRoot": True, "readOnlyRootFilesystem": True},
     }
+    dmeta = meta()
+    if revision:
+        dmeta["labels"][L.REVISION_LABEL] = revision  # on the Deployment only: a label change restarts no pod
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": meta(),
+        "metadata": dmeta,
         "spec": {
-            # one picker: its prefix index lives in its memory, and more than one would need leader election
-            # (Leases the operator would have to hold in every watched namespace to grant them)
+            # one picker per slot: its prefix index lives in its memory, and more than one would need leader
+            # election (Leases the operator would have to hold in every watched namespace to grant them)
             "replicas": 1,
             "selector": {"matchLabels": selector},
             "template": {
                 "metadata": {"labels": pod_labels},
                 "spec": {
-                    "serviceAccountName": name,
+                    "serviceAccountName": epp_name(cr_name),
                     "enableServiceLinks": False,
                     "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532,
                                         "seccompProfile": {"type": "RuntimeDefault"}},
@@ -286,19 +336,24 @@ def epp_objects(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, 
             },
         },
     }
-    service = {"apiVersion": "v1", "kind": "Service", "metadata": meta(),
-               "spec": {"type": "ClusterIP", "selector": dict(selector),
-                        "ports": [{"name": "grpc", "port": EPP_GRPC_PORT, "targetPort": "grpc", "protocol": "TCP",
-                                   "appProtocol": "http2"},
-                                  {"name": "metrics", "port": EPP_METRICS_PORT, "targetPort": "metrics",
-                                   "protocol": "TCP"}]}}
-    sa = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta()}
-    return [sa, role, binding, config, deployment, service]
+    service = _epp_service(cr_name, namespace, name, selector, owner, metrics=True)
+    service["metadata"]["labels"][L.SLOT_LABEL] = slot_tag(slot)
+    return [config, deployment, service, inference_pool(cr_name, namespace, owner, slot=slot, revision=revision)]
+
+
+def epp_front(cr_name: str, namespace: str, owner: dict[str, Any] | None, *, serving_slot: str = "",
+              revision: str = "") -> list[dict[str, Any]]:
+    """The front pool ``<cr>-pool`` and its picker Service ``<cr>-epp``, both following the serving slot."""
+    service = _epp_service(cr_name, namespace, epp_name(cr_name), epp_selector(cr_name, serving_slot), owner,
+                           metrics=False)
+    return [service, inference_pool(cr_name, namespace, owner, revision=revision)]
 
 
 def gateway_objects(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, res: Resolved,
                     owner: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """Everything mode Gateway renders for a deployment that has not rolled out (one pool)."""
-    out = [*epp_objects(cr_name, namespace, spec, res, owner), inference_pool(cr_name, namespace, owner)]
+    """Everything mode Gateway renders for a deployment that has not rolled out: slot "0"'s picker and pool,
+    the front pool and Service, the HTTPRoute when asked for."""
+    out = [*epp_shared(cr_name, namespace, owner), *epp_slot(cr_name, namespace, spec, res, owner),
+           *epp_front(cr_name, namespace, owner)]
     route = http_route(cr_name, namespace, spec, owner)
     return out + ([route] if route is not None else [])

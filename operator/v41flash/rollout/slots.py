@@ -23,6 +23,7 @@ from typing import Any
 
 from ..api import v1alpha1 as api
 from ..proxy.revisions import ROUTES_FILE_NAME, Route, table_json
+from ..render import gateway
 from ..render import labels as L
 from ..render.engine import engine_workload, replica_commands
 from ..render.network import network_policies
@@ -218,21 +219,45 @@ def render_slots(obj: api.V41FlashDeployment, slots: Sequence[SlotSpec], owner: 
     effective = {rr.role: (serving.replicas or {}).get(rr.role) for rr in res.enabled_roles}
     cm = config_map(name, namespace, spec, res, commands, effective, router_args(name, namespace, spec, res), timing,
                     drain_seconds(spec.slo.e2e_p95_seconds), revisions[serving.slot], owner)
-    cm["data"][ROUTES_CONFIG_KEY] = table_json(routes(name, namespace, slots, revisions))
+    gateway_mode = gateway.is_gateway(spec)
+    if not gateway_mode:
+        cm["data"][ROUTES_CONFIG_KEY] = table_json(routes(name, namespace, slots, revisions))
     out: list[dict[str, Any]] = [cm]
     for role in sorted(roles, key=lambda r: ("prefill", "decode").index(r)):
         out.append(role_service(name, namespace, role, owner))
         out.append(pdb(name, namespace, role, owner))
         out += [w for w in engines if w["metadata"]["labels"][L.ROLE_LABEL] == role]
-    out += _front(name, namespace, spec, serving.slot, owner)
-    for s in slots:
-        out += _slot_router(name, namespace, spec, s, revisions[s.slot], owner)
-    out.append(pdb(name, namespace, L.ROUTER, owner))
+    if gateway_mode:
+        out += _gateway_slots(name, namespace, spec, slots, revisions, serving, owner)
+    else:
+        out += _front(name, namespace, spec, serving.slot, owner)
+        for s in slots:
+            out += _slot_router(name, namespace, spec, s, revisions[s.slot], owner)
+        out.append(pdb(name, namespace, L.ROUTER, owner))
     metrics = spec.autoscaling.metrics
     out += network_policies(name, namespace, roles, owner, operator_namespace,
                             metrics.prometheus.scraped_by if metrics.source == "Prometheus" and metrics.prometheus else None,
-                            slot_routers=True)
+                            slot_routers=not gateway_mode,
+                            gateway=gateway.gateway_settings(spec) if gateway_mode else None)
     return out
+
+
+def _gateway_slots(cr_name: str, namespace: str, front: api.V41FlashDeploymentSpec, slots: Sequence[SlotSpec],
+                   revisions: dict[str, str], serving: SlotSpec, owner: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Mode Gateway's share of render_slots (render/gateway.py): the pickers' RBAC, per slot a picker and a pool
+    of its revision, the front pool and Service on the serving slot, and the HTTPRoute: the serving share on the
+    front pool, the candidate's on its slot's pool, 0 for a slot that takes no new requests. A slot out of the
+    routing table (a rolled-back candidate finishing) keeps its picker, outside the route."""
+    out = gateway.epp_shared(cr_name, namespace, owner)
+    for s in slots:
+        spec = s.spec.model_copy(update={"routing": front.routing})  # the picker's settings: the current spec's
+        out += gateway.epp_slot(cr_name, namespace, spec, resolve(spec), owner, slot=s.slot,
+                                revision=revisions[s.slot])
+    out += gateway.epp_front(cr_name, namespace, owner, serving_slot=serving.slot, revision=revisions[serving.slot])
+    pools = [(gateway.pool_name(cr_name) if s is serving else gateway.pool_name(cr_name, s.slot),
+              s.share if s.accept_new else 0) for s in slots if s.routed]
+    route = gateway.http_route(cr_name, namespace, front, owner, pools)
+    return out + ([route] if route is not None else [])
 
 
 # --- what the controller reads back (pure) -------------------------------------------------------
@@ -301,8 +326,8 @@ def slot_observation(cr_name: str, slot: str, revision: str, workloads: Sequence
         unsched = next((u for u in map(_unschedulable, mine) if u), "")
         problems = tuple(sorted(_pod_problem(p) for p in mine if not is_ready(p) and not _unschedulable(p)))
         out[role] = RoleObs(replicas=replicas, ready=len(ready), unschedulable=unsched, problems=problems)
-    rname = slot_router_name(cr_name, slot)
-    r = next((x for x in routers if x["metadata"]["name"] == rname), None)
+    rnames = (slot_router_name(cr_name, slot), gateway.epp_name(cr_name, slot))  # vllm-router's, or the picker
+    r = next((x for x in routers if x["metadata"]["name"] in rnames), None)
     router_ready = bool(r is not None and labels_of(r).get(L.REVISION_LABEL) == revision
                         and ((r.get("status") or {}).get("readyReplicas") or 0) >= 1)
     return SlotObs(out, router_ready=router_ready)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..api import v1alpha1 as api
+from ..render import gateway
 from ..render import labels as L
 from ..render import render
 from ..render.engine import replica_commands, startup_seconds
@@ -109,7 +110,8 @@ def rollout_pass(obj: api.V41FlashDeployment, status: dict[str, Any], world: Wor
     serving_spec = specs.get(serving_rev, obj.spec)
     sres = resolve(serving_spec)
     roles_of = lambda r: [rr.role for rr in r.enabled_roles]  # noqa: E731
-    routers = [w for w in world.workloads if (w.get("metadata") or {}).get("labels", {}).get(L.ROLE_LABEL) == L.ROUTER]
+    routers = [w for w in world.workloads  # vllm-router's Deployments, or mode Gateway's endpoint pickers
+               if (w.get("metadata") or {}).get("labels", {}).get(L.ROLE_LABEL) in (L.ROUTER, gateway.EPP)]
     serving_obs = slot_observation(name, state.serving_slot, serving_rev, world.workloads, world.pods, routers,
                                    roles_of(sres)) if serving_rev else None
     cand_obs = None
