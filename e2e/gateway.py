@@ -19,7 +19,8 @@ listener with its own ext_proc, so a request is scheduled by one pool's picker o
 Envoy reads its listeners (LDS), clusters (CDS) and the front routes (RDS) from files in a watched directory;
 the controller rewrites them (atomic renames) when what it resolves changes, so a weight change or a new picker
 address touches no listener (no connection is drained for it). The HTTPRoute's status.parents gets Accepted and
-ResolvedRefs as a Gateway controller writes them. Addresses: <state>/gateway/gateway.json
+ResolvedRefs as a Gateway controller writes them. A picker's address is EDS: when the pool's Service moves to
+another picker (a rollout's promotion), its ext_proc streams in flight finish on the old one. Addresses: <state>/gateway/gateway.json
 ({"gateways": {"<ns>/<name>": "127.0.0.1:PORT"}}). Envoy runs by PID (in pids.json too) and stops with this
 process (SIGTERM).
 
@@ -275,11 +276,19 @@ def route_config(name: str, rules: list[Rule], pool_cluster) -> dict:
     return {"name": name, "virtual_hosts": [{"name": "all", "domains": ["*"], "routes": routes}]}
 
 
+def load_assignment(name: str, addr: tuple[str, int] | None) -> dict:
+    eps = [] if addr is None else [{"lb_endpoints": [{"endpoint": {"address": {"socket_address": {
+        "address": addr[0], "port_value": addr[1]}}}}]}]
+    return {"cluster_name": name, "endpoints": eps}
+
+
 def envoy_resources(prog: Program, gateway_ports: dict[str, int], pool_ports: dict[str, int],
-                    rds_path) -> tuple[list[dict], list[dict], dict[str, dict]]:
-    """(listeners, clusters, {gateway key: route configuration}) for a Program. rds_path(gateway key) -> the
-    RDS file's config source."""
-    listeners, clusters, rds = [], [], {}
+                    rds_path, eds_path=None) -> tuple[list[dict], list[dict], dict[str, dict], dict[str, dict]]:
+    """(listeners, clusters, {gateway key: route configuration}, {picker cluster: its endpoints}) for a Program.
+    rds_path(gateway key) / eds_path(cluster name) -> the RDS / EDS file's config source. A picker's address is
+    EDS (a host set update: the old picker's streams drain), never a change of its cluster (which would cut the
+    ext_proc streams in flight); without eds_path it is inlined (STATIC)."""
+    listeners, clusters, rds, eds = [], [], {}, {}
     clusters.append({"name": ORIGINAL_DST, "type": "ORIGINAL_DST", "lb_policy": "CLUSTER_PROVIDED",
                      "connect_timeout": "2s",
                      "original_dst_lb_config": {"use_http_header": True, "http_header_name": DESTINATION_HEADER},
@@ -288,14 +297,20 @@ def envoy_resources(prog: Program, gateway_ports: dict[str, int], pool_ports: di
     for key in sorted(prog.pools):
         pool = prog.pools[key]
         epp_cluster = f"epp/{key}"
-        clusters.append(_static(epp_cluster, pool.epp, transport_socket={
+        if eds_path is None:
+            where = _static(epp_cluster, pool.epp)
+        else:
+            eds[epp_cluster] = load_assignment(epp_cluster, pool.epp)
+            where = {"name": epp_cluster, "type": "EDS", "connect_timeout": "2s",
+                     "eds_cluster_config": {"eds_config": eds_path(epp_cluster)}}
+        clusters.append({**where, "transport_socket": {
             "name": "envoy.transport_sockets.tls", "typed_config": {
                 "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
                 # the picker's self-signed certificate: encrypted, not verified (as GIE's Envoy config)
                 "common_tls_context": {"alpn_protocols": ["h2"]}}},
-            typed_extension_protocol_options={"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+            "typed_extension_protocol_options": {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
                 "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
-                "explicit_http_config": {"http2_protocol_options": {}}}}))
+                "explicit_http_config": {"http2_protocol_options": {}}}}})
         clusters.append(_static(f"pool/{key}", ("127.0.0.1", pool_ports[key])))
         routes = {"route_config": {"name": f"pool/{key}", "virtual_hosts": [{"name": "all", "domains": ["*"], "routes": [
             {"match": {"prefix": "/"}, "route": {"cluster": ORIGINAL_DST, "timeout": "0s"}}]}]}}
@@ -305,7 +320,7 @@ def envoy_resources(prog: Program, gateway_ports: dict[str, int], pool_ports: di
         rds[gw] = route_config(f"gateway/{gw}", prog.gateways[gw], lambda k: f"pool/{k}")
         listeners.append(_listener(f"gateway/{gw}", gateway_ports[gw], _hcm(_stat(f"gateway_{gw}"), [], rds={
             "route_config_name": f"gateway/{gw}", "config_source": rds_path(gw)})))
-    return listeners, clusters, rds
+    return listeners, clusters, rds, eds
 
 
 def discovery(resources: list[dict], type_url: str) -> dict:
@@ -413,14 +428,20 @@ class Gateway:
         routable = {k for k in live if active is None or f"pool/{k}" in active}
         gateways = {gw: [Rule(r.matches, tuple((k, w if k in routable else 0) for k, w in r.backends), r.timeout_s)
                          for r in rules] for gw, rules in prog.gateways.items()}
-        listeners, clusters, rds = envoy_resources(Program(gateways, live), self.gateway_ports, self.pool_ports,
-                                                   lambda gw: self.source(f"rds-{_stat(gw)}.json"))
-        # clusters, then the listeners that name them, then the route tables that send traffic to them
-        changed = self.write("cds.json", discovery(clusters, "type.googleapis.com/envoy.config.cluster.v3.Cluster"))
-        changed |= self.write("lds.json", discovery(listeners, "type.googleapis.com/envoy.config.listener.v3.Listener"))
+        listeners, clusters, rds, eds = envoy_resources(
+            Program(gateways, live), self.gateway_ports, self.pool_ports,
+            lambda gw: self.source(f"rds-{_stat(gw)}.json"), lambda c: self.source(f"eds-{_stat(c)}.json"))
+        # each file before the one that names it (Envoy refuses a config source whose path does not exist): the
+        # pickers' endpoints, clusters, route tables (routing only to listeners Envoy already serves), listeners
+        changed = False
+        for c, la in eds.items():
+            changed |= self.write(f"eds-{_stat(c)}.json",
+                                  discovery([la], "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"))
+        changed |= self.write("cds.json", discovery(clusters, "type.googleapis.com/envoy.config.cluster.v3.Cluster"))
         for gw, rc in rds.items():
             changed |= self.write(f"rds-{_stat(gw)}.json",
                                   discovery([rc], "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"))
+        changed |= self.write("lds.json", discovery(listeners, "type.googleapis.com/envoy.config.listener.v3.Listener"))
         if changed:
             log("programmed: " + "; ".join(
                 f"{gw} on 127.0.0.1:{self.gateway_ports[gw]}: "
