@@ -525,8 +525,11 @@ class Cluster:
     def up(self) -> bool:
         """Start everything; False when it was already up."""
         if self.is_up():
-            # a running cluster may carry an older CRD: serve this checkout's
-            self.kubectl("apply", "--server-side", "--force-conflicts", *[f"-f={c}" for c in project_crds()])
+            # a running cluster may carry an older CRD: serve this checkout's (and mode Gateway's, which an older
+            # harness did not install)
+            tools = Tools.load()
+            self.kubectl("apply", "--server-side", "--force-conflicts",
+                         *[f"-f={c}" for c in [*project_crds(), *tools.gie_crds, *tools.gateway_api_crds] if c.exists()])
             log(f"already up (kubeconfig {self.kubeconfig}); CRDs re-applied; `down` first to restart")
             return False
         if self.procs():

@@ -23,7 +23,9 @@ REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((REPO / "manifests" / "examples").glob("*.yaml"))
 WORKLOAD_KINDS = ("Deployment", "LeaderWorkerSet")
 CHILD_KINDS = ("deployments,leaderworkersets,services,serviceaccounts,roles,rolebindings,poddisruptionbudgets,configmaps,"
-               "networkpolicies")
+               "networkpolicies,"
+               # mode Gateway's (the harness installs their CRDs)
+               "inferencepools.inference.networking.k8s.io,httproutes.gateway.networking.k8s.io")
 READY_TIMEOUT = 240
 
 
