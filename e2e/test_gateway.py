@@ -177,7 +177,8 @@ class GatewayLoad:
                 rec = {"t0": time.time()}
                 try:
                     r = chat(self.base, self.doc, f"w{w}-{uuid.uuid4().hex[:8]}", client)
-                    rec.update(status=r.status_code, body=r.text[:200] if r.status_code != 200 else "")
+                    rec.update(status=r.status_code, body=r.text[:200] if r.status_code != 200 else "",
+                               pod=r.headers.get("x-inference-pod", ""))  # the decode pod the picker chose
                 except httpx.HTTPError as exc:
                     rec.update(status=0, body=f"{type(exc).__name__}: {exc}")
                 rec["t1"] = time.time()
@@ -211,6 +212,8 @@ def test_a_rollout_in_gateway_mode_serves_every_request_through_envoy(cluster, o
     old = wait_ready(cluster, ns, name)["status"]["servingRevision"]
     base = wait_for(lambda: gateway.address(ns), 60, f"Gateway {ns}/{GATEWAY_NAME} programmed")
     wait_for(lambda: chat(base, doc, "warm").status_code == 200, 90, "a 200 through the Gateway")
+    old_decode = {p.metadata.name for p in cluster.core.list_namespaced_pod(
+        ns, label_selector=f"v41flash.io/deployment={name},v41flash.io/role=decode").items}
     with GatewayLoad(base, doc) as load:
         load.wait_requests(8)
         doc["spec"]["model"]["revision"] = "e2e-1017"
@@ -229,6 +232,12 @@ def test_a_rollout_in_gateway_mode_serves_every_request_through_envoy(cluster, o
         load.wait_requests(8)
     print(f"\n[gateway rollout] {len(load.records)} requests, {len(load.failures())} failed; {old} -> {new}")
     assert load.failures() == [], load.failures()[:10]
-    # the new revision serves: its prefill and decode simulators both counted requests
+    # both revisions served through the Gateway (the HTTPRoute's split, then the promoted pool alone)
+    new_decode = {s["pod"] for s in sims(cluster, ns, name, new).get("decode", [])}
+    pods = {r.get("pod") for r in load.records}
+    assert pods & old_decode and pods & new_decode, (pods, old_decode, new_decode)
+    # no request crossed revisions: the new revision's prefill and decode simulators counted the same requests
+    # (every request is P/D here: prefillThresholdTokens 0), and some
     by_role = sims(cluster, ns, name, new)
-    assert all(sum(served(s) for s in by_role.get(role, [])) > 0 for role in ("prefill", "decode")), by_role
+    counted = {role: sum(served(s) for s in by_role.get(role, [])) for role in ("prefill", "decode")}
+    assert counted["decode"] > 0 and counted["prefill"] == counted["decode"], counted
