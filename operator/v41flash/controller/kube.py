@@ -4,8 +4,12 @@ Everything else in the controller is pure and takes what this module reads.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import logging
+import os
+import shutil
+import tempfile
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -120,6 +124,12 @@ class Kube:
         self.fence: Any = None  # () -> bool: may we write? (leader election); None = always
         self.core = client.CoreV1Api(self.api_client)
         self.custom = client.CustomObjectsApi(self.api_client)
+        # Discovery: the library's default cache is one file in /tmp shared by every process of this user, so a
+        # restarted operator read another process's (or its own former) view of which kinds exist, and a reset
+        # from one thread while another read it failed with KeyError. One file per process, one lock for it.
+        self._discovery_lock = threading.RLock()
+        self._discovery_dir = tempfile.mkdtemp(prefix="v41flash-discovery-")
+        atexit.register(shutil.rmtree, self._discovery_dir, True)
 
     @contextmanager
     def urgent(self, on: bool = True) -> Iterator[None]:
@@ -137,21 +147,28 @@ class Kube:
 
     @cached_property
     def dynamic(self) -> DynamicClient:
-        return DynamicClient(self.api_client)  # discovery: a request, so not at construction
+        # discovery is a request, so not at construction
+        return DynamicClient(self.api_client, cache_file=os.path.join(self._discovery_dir, "discovery.json"))
 
     def _may_write(self) -> None:
         if self.fence is not None and not self.fence():
             raise NotLeader("not the leader (or the Lease could not be renewed in time): not writing")
 
-    def _resource(self, api_version: str, kind: str):
-        try:
-            return self.dynamic.resources.get(api_version=api_version, kind=kind)
-        except ResourceNotFoundError:
-            self.dynamic.resources.invalidate_cache()  # a CRD installed after start-up
+    def _resource(self, api_version: str, kind: str, *, rediscover: bool = False):
+        """The kind's API resource; KindNotInstalled when the cluster does not serve it. A kind not in the
+        discovery cache is looked up again (a CRD installed after start-up); ``rediscover``: the cache is
+        dropped first (a kind it lists answered 404: its CRD was removed)."""
+        with self._discovery_lock:
+            if rediscover:
+                self.dynamic.resources.invalidate_cache()
             try:
                 return self.dynamic.resources.get(api_version=api_version, kind=kind)
-            except ResourceNotFoundError as exc:
-                raise KindNotInstalled(f"{kind}.{api_version} is not served by this cluster") from exc
+            except ResourceNotFoundError:
+                self.dynamic.resources.invalidate_cache()
+                try:
+                    return self.dynamic.resources.get(api_version=api_version, kind=kind)
+                except ResourceNotFoundError as exc:
+                    raise KindNotInstalled(f"{kind}.{api_version} is not served by this cluster") from exc
 
     def has_kind(self, api_version: str, kind: str) -> bool:
         try:
@@ -164,9 +181,15 @@ class Kube:
         """Server-side apply under our field manager; force: the operator fully owns its children's fields."""
         res = self._resource(obj["apiVersion"], obj["kind"])
         self._may_write()
-        out = res.server_side_apply(body=obj, name=obj["metadata"]["name"], namespace=namespace,
-                                    field_manager=FIELD_MANAGER, force_conflicts=True,
-                                    _request_timeout=self.request_timeout)
+        try:
+            out = res.server_side_apply(body=obj, name=obj["metadata"]["name"], namespace=namespace,
+                                        field_manager=FIELD_MANAGER, force_conflicts=True,
+                                        _request_timeout=self.request_timeout)
+        except NotFoundError:
+            # an apply creates what is missing, so a 404 is the namespace gone or the kind no longer served (its
+            # CRD removed since discovery): KindNotInstalled in the latter case
+            self._resource(obj["apiVersion"], obj["kind"], rediscover=True)
+            raise
         return out.to_dict()
 
     def _each(self, fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
@@ -196,7 +219,14 @@ class Kube:
             except KindNotInstalled:
                 return []
             out = []
-            items = res.get(namespace=namespace, label_selector=selector, _request_timeout=self.request_timeout)
+            try:
+                items = res.get(namespace=namespace, label_selector=selector, _request_timeout=self.request_timeout)
+            except NotFoundError:  # listed by discovery, gone since (its CRD removed): nothing of it to prune
+                try:
+                    self._resource(api_version, kind, rediscover=True)
+                except KindNotInstalled:
+                    return []
+                raise
             for item in items.to_dict().get("items", []):
                 owners = item["metadata"].get("ownerReferences") or []
                 if any(o.get("uid") == owner_uid for o in owners):
