@@ -33,6 +33,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import sys
 import time
 import urllib.error
@@ -443,22 +444,48 @@ def http_port(container: dict) -> int | None:
     return None
 
 
-def readiness_url(pod: dict, container: dict) -> str | None:
-    """URL of the container's readiness probe on the pod IP: http(s)://IP:PORT/PATH for httpGet,
-    grpc://IP:PORT/SERVICE for grpc (None: neither)."""
-    probe = container.get("readinessProbe") or {}
+def probe_url(pod: dict, container: dict, kind: str = "readinessProbe") -> str | None:
+    """URL of one of the container's probes on the pod IP: http(s)://IP:PORT/PATH for httpGet,
+    grpc://IP:PORT/SERVICE for grpc, tcp://IP:PORT for tcpSocket (None: no such probe)."""
+    probe = container.get(kind) or {}
+    ip = pod["status"]["podIP"]
     if "grpc" in probe:
-        return f"grpc://{pod['status']['podIP']}:{int(probe['grpc']['port'])}/{probe['grpc'].get('service', '')}"
-    get = probe.get("httpGet")
-    if not get:
+        return f"grpc://{ip}:{int(probe['grpc']['port'])}/{probe['grpc'].get('service', '')}"
+    action = probe.get("httpGet") or probe.get("tcpSocket")
+    if not action:
         return None
-    port = get.get("port")
+    port = action.get("port")
     if isinstance(port, str) and not port.isdigit():
         port = next((p["containerPort"] for p in container.get("ports") or [] if p.get("name") == port), None)
         if port is None:
             return None
-    path = get.get("path") or "/"
-    return f"{get.get('scheme', 'HTTP').lower()}://{pod['status']['podIP']}:{int(port)}{path}"
+    if "tcpSocket" in probe:
+        return f"tcp://{ip}:{int(port)}"
+    path = action.get("path") or "/"
+    return f"{action.get('scheme', 'HTTP').lower()}://{ip}:{int(port)}{path}"
+
+
+def readiness_url(pod: dict, container: dict) -> str | None:
+    return probe_url(pod, container, "readinessProbe")
+
+
+def probe_ok(url: str) -> bool:
+    """One probe as kubelet runs it: a gRPC health check, a TCP connect, or an HTTP GET answered 2xx/3xx."""
+    if url.startswith("grpc://"):
+        target, _, service = url[len("grpc://"):].partition("/")
+        return grpc_health_ok(target, service)
+    if url.startswith("tcp://"):
+        host, _, port = url[len("tcp://"):].rpartition(":")
+        try:
+            with socket.create_connection((host, int(port)), timeout=1):
+                return True
+        except OSError:
+            return False
+    try:
+        with urllib.request.urlopen(url, timeout=1) as r:
+            return 200 <= r.status < 400
+    except (OSError, urllib.error.URLError):
+        return False
 
 
 def ready_status(pod: dict, ready: bool, now: str) -> dict:
@@ -612,6 +639,9 @@ class Child:
     env: dict
     log: str
     probe_url: str | None = None
+    # the container's startupProbe: readiness is probed only once it has succeeded (as kubelet does)
+    startup_url: str | None = None
+    started: bool = False
     proc: Proc | None = None
     ready: bool | None = None  # what we last wrote into the pod's Ready condition
     next_probe: float = 0.0
@@ -737,8 +767,14 @@ class Supervisor:
         fwd = Child(meta["uid"], meta["namespace"], meta["name"], "epp", "fwd", ip, min(forwards),
                     forward_command(ip, forwards), {"PATH": os.environ.get("PATH", ""), "PYTHONUNBUFFERED": "1"},
                     str(self.logs / f"fwd-{tag}.log"), extra={"forwards": {str(k): v for k, v in forwards.items()}})
+        # a TCP probe checks the container's own listener: the forwarder (the pod network's stand-in) accepts
+        # whether or not the picker listens behind it
+        startup = probe_url(pod, c, "startupProbe")
+        if startup and startup.startswith(f"tcp://{ip}:") and int(startup.rpartition(":")[2]) in forwards:
+            startup = f"tcp://127.0.0.1:{forwards[int(startup.rpartition(':')[2])]}"
         epp = Child(meta["uid"], meta["namespace"], meta["name"], "epp", "epp", ip, local["--grpc-port"], argv, penv,
-                    str(self.logs / f"epp-{tag}.log"), readiness_url(pod, c), container=c["name"], reads=reads)
+                    str(self.logs / f"epp-{tag}.log"), readiness_url(pod, c), startup_url=startup,
+                    container=c["name"], reads=reads)
         return [fwd, epp]
 
     def front_child(self, pod: dict, ip: str, tag: str) -> Child:
@@ -884,6 +920,7 @@ class Supervisor:
                 try:
                     ch.proc = spawn(f"{ch.kind}-{ch.namespace}-{ch.pod}", ch.argv, Path(ch.log), env=ch.env,
                                     port=ch.port)
+                    ch.started = False  # a (re)started container runs its startupProbe again
                     self.save()
                 except (RuntimeError, OSError) as e:  # exited at once: back off like a crash loop
                     ch.restarts += 1
@@ -1077,18 +1114,12 @@ class Supervisor:
                 os.replace(tmp, path)
 
     def probe(self, ch: Child, pod: dict) -> None:
-        """The readiness probe, as kubelet runs it: Ready follows the container's httpGet probe (or the
-        process being up when there is none); re-probed every second until Ready, then every 5 seconds."""
-        ok = True
-        if ch.probe_url and ch.probe_url.startswith("grpc://"):
-            target, _, service = ch.probe_url[len("grpc://"):].partition("/")
-            ok = grpc_health_ok(target, service)
-        elif ch.probe_url:
-            try:
-                with urllib.request.urlopen(ch.probe_url, timeout=1) as r:
-                    ok = 200 <= r.status < 400
-            except (OSError, urllib.error.URLError):
-                ok = False
+        """The probes, as kubelet runs them: the startupProbe until it first succeeds, then Ready follows the
+        readinessProbe (or the process being up when there is none); re-probed every half second until Ready,
+        then every 5 seconds."""
+        if ch.startup_url and not ch.started:
+            ch.started = probe_ok(ch.startup_url)
+        ok = (ch.started or not ch.startup_url) and (probe_ok(ch.probe_url) if ch.probe_url else True)
         self.set_ready(ch, pod, ok)
         ch.next_probe = time.monotonic() + (5.0 if ok else 0.5)
 

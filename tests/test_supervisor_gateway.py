@@ -18,7 +18,7 @@ import yaml
 from e2e import gateway as G
 from e2e.harness import SIDECAR_PATCH, SUPERVISED_ROLES
 from e2e.supervisor import (EPP_PORT_FLAGS, command_tokens, container_env, epp_command, forward_command,
-                            grpc_health_ok, parse_vllm, pick_container, readiness_url, sidecar_command,
+                            grpc_health_ok, parse_vllm, pick_container, probe_ok, probe_url, readiness_url, sidecar_command,
                             sidecar_container, volume_paths)
 from e2e.tcp_forward import parse_mapping
 from v41flash.render import gateway as render_gateway
@@ -62,6 +62,7 @@ def test_the_endpoint_picker_runs_on_free_ports_forwarded_from_the_pod_ip(tmp_pa
     pod = _pod("epp")
     c = pick_container(pod, "epp")
     assert readiness_url(pod, c) == "grpc://127.9.1.1:9003/inference-extension"
+    assert probe_url(pod, c, "startupProbe") == "tcp://127.9.1.1:9002"  # the ext-proc port listening
     toks = volume_paths(pod, c, command_tokens(c, container_env(pod, c)), tmp_path / "volumes")
     local = {"--grpc-port": 41001, "--grpc-health-port": 41002, "--metrics-port": 41003}
     argv, forwards = epp_command("/bin/epp", toks, local)
@@ -322,3 +323,36 @@ def test_the_gateway_makes_before_it_breaks(tmp_path, monkeypatch):
     monkeypatch.setattr(G.time, "monotonic", lambda: later)
     gw.apply(G.Program(rules(("ns/b", 1)), {"ns/b": b}), active={"pool/ns/a", "pool/ns/b"})
     assert "pool/ns/a" not in listeners()
+
+
+def test_a_tcp_probe_succeeds_only_while_something_listens():
+    port = _free_port()
+    assert not probe_ok(f"tcp://127.0.0.1:{port}")
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", port))
+        srv.listen()
+        assert probe_ok(f"tcp://127.0.0.1:{port}")
+
+
+def test_readiness_waits_for_the_startup_probe(tmp_path):
+    """The picker's gRPC health says SERVING before its ext-proc port listens: Ready must wait for both."""
+    from e2e.supervisor import Child, Supervisor
+    sup = Supervisor.__new__(Supervisor)
+    written = []
+    sup.set_ready = lambda ch, pod, ok: written.append(ok)
+    closed, listening = _free_port(), socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    listening.listen()
+    try:
+        ch = Child("u", "ns", "p", "epp", "epp", "127.0.0.1", 1, [], {}, str(tmp_path / "log"),
+                   probe_url=f"tcp://127.0.0.1:{listening.getsockname()[1]}", startup_url=f"tcp://127.0.0.1:{closed}")
+        sup.probe(ch, {})
+        assert written == [False] and not ch.started  # readiness would pass; the startup probe does not
+        ch.startup_url = f"tcp://127.0.0.1:{listening.getsockname()[1]}"
+        sup.probe(ch, {})
+        assert written == [False, True] and ch.started
+        ch.startup_url = f"tcp://127.0.0.1:{closed}"  # once started, the startup probe is not run again
+        sup.probe(ch, {})
+        assert written[-1] is True
+    finally:
+        listening.close()

@@ -303,6 +303,11 @@ def epp_slot(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, res
         "ports": [{"name": "grpc", "containerPort": EPP_GRPC_PORT, "protocol": "TCP"},
                   {"name": "grpc-health", "containerPort": EPP_HEALTH_PORT, "protocol": "TCP"},
                   {"name": "metrics", "containerPort": EPP_METRICS_PORT, "protocol": "TCP"}],
+        # The gRPC health service answers SERVING once the pool is synced, seconds before the ext-proc server
+        # listens (v0.4.0: 1-4 s in the e2e harness): a Gateway told the picker is Ready in that gap fails the
+        # requests it sends (FailClose). Readiness is probed only after the startup probe found the ext-proc
+        # port listening (a TCP probe: the port serves TLS, which kubelet's gRPC probe cannot speak).
+        "startupProbe": {"tcpSocket": {"port": "grpc"}, "periodSeconds": 1, "failureThreshold": 120},
         "readinessProbe": {**grpc_health(), "periodSeconds": 2, "failureThreshold": 3},
         "livenessProbe": {**grpc_health(), "periodSeconds": 10, "failureThreshold": 6},
         "volumeMounts": [{"name": "config", "mountPath": EPP_CONFIG_DIR, "readOnly": True}],
