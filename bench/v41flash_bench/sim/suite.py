@@ -33,7 +33,8 @@ first run, after one of 401–456's traces (451) had been read to find the thirt
 same) joined them before their first run, after 201–248's 234 had been read to find the fourteenth pass's change;
 701–780 (eight a family, the three forecastable families included: ``FORESIGHT_FAMILY_FROM``) joined them before
 their first run, after foresight was chosen on the tuning seeds 1001–1030 (docs/decisions/2026-12-05-foresight.md);
-1031–1080 joined the tuning seeds for the second pass of foresight (its daily and weekly scenarios).
+1031–1080 joined the tuning seeds for the second pass of foresight (its daily and weekly scenarios); 781–860 (eight a
+family) joined the held-out seeds before their first run, after that pass's change was chosen on the tuning seeds.
 """
 from __future__ import annotations
 
@@ -63,7 +64,7 @@ GPU_PRODUCTS = ("H200", "B200", "B300", "GB300")
 SERVING_PROFILES = ("low-latency", "high-throughput")
 TUNING_SEEDS = (*range(1, 49), *range(101, 125), *range(1001, 1081))
 HELD_OUT_SEEDS = (*range(201, 249), *range(301, 349), *range(401, 457), *range(501, 557), *range(601, 657),
-                  *range(701, 781))
+                  *range(701, 781), *range(781, 861))
 MAX_SIM_PERIOD_S = 1800.0
 BURST_PEAK_FACTOR = 0.6
 ORACLE_FACTORS = (1.3, 1.7)
