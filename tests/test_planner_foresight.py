@@ -124,3 +124,35 @@ def test_a_season_replaces_the_hour_scale_headroom_it_would_count_twice():
     assert "forecast" in with_season.prefill.reason and "headroom ×" not in with_season.prefill.reason
     without = decide(0.0, replace(state, season=seasonal.History(60.0)), rate=daily(0.0), cfg=cfg)
     assert "headroom ×" in without.prefill.reason
+
+
+def test_foreseen_cap_scales_what_holds_by_the_seasons_rise_and_steps_up_in_a_modest_foreseen_breach():
+    from v41flash.planner.steps import foreseen_cap
+    cfg = PlannerConfig()
+    # the SLO holds at 10 req/s with 8 Ready; the season says 15 comes: 8 × 1.5 × 1.2 = 14.4 → 15
+    assert foreseen_cap(8, None, (10.0, 15.0), cfg)[0] == 15
+    assert foreseen_cap(8, None, (10.0, 8.0), cfg)[0] == 10  # no rise: the margin alone
+    # a breach (TTFT 1.3× its target) at a demand the season foresaw: × 1.5 the Ready
+    assert foreseen_cap(8, 1.3, (10.0, 12.0), cfg)[0] == 12
+    assert foreseen_cap(8, 1.3, (13.0, 12.0), cfg)[0] is None  # above the forecast: a surprise
+    assert foreseen_cap(8, 2.5, (10.0, 12.0), cfg)[0] is None  # a queue that grows: short of capacity
+    assert foreseen_cap(0, 1.3, (10.0, 12.0), cfg)[0] is None  # nothing Ready proves anything
+    off = replace(cfg, foreseen_margin=0.0, foreseen_breach_up_ratio=0.0)
+    assert foreseen_cap(8, None, (10.0, 15.0), off)[0] is None and foreseen_cap(8, 1.3, (10.0, 12.0), off)[0] is None
+
+
+def test_a_season_caps_a_prefill_scale_up_only_where_the_ready_replicas_prove_something():
+    loose = replace(SEASON_CFG, foreseen_margin=0.0, foreseen_breach_up_ratio=0.0)
+    # while the SLO holds, 3 Ready replicas at the observed demand × the season's rise × 1.2 is more than the need
+    for t, p in ((0.0, 2), (DAY / 2 - 600, 3)):
+        free = decide(t, seeded_state(), p=p, rate=daily(t), cfg=loose)
+        capped = decide(t, seeded_state(), p=p, rate=daily(t), cfg=SEASON_CFG)
+        assert capped.prefill.desired == free.prefill.desired > p
+    # 2 replicas at the peak: TTFT far past its target is a fleet short of capacity, not the model's error: no cap
+    free = decide(DAY / 2, seeded_state(), p=2, rate=daily(DAY / 2), cfg=loose)
+    capped = decide(DAY / 2, seeded_state(), p=2, rate=daily(DAY / 2), cfg=SEASON_CFG)
+    assert capped.prefill.slo_breached and capped.prefill.desired == free.prefill.desired == 6
+    # without a season nothing changes
+    flat_free = decide(0.0, PlannerState(), rate=daily(0.0), cfg=loose)
+    flat = decide(0.0, PlannerState(), rate=daily(0.0), cfg=SEASON_CFG)
+    assert flat.prefill.desired == flat_free.prefill.desired and flat.prefill.reason == flat_free.prefill.reason

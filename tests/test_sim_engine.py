@@ -267,3 +267,18 @@ def test_vllm_cache_aware_balances_by_requests_in_flight_when_imbalanced_else_fo
     assert sim._route_prefill(req) is b
     req.ids, req.toks, req.prompt = [7, 10], [500, 700], 1200  # 500 of 1200 cached: under the 0.8 threshold
     assert sim._route_prefill(req) is a  # the engine with the smallest cache
+
+
+def test_replicas_ordered_before_the_run_are_ready_when_due_and_cost_from_their_order():
+    p = with_cold_start(PROFILE, 120.0)
+    wl = _small_workload(seed=3, duration=300.0)
+    sim = Simulator(wl, p, None, duration=300.0, initial={"prefill": 1, "decode": 1},
+                    config=SimulatorConfig(drain_timeout_s=3600.0), starting={"prefill": [30.0, 90.0]})
+    sim.run()
+    assert sim.requests_started == sim.requests_finished
+    pre = sim.replicas["prefill"]
+    assert [(r.requested, r.ready) for r in pre] == [(0.0, 0.0), (-90.0, 30.0), (-30.0, 90.0)]
+    # in [0, 300): the initial one all along, the others from t = 0 (their order before it is not the run's)
+    assert sim.gpu_seconds(0.0, 300.0)["prefill"] == pytest.approx(3 * 300.0 * p.prefill.gpus_per_replica)
+    with pytest.raises(ValueError, match="Ready at t > 0"):
+        Simulator(wl, p, None, duration=300.0, initial={"prefill": 1, "decode": 1}, starting={"decode": [0.0]})

@@ -82,3 +82,30 @@ def test_scenarios_without_foresight_run_the_operator_defaults_as_before():
     _, sc = suite.draw_scenario(336, "heldout")
     cfg = scenario_config(sc)
     assert cfg.schedules == () and cfg.season_bucket_s == 900.0 and scenario_state(sc).season.values == ()
+
+
+def test_policies_with_foresight_start_with_what_they_ordered_before_t0_and_the_rest_with_nothing():
+    from v41flash_bench.sim.policies import PlannerPolicy, PolicyContext, SchedulePolicy
+
+    _, sc = suite.draw_scenario(707, "heldout")  # daily, with its past in status
+    truth, planner = profiles(sc)
+    ctx = PolicyContext(slo=sc.slo.to_slo(), bounds={"prefill": (1, 160), "decode": (1, 40)}, profile=planner)
+    initial = {"prefill": 4, "decode": 2}
+    cold = {"prefill": 900.0, "decode": 900.0}
+    ours = PlannerPolicy(ctx, scenario_config(sc), scenario_state(sc)).prestart(initial, cold)
+    for ready in ours.values():  # each ordered at a decision in [−cold, 0), Ready one cold start later
+        assert all(0.0 < t <= 900.0 for t in ready) and ready == sorted(ready)
+    # without a season (an unforeseeable family) or with the forecast off: nothing ordered before t = 0
+    _, flat = suite.draw_scenario(336, "heldout")
+    assert PlannerPolicy(ctx, scenario_config(flat), scenario_state(flat)).prestart(initial, cold) == {}
+    off = scenario_config(sc, {"forecast_quantile": 0.0})
+    assert PlannerPolicy(ctx, off, scenario_state(sc)).prestart(initial, cold) == {}
+    # the oracle: what its schedule needs within its lead, Ready as each minute begins, held until then
+    oracle = SchedulePolicy(ctx, "oracle", {"prefill": [4, 4, 6, 5, 9, 3], "decode": [2] * 6}, 60.0,
+                            {"prefill": 200.0, "decode": 200.0})
+    assert oracle.prestart(initial, cold) == {"prefill": [120.0, 120.0]}
+    assert oracle.decide(10.0, None)["prefill"] == 6  # the 6 of minute 2 are coming: not cancelled
+    assert oracle.decide(40.0, None)["prefill"] == 9  # minute 4's ordered a lead ahead, as during the run
+    assert oracle.decide(250.0, None)["prefill"] == 9
+    ceiling = SchedulePolicy(ctx, "ceiling", {"prefill": [4, 9], "decode": [2, 2]}, 60.0, {"prefill": 0.0, "decode": 0.0})
+    assert ceiling.prestart(initial, cold) == {}

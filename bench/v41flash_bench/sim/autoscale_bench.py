@@ -66,9 +66,9 @@ def simulator_config(sc: AutoscaleScenario) -> SimulatorConfig:
 
 
 def simulate(sc: AutoscaleScenario, wl: Workload, truth: CapacityProfile, policy, initial: dict[str, int],
-             duration: float) -> tuple[Simulator, float]:
+             duration: float, starting: dict[str, list[float]] | None = None) -> tuple[Simulator, float]:
     bounds = {"prefill": tuple(sc.bounds.prefill), "decode": tuple(sc.bounds.decode)}
-    sim = Simulator(wl, truth, policy, duration, initial, simulator_config(sc), bounds)
+    sim = Simulator(wl, truth, policy, duration, initial, simulator_config(sc), bounds, starting)
     t, c = time.perf_counter(), time.process_time()
     sim.run()
     sim.cpu_s = time.process_time() - c  # CPU seconds of this run (the machine may be shared)
@@ -216,7 +216,9 @@ def _job(kind: str, name: str, arg, initial: dict[str, int]) -> RunResult:
         pol = SchedulePolicy(st["truth_ctx"], "oracle", arg, sc.oracle_interval_s, st["lead"])
     else:
         pol = make_policy(name, st["ctx"], arg)
-    sim, wall = simulate(sc, wl, truth, pol, initial, duration)
+    # what it ordered before t = 0 (its foresight, a cold start ahead: see run_benchmark's ``prestart``)
+    starting = pol.prestart(initial, st["lead"]) if st.get("prestart", True) and hasattr(pol, "prestart") else None
+    sim, wall = simulate(sc, wl, truth, pol, initial, duration, starting)
     tel = sim.telemetry
     stats = {}
     if tel.prompt:
@@ -255,8 +257,13 @@ class _Pool:
 def run_benchmark(sc: AutoscaleScenario, out_dir: Path, policies: tuple[str, ...] | None = None,
                   duration: float | None = None, progress: Callable[[str], None] = print,
                   base_dir: Path | None = None, plots: bool = True, jobs: int = 1,
-                  planner_overrides: dict | None = None, ceiling_headroom: float = 1.0) -> dict:
+                  planner_overrides: dict | None = None, ceiling_headroom: float = 1.0,
+                  prestart: bool = True) -> dict:
     """Every selected policy on the same workload; returns (and writes) the report.
+
+    ``prestart``: every policy with foresight (a season ours learned from the history in its status, the oracle's
+    schedule) starts with the replicas it would have ordered before t = 0 still starting (``policy.prestart``):
+    a long-running deployment's planner acted on its forecast before the scored run began.
 
     ``planner_overrides``: PlannerConfig fields to change for ``ours`` (ablations; recorded in the report).
     ``ceiling_headroom``: the no-foresight ceiling's standing headroom (``oracle.no_foresight``)."""
@@ -278,7 +285,7 @@ def run_benchmark(sc: AutoscaleScenario, out_dir: Path, policies: tuple[str, ...
     lead = {"prefill": truth.prefill.cold_start_seconds, "decode": truth.decode.cold_start_seconds}
     _STATE.clear()
     _STATE.update(sc=sc, wl=wl, truth=truth, duration=duration, ctx=ctx, truth_ctx=truth_ctx, lead=lead,
-                  planner_overrides=dict(planner_overrides or {}))
+                  planner_overrides=dict(planner_overrides or {}), prestart=prestart)
     pool = _Pool(jobs)
     speed: dict[str, dict] = {}
     results: dict[str, RunResult] = {}
@@ -375,6 +382,7 @@ def run_benchmark(sc: AutoscaleScenario, out_dir: Path, policies: tuple[str, ...
                      "planner_profile_error": sc.deployment.planner_profile_error},
         "workload": stats,
         "planner_overrides": dict(planner_overrides or {}),
+        "prestart": prestart,
         "policies": {p: {k: v for k, v in results[p].score.items() if k != "minute_windows"} for p in order},
         "minute_windows": {p: results[p].score["minute_windows"] for p in order},
         "scale_actions": {p: results[p].actions for p in order},

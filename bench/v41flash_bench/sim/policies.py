@@ -93,13 +93,42 @@ class SchedulePolicy:
         self.lead = lead_s
         self.interval_s = tick_s
         self.last_note = name
+        self.pre_until = {r: 0.0 for r in ROLES}  # what it ordered before t = 0 is held until then
 
     def at(self, role: str, t: float) -> int:
         s = self.schedule[role]
         return s[min(len(s) - 1, max(0, int(t // self.step)))]
 
+    def prestart(self, initial: dict[str, int], cold_s: dict[str, float]) -> dict[str, list[float]]:
+        """The replicas it had ordered before t = 0 (a schedule known in advance, ordered ``lead_s`` ahead as
+        during the run): those its schedule needs within the first lead, each Ready when its interval begins.
+        Nothing for a policy without a lead (the no-foresight ceiling)."""
+        out: dict[str, list[float]] = {}
+        for r in ROLES:
+            lead = self.lead[r]
+            if lead <= 0:
+                continue
+            have, ready = initial[r], []
+            j = 1
+            while j * self.step < lead:
+                want = self.ctx.clamp({**initial, r: self.at(r, j * self.step)})[r]
+                if want > have:
+                    ready += [j * self.step] * (want - have)
+                    have = want
+                j += 1
+            if ready:
+                out[r] = ready
+                self.pre_until[r] = lead
+        return out
+
     def decide(self, now, view):
         want = {r: max(self.at(r, now), self.at(r, now + self.lead[r])) for r in ROLES}
+        for r in ROLES:
+            if now < self.pre_until[r]:  # replicas ordered before t = 0 for a later interval: keep them coming
+                u = now
+                while u < self.pre_until[r]:
+                    want[r] = max(want[r], self.at(r, u))
+                    u += self.step
         return self.ctx.clamp(want)
 
 
@@ -155,6 +184,42 @@ class PlannerPolicy:
         )
         self.last_note = ""
         self.decisions: list = []
+
+    def prestart(self, initial: dict[str, int], cold_s: dict[str, float]) -> dict[str, list[float]]:
+        """The replicas a long-running planner had ordered before t = 0 on its learned season.
+
+        Replayed at its decision times t' in [−cold start, 0): the season fitted to the history closed by t' (what
+        status held then), its forecast over the part of [t', t' + cold start + interval] from t = 0 on, and the
+        fleet at t = 0 (``initial``: sized for the demand at t = 0) scaled by that forecast ÷ the forecast for the
+        first interval at t = 0 — the season's shape, with its level and headroom cancelling. A replica ordered at
+        t' is Ready at t' + cold start (``cold_s``: what the planner measures at t = 0). No season, no orders."""
+        cfg = self.config
+        h = self.state.season
+        out: dict[str, list[float]] = {}
+        if cfg.forecast_quantile <= 0 or h.last is None:
+            return out
+        b = h.bucket_s
+        for r in ROLES:
+            cold = cold_s[r]
+            horizon = cold + cfg.interval_s
+            have, ready = initial[r], []
+            t = -math.floor(cold / cfg.interval_s) * cfg.interval_s
+            while t < 0:
+                last = math.floor(t / b) - 1  # the buckets closed by t'
+                past = seasonal.History(b, last, h.values[:max(0, len(h.values) - (h.last - last))]) \
+                    if last < h.last else h
+                model = seasonal.fit(past, horizon, cfg.season) if past.values else None
+                ahead = seasonal.peak(past, model, 0.0, t + horizon, cfg.season) if model else None
+                base = seasonal.peak(past, model, 0.0, cfg.interval_s, cfg.season) if model else None
+                if ahead is not None and base is not None and base[0] > 0:
+                    want = self.ctx.clamp({**initial, r: math.ceil(initial[r] * ahead[0] / base[0] - 1e-9)})[r]
+                    if want > have:
+                        ready += [t + cold] * (want - have)
+                        have = want
+                t += cfg.interval_s
+            if ready:
+                out[r] = [max(x, 1e-3) for x in ready]
+        return out
 
     def decide(self, now, view):
         obs = observation(view.sim, self.ctx.slo.window_s, self.ctx.slo.ttft_percentile)

@@ -217,7 +217,10 @@ class Simulator:
         initial: dict[str, int],
         config: SimulatorConfig = SimulatorConfig(),
         bounds: dict[str, tuple[int, int]] | None = None,
+        starting: dict[str, list[float]] | None = None,
     ) -> None:
+        """``starting``: per role, the Ready times (> 0) of replicas requested before t = 0 and still starting then
+        (a policy's orders before the run began: ``prestart``); each was requested one cold start before it."""
         self.workload = workload
         self.truth = truth
         self.policy = policy
@@ -257,6 +260,13 @@ class Simulator:
             for _ in range(initial.get(role, 1)):
                 r = self._new_replica(role, 0.0)
                 self._make_ready(r)
+        for role, ready_at in (starting or {}).items():
+            cold = getattr(truth, role).cold_start_seconds
+            for t in sorted(ready_at):
+                if t <= 0:
+                    raise ValueError(f"{role}: a replica starting before t = 0 is Ready at t > 0 (got {t})")
+                r = self._new_replica(role, t - cold)
+                self._push(t, _READY, r)
         self._warm_caches()
 
     def _warm_caches(self) -> None:

@@ -32,7 +32,9 @@ included) joined them with the trace family, before their first run; 501–556 (
 first run, after one of 401–456's traces (451) had been read to find the thirteenth pass's change; 601–656 (the
 same) joined them before their first run, after 201–248's 234 had been read to find the fourteenth pass's change;
 701–780 (eight a family, the three forecastable families included: ``FORESIGHT_FAMILY_FROM``) joined them before
-their first run, after foresight was chosen on the tuning seeds 1001–1030 (docs/decisions/2026-12-05-foresight.md).
+their first run, after foresight was chosen on the tuning seeds 1001–1030 (docs/decisions/2026-12-05-foresight.md);
+1031–1080 joined the tuning seeds for the second pass of foresight (its daily and weekly scenarios); 781–860 (eight a
+family) joined the held-out seeds before their first run, after that pass's change was chosen on the tuning seeds.
 """
 from __future__ import annotations
 
@@ -60,9 +62,9 @@ FORESIGHT_FAMILY_FROM = 701
 FORECASTABLE = ("daily", "weekly", "batch")
 GPU_PRODUCTS = ("H200", "B200", "B300", "GB300")
 SERVING_PROFILES = ("low-latency", "high-throughput")
-TUNING_SEEDS = (*range(1, 49), *range(101, 125), *range(1001, 1031))
+TUNING_SEEDS = (*range(1, 49), *range(101, 125), *range(1001, 1081))
 HELD_OUT_SEEDS = (*range(201, 249), *range(301, 349), *range(401, 457), *range(501, 557), *range(601, 657),
-                  *range(701, 781))
+                  *range(701, 781), *range(781, 861))
 MAX_SIM_PERIOD_S = 1800.0
 BURST_PEAK_FACTOR = 0.6
 ORACLE_FACTORS = (1.3, 1.7)
@@ -278,10 +280,10 @@ def draw_suite(seeds: list[int], suite: str = "mixed") -> list[tuple[str, Autosc
 def _run_one(args) -> dict:
     from v41flash_bench.sim.autoscale_bench import run_benchmark
 
-    family, sc, out_dir, policies, plots, overrides, ceiling_headroom = args
+    family, sc, out_dir, policies, plots, overrides, ceiling_headroom, prestart = args
     t = time.perf_counter()
     rep = run_benchmark(sc, out_dir, policies=policies, progress=lambda m: None, plots=plots, jobs=1,
-                        planner_overrides=overrides, ceiling_headroom=ceiling_headroom)
+                        planner_overrides=overrides, ceiling_headroom=ceiling_headroom, prestart=prestart)
     truth, _ = profiles(sc)
     return {"family": family, "scenario": sc.name, "description": sc.description, "wall_s": time.perf_counter() - t,
             "cold_start_s": {"drawn": sc.deployment.cold_start_s, "simulated": truth.prefill.cold_start_seconds},
@@ -366,7 +368,7 @@ def run_suite(suite: str, seeds: list[int], out_dir: Path, policies: tuple[str, 
               jobs: int = 2, plots: bool = True, progress: Callable[[str], None] = print,
               planner_overrides: dict | None = None, router: str | None = None,
               router_session_ttl_s: float | None = None, ceiling_headroom: float = 1.0,
-              fast_starts: bool = False) -> dict:
+              fast_starts: bool = False, prestart: bool = True) -> dict:
     """Run every drawn scenario (one process per scenario, ``jobs`` at a time); write report.json. ``router``
     replaces every scenario's deployment.router (the same traffic under another routing policy), and
     ``router_session_ttl_s`` its routerSessionTtlS; ``fast_starts`` gives every deployment the Run:ai streamer, a
@@ -379,7 +381,7 @@ def run_suite(suite: str, seeds: list[int], out_dir: Path, policies: tuple[str, 
     if fast_starts:
         drawn = [(f, with_startup(sc, startup.FAST)) for f, sc in drawn]
     out_dir.mkdir(parents=True, exist_ok=True)
-    args = [(f, sc, out_dir / sc.name, policies, plots, dict(planner_overrides or {}), ceiling_headroom)
+    args = [(f, sc, out_dir / sc.name, policies, plots, dict(planner_overrides or {}), ceiling_headroom, prestart)
             for f, sc in drawn]
     rows: list[dict] = []
     t0 = time.perf_counter()
@@ -400,7 +402,7 @@ def run_suite(suite: str, seeds: list[int], out_dir: Path, policies: tuple[str, 
         "held_out_seeds": seeds_text(HELD_OUT_SEEDS),
         "policies": list(policies), "planner_overrides": dict(planner_overrides or {}), "router": router,
         "router_session_ttl_s": router_session_ttl_s, "ceiling_headroom": ceiling_headroom,
-        "fast_starts": startup.FAST.__dict__ if fast_starts else None,
+        "fast_starts": startup.FAST.__dict__ if fast_starts else None, "prestart": prestart,
         "scenarios": rows, "summary": summary,
         "targets": targets(rows, summary) if "ours" in policies else None,
         "code_version": rows[0]["code_version"] if rows else None,

@@ -98,6 +98,17 @@ class PlannerConfig:
     trend_beta: float = 0.1  # Holt trend smoothing (low: one noisy window must not look like a trend)
     forecast_horizon_s: float | None = None  # None: the role's cold start (what a new replica misses)
     rollout_override_ratio: float = 1.25  # need above this × current scales up even during a rollout
+    # While a learned season forecasts the horizon, P/D prefill scales up from what Ready replicas do at the demand
+    # observed now, not from the queueing model alone (which over-sizes 100k–450k-token contexts several times over):
+    # - the SLO holds: at most Ready × (forecast ÷ observed demand) × (1 + foreseen_margin): the present window is the
+    #   proof that Ready replicas hold the observed demand; the season says how much more comes;
+    # - a modest breach (TTFT at most foreseen_breach_ttft_ratio × the target) at a demand the season foresaw
+    #   (observed ≤ forecast): at most foreseen_breach_up_ratio × Ready until those are Ready (the model's error near
+    #   the target, not a surprise in demand); a demand above the forecast, a TTFT further out (a queue that grows: a
+    #   fleet short of capacity), or no season: sized by the model as before. 0 turns each off.
+    foreseen_margin: float = 0.2
+    foreseen_breach_up_ratio: float = 1.5
+    foreseen_breach_ttft_ratio: float = 2.0
     backlog_drain_s: float = 60.0  # waiting requests should be absorbed within this many seconds
     trend_damping: float = 0.8  # damped-trend factor per interval (caps extrapolation at ~4 intervals)
     max_forecast_growth: float = 1.5  # a forecast never exceeds this × the smoothed level

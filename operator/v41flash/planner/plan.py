@@ -64,8 +64,10 @@ def plan(
         fc = forecast(judged.role(role), demand, role == "prefill" or not disagg, cold, new_state.role(role), now,
                       config, arrivals, (seen.rate, seen.note), seen.seasonal)
         sizing = size(role, fc.demand_rate, obs, disagg, learned, budgets, profile, slo, config)
+        observed_rate = demand.prefill_rate if role == "prefill" or not disagg else demand.decode_rate
+        foreseen = (observed_rate, seen.rate) if seen.seasonal and seen.rate is not None else None
         acted = act(role, obs, role_bounds, judged.role(role), fc.demand_rate, sizing, learned, disagg, slo, budgets,
-                    fc.state, now, config, fc.headroom_note, profile, new_share)
+                    fc.state, now, config, fc.headroom_note, profile, new_share, foreseen)
         new_state = new_state.with_role(role, acted.state)
         rates[role] = fc.demand_rate
         # a schedule's floor bounds the answer (clamp), never the stabilization's recommendations: gone at its end

@@ -712,6 +712,31 @@ def proven_cap(observed: RoleObservation, judged: RoleJudgement, demand_rate: fl
     return state, ratio * demand_rate * per_request
 
 
+def foreseen_cap(ready: int, breach: float | None, foreseen: tuple[float, float], cfg: PlannerConfig
+                 ) -> tuple[int | None, str]:
+    """(the most replicas a P/D prefill scale-up asks for while a learned season forecasts the horizon, why; None: no
+    cap). ``breach``: None while the SLO holds, else the observed TTFT ÷ its target; ``foreseen``: (the demand
+    observed now, the season's forecast). The SLO holding at the observed demand proves that the Ready replicas hold
+    it: the season's rise scales them, with ``foreseen_margin``. A modest breach at a demand the season foresaw steps
+    up by ``foreseen_breach_up_ratio`` × Ready; one above the forecast (a surprise) or further out (short of
+    capacity): no cap."""
+    observed, forecast = foreseen
+    if ready <= 0 or observed <= 0:
+        return None, ""
+    if breach is None:
+        if cfg.foreseen_margin <= 0:
+            return None, ""
+        rise = max(1.0, forecast / observed)
+        cap = math.ceil(ready * rise * (1 + cfg.foreseen_margin) - 1e-9)
+        return cap, (f"the SLO holds at {observed:.2f} req/s with {ready} Ready: ×{rise:.2f} for the season's "
+                     f"{forecast:.2f} and ×{1 + cfg.foreseen_margin:g} margin is {cap}")
+    if cfg.foreseen_breach_up_ratio <= 0 or observed > forecast or breach > cfg.foreseen_breach_ttft_ratio:
+        return None, ""
+    cap = math.ceil(ready * cfg.foreseen_breach_up_ratio - 1e-9)
+    return cap, (f"TTFT ×{breach:.2f} its target at a demand the season foresaw: at most "
+                 f"×{cfg.foreseen_breach_up_ratio:g} the {ready} Ready")
+
+
 def _stabilization_reset(rs: RoleState) -> RoleState:
     return replace(rs, recommendations=(), tracking_since=None, guard_held_since=None)
 
@@ -719,12 +744,13 @@ def _stabilization_reset(rs: RoleState) -> RoleState:
 def act(role: Role, observed: RoleObservation, bounds: RoleBounds, judged: RoleJudgement, demand_rate: float | None,
         sizing: Sizing, learned: Learned, disaggregated: bool, slo: Slo, budgets: Budgets, state: RoleState,
         now: float, config: PlannerConfig, headroom_note: str = "", profile: CapacityProfile | None = None,
-        new_share: float | None = None) -> Acted:
+        new_share: float | None = None, foreseen: tuple[float, float] | None = None) -> Acted:
     """Asymmetric: scale up at once to the need (counting replicas still starting), scale down one step at a
     time, only to the highest recommendation of the stabilization window, never while metrics are incomplete,
     a change is rolling out, or the SLO is breached. Given ``profile``, P/D prefill's scale-up while the SLO holds
     stops at the proven capacity (``proven_cap``; ``new_share``: the window's share of new sessions). Bounds and the
-    GPU budget come after (``clamp``)."""
+    GPU budget come after (``clamp``). ``foreseen``: (the demand observed now, the learned season's forecast over the
+    horizon) while a season forecasts it: P/D prefill then scales up from what its Ready replicas do (``foreseen_cap``)."""
     cfg = config
     cur = observed.replicas.desired
     lo, hi = bounds.min_replicas, bounds.max_replicas
@@ -767,6 +793,15 @@ def act(role: Role, observed: RoleObservation, bounds: RoleBounds, judged: RoleJ
             if up_target > max(cur, cap) and not judged.breached:
                 need_txt += f" (proven capacity: {cap} held this work's TTFT before)"
                 up_target = max(cur, cap)
+    if role == "prefill" and disaggregated and foreseen is not None:
+        over = None
+        if judged.breached:  # how far out the TTFT is (inf: the breach is not the TTFT's, or unmeasured)
+            t = judged.observed_ttft_s
+            over = t / slo.ttft_s if t is not None else math.inf
+        cap, why = foreseen_cap(observed.replicas.ready, over, foreseen, cfg)
+        if cap is not None and up_target > max(cur, cap):
+            need_txt += f" ({why})"
+            up_target = max(cur, cap)
     if cfg.scale_up_stabilization_s > 0 and judged.data == "ok":
         # HPA semantics: scale up only to the lowest recommendation of the window
         ups = tuple(x for x in rs.up_recommendations if x[0] > now - cfg.scale_up_stabilization_s) + ((now, up_target),)
