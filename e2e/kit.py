@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from functools import cached_property
@@ -63,6 +64,47 @@ def wait_for(predicate: Callable[[], T], timeout: float, what: str, interval: fl
 
 
 @dataclass
+class LoadThreads:
+    """Threads that send requests until stopped, each response appended to ``records`` (a dict with ``status``):
+    ``_worker(w)`` is the subclass's; ``_extra_threads()`` any others (a sampler). A context manager."""
+
+    def __init__(self, workers: int):
+        self.workers = workers
+        self.records: list[dict] = []
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.threads: list[threading.Thread] = []
+
+    def _worker(self, w: int) -> None:
+        raise NotImplementedError
+
+    def _extra_threads(self) -> list[threading.Thread]:
+        return []
+
+    def record(self, rec: dict) -> None:
+        with self.lock:
+            self.records.append(rec)
+
+    def wait_requests(self, n: int, timeout: float = 60) -> None:
+        start = len(self.records)
+        wait_for(lambda: len(self.records) >= start + n, timeout, f"{n} more requests answered")
+
+    def failures(self) -> list[dict]:
+        return [r for r in self.records if r["status"] != 200]
+
+    def __enter__(self):
+        self.threads = [*self._extra_threads(),
+                        *(threading.Thread(target=self._worker, args=(w,), daemon=True) for w in range(self.workers))]
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(60)
+
+
 class ClusterHandle:
     """What the `cluster` fixture yields."""
     cluster: Cluster

@@ -12,7 +12,6 @@ The Gateway (`e2e-gateway`, one per namespace, all on one Envoy) is started once
 """
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -22,7 +21,7 @@ import pytest
 import yaml
 
 from e2e.gateway import CONTROLLER_NAME, GATEWAY_NAME, GatewayProcess, install_gie_crds, remove_gie_crds
-from e2e.kit import wait_for
+from e2e.kit import LoadThreads, wait_for
 from e2e.test_operator import apply, condition, get_cr, wait_ready
 
 pytestmark = pytest.mark.e2e
@@ -161,15 +160,12 @@ def test_missing_inferencepool_crd_is_a_condition_and_the_deployment_recovers_on
     operator_process.assert_alive()
 
 
-class GatewayLoad:
+class GatewayLoad(LoadThreads):
     """`workers` threads sending chat completions through the Gateway; every response recorded."""
 
     def __init__(self, base: str, doc: dict, workers: int = 3):
-        self.base, self.doc, self.workers = base, doc, workers
-        self.records: list[dict] = []
-        self.stop = threading.Event()
-        self.lock = threading.Lock()
-        self.threads: list[threading.Thread] = []
+        super().__init__(workers)
+        self.base, self.doc = base, doc
 
     def _worker(self, w: int) -> None:
         with httpx.Client(timeout=30) as client:
@@ -182,26 +178,7 @@ class GatewayLoad:
                 except httpx.HTTPError as exc:
                     rec.update(status=0, body=f"{type(exc).__name__}: {exc}")
                 rec["t1"] = time.time()
-                with self.lock:
-                    self.records.append(rec)
-
-    def wait_requests(self, n: int, timeout: float = 60) -> None:
-        start = len(self.records)
-        wait_for(lambda: len(self.records) >= start + n, timeout, f"{n} more requests through the Gateway")
-
-    def failures(self) -> list[dict]:
-        return [r for r in self.records if r["status"] != 200]
-
-    def __enter__(self) -> "GatewayLoad":
-        self.threads = [threading.Thread(target=self._worker, args=(w,), daemon=True) for w in range(self.workers)]
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(60)
+                self.record(rec)
 
 
 def test_a_rollout_in_gateway_mode_serves_every_request_through_envoy(cluster, operator_process, gateway, ns):

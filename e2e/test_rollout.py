@@ -26,7 +26,7 @@ import httpx
 import pytest
 import yaml
 
-from e2e.kit import wait_for
+from e2e.kit import LoadThreads, wait_for
 from e2e.test_operator import apply, condition, get_cr, wait_ready
 from v41flash.api.v1alpha1 import DEFAULT_IMAGE
 
@@ -63,19 +63,16 @@ def _served(cluster, ns: str, pod: str) -> float:
                if x.name in ("vllm:request_success", "vllm:request_success_total"))
 
 
-class Load:
+class Load(LoadThreads):
     """Multi-turn sessions (3 turns each, a new session after the last) from `workers` threads through the
     router Service, each response's revision read from x-v41flash-revision ("" before the front exists);
     a sampler records, every second, the Ready engine replicas per revision and role."""
 
     def __init__(self, cluster, ns: str, name: str, model: str, workers: int = 4):
-        self.cluster, self.ns, self.name, self.model, self.workers = cluster, ns, name, model, workers
-        self.records: list[dict] = []  # one per request
+        super().__init__(workers)
+        self.cluster, self.ns, self.name, self.model = cluster, ns, name, model
         self.ready_samples: list[dict] = []  # {(revision, role): ready pods}
-        self.stop = threading.Event()
-        self.lock = threading.Lock()
         self.endpoint: tuple[str, str] | None = None  # (pod, base URL)
-        self.threads: list[threading.Thread] = []
 
     def _resolve(self) -> None:
         svc = self.cluster.core.read_namespaced_service(f"{self.name}-router", self.ns)
@@ -123,28 +120,14 @@ class Load:
                     except httpx.HTTPError as exc:
                         rec.update(status=0, revision="", body=f"{type(exc).__name__}: {exc}")
                     rec["t1"] = time.time()
-                    with self.lock:
-                        self.records.append(rec)
+                    self.record(rec)
 
     def __enter__(self) -> "Load":
         wait_for(lambda: (self._resolve(), self.endpoint)[1], 60, "the router Service's Ready pod")
-        self.threads = [threading.Thread(target=self._sampler, daemon=True)]
-        self.threads += [threading.Thread(target=self._worker, args=(w,), daemon=True) for w in range(self.workers)]
-        for t in self.threads:
-            t.start()
-        return self
+        return super().__enter__()
 
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(60)
-
-    def wait_requests(self, n: int, timeout: float = 60) -> None:
-        start = len(self.records)
-        wait_for(lambda: len(self.records) >= start + n, timeout, f"{n} more requests served")
-
-    def failures(self) -> list[dict]:
-        return [r for r in self.records if r["status"] != 200]
+    def _extra_threads(self) -> list[threading.Thread]:
+        return [threading.Thread(target=self._sampler, daemon=True)]
 
     def by_revision(self) -> dict[str, int]:
         out: dict[str, int] = {}
