@@ -17,6 +17,7 @@ def _kube():
     k.request_timeout = REQUEST_TIMEOUT
     k._shared_pool = k._urgent_pool = ThreadPoolExecutor(2)
     k._lane = threading.local()
+    k._discovery_lock = threading.RLock()
     return k
 
 
@@ -67,3 +68,50 @@ def test_node_readiness_is_read_from_the_watch_cache_with_a_timeout():
     assert k.node_ready("n1") is True
     res.get.return_value.to_dict.return_value = {"status": {}}
     assert k.node_ready("n1") is None
+
+
+def _not_found():
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.dynamic.exceptions import NotFoundError
+    return NotFoundError(ApiException(status=404, reason="Not Found"))
+
+
+def test_a_404_on_apply_of_a_kind_no_longer_served_is_kind_not_installed():
+    """Discovery still lists a kind whose CRD was removed: the apply's 404 drops the cache, and a kind the fresh
+    discovery lacks is KindNotInstalled (a Stall with its condition), not an error retried forever."""
+    import pytest
+    from kubernetes.dynamic.exceptions import ResourceNotFoundError
+    from v41flash.controller.kube import KindNotInstalled
+    k = _kube()
+    res = MagicMock()
+    res.server_side_apply.side_effect = _not_found()
+    resources = k.dynamic.resources
+    resources.get.side_effect = [res, ResourceNotFoundError("gone"), ResourceNotFoundError("gone")]
+    pool = {"apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool", "metadata": {"name": "p"}}
+    with pytest.raises(KindNotInstalled, match="InferencePool"):
+        k.apply(pool, "ns")
+    assert resources.invalidate_cache.called
+    # still served (the namespace was what was missing): the 404 itself
+    resources.get.side_effect = None
+    resources.get.return_value = res
+    with pytest.raises(type(_not_found())):
+        k.apply(pool, "ns")
+
+
+def test_a_404_on_listing_a_kind_no_longer_served_lists_nothing_of_it():
+    from kubernetes.dynamic.exceptions import ResourceNotFoundError
+    k = _kube()
+    resources = k.dynamic.resources
+    stale_pool = MagicMock()
+    stale_pool.get.side_effect = _not_found()  # listed by discovery, its CRD removed since
+    empty = MagicMock()
+    empty.get.return_value.to_dict.return_value = {"items": []}
+
+    def discover(api_version, kind):
+        if kind != "InferencePool":
+            return empty
+        if resources.invalidate_cache.called:
+            raise ResourceNotFoundError("gone")
+        return stale_pool
+    resources.get.side_effect = discover
+    assert k.list_children("ns", "demo", "uid") == []
