@@ -63,7 +63,6 @@ def wait_for(predicate: Callable[[], T], timeout: float, what: str, interval: fl
         time.sleep(interval)
 
 
-@dataclass
 class LoadThreads:
     """Threads that send requests until stopped, each response appended to ``records`` (a dict with ``status``):
     ``_worker(w)`` is the subclass's; ``_extra_threads()`` any others (a sampler). A context manager."""
@@ -105,6 +104,7 @@ class LoadThreads:
             t.join(60)
 
 
+@dataclass
 class ClusterHandle:
     """What the `cluster` fixture yields."""
     cluster: Cluster
