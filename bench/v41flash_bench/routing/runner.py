@@ -61,8 +61,12 @@ class Variant:
     ours: bool = False  # the operator's default for this profile
     pd: bool = False  # P/D: first half of the engines prefill, second half decode (NIXL-style handoff)
     decode_policy: str = ""  # P/D only; '' = same as policy
+    gateway: bool = False  # spec.routing.mode Gateway on the local cluster: Envoy -> llm-d's picker (gateway_mode.py)
 
     def __post_init__(self) -> None:
+        if self.gateway and (self.pd or self.kv_events or self.args or self.session_key != "client"):
+            raise ValueError(f"{self.name}: a gateway variant is aggregated, without router flags, KV events or a "
+                             f"session proxy (the picker scores prompts itself)")
         if self.session_key not in SESSION_KEYS:
             raise ValueError(f"{self.name}: session_key must be one of {', '.join(SESSION_KEYS)}")
         if self.pd and self.kv_events:
@@ -563,7 +567,11 @@ def run_bench(cfg: BenchConfig, out_dir: Path, command: str,
     for mode in cfg.modes:
         for v in cfg.variants:
             t0 = time.monotonic()
-            r = asyncio.run(run_with_retry(cfg, trace, oracle_rates, mode, v, sim, router, log_dir, progress))
+            if v.gateway:
+                from v41flash_bench.routing.gateway_mode import run_gateway  # needs the e2e package and a cluster
+                r = run_gateway(cfg, trace, oracle_rates, mode, v, log_dir / f"{mode}-{v.name}", progress)
+            else:
+                r = asyncio.run(run_with_retry(cfg, trace, oracle_rates, mode, v, sim, router, log_dir, progress))
             results.append(r)
             progress(f"[{len(results)}/{len(cfg.modes) * len(cfg.variants)}] {mode:6} {v.name:28} "
                      f"hit {_fmt(r.hit_rate, '.3f')} ({_fmt(r.hit_vs_oracle, '.2f')} of oracle) "
