@@ -180,7 +180,8 @@ async def _measure(cfg: R.BenchConfig, trace: Trace, oracle_rates: dict[int, flo
         oracle_hit_rate=oracle_rates[len(pods)], running_spread=o.running_spread, uncached_spread=o.uncached_spread,
         request_spread=o.request_spread, p50_ms=R._ms(R.percentile(latencies, 0.5)),
         p95_ms=R._ms(R.percentile(latencies, 0.95)),
-        router_cpu_s=(cpu1 - cpu0) if cpu0 is not None and cpu1 is not None else None,  # the picker's wall_s=round(wall, 2),
+        # router cpu: the picker's
+        router_cpu_s=(cpu1 - cpu0) if cpu0 is not None and cpu1 is not None else None, wall_s=round(wall, 2),
         engines=tuple({"engine": i, "pod": u.engine, "role": "both", "prompt_tokens": u.prompt_tokens,
                        "hit_tokens": u.hit_tokens, "requests": u.requests, "mean_running": u.mean_running}
                       for i, u in enumerate(usage)),
