@@ -72,7 +72,19 @@ def test_deployment_doc_is_a_valid_aggregated_gateway_deployment_of_n_pinned_eng
 def test_gateway_scenario_loads_and_a_gateway_variant_refuses_router_options():
     cfg = b.load_config(SCENARIO)
     gw = [v for v in cfg.variants if v.gateway]
-    assert [v.name for v in gw] == ["gateway-epp"] and cfg.modes == ("none",)
+    assert [v.name for v in gw][0] == "gateway-epp" and not gw[0].gateway_spec and cfg.modes == ("none",)
     for bad in ({"pd": True}, {"kv_events": True}, {"args": ("--x",)}, {"session_key": "proxy"}):
         with pytest.raises(ValueError, match="gateway variant"):
             b.Variant(name="g", policy="epp", gateway=True, **bad)
+
+
+def test_gateway_spec_fields_reach_the_deployment_and_the_report_flags():
+    v = b.Variant(name="g", policy="epp", gateway=True, gateway_spec=(("prefixCacheWeight", 1), ("queueWeight", 4)))
+    doc = g.deployment_doc("rb", 8, [], gateway_spec=v.gateway_spec)
+    gw = doc["spec"]["routing"]["gateway"]
+    assert gw["prefixCacheWeight"] == 1 and gw["queueWeight"] == 4 and gw["httpRoute"]["name"] == g.GATEWAY_NAME
+    cr = V41FlashDeployment.model_validate({**doc, "metadata": {"name": "rb", "namespace": "x"}})
+    assert cr.spec.routing.gateway.prefix_cache_weight == 1
+    assert "gateway.queueWeight=4" in g.gateway_variant_flags(doc)
+    with pytest.raises(ValueError, match="gateway_spec needs gateway"):
+        b.Variant(name="x", policy="round_robin", gateway_spec=(("queueWeight", 1),))

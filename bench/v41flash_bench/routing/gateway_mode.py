@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import shutil
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -56,9 +57,10 @@ def pod_sim_args(sc: Any, lat: R.EngineLatency, max_model_len: int, seed: int) -
 
 
 def deployment_doc(name: str, engines: int, sim_args: Sequence[str], gpu_product: str = GPU_PRODUCT,
-                   model: str = R.MODEL) -> dict[str, Any]:
+                   model: str = R.MODEL, gateway_spec: Sequence[tuple[str, Any]] = ()) -> dict[str, Any]:
     """The aggregated example as a mode Gateway deployment of exactly `engines` decode replicas (autoscaling
-    bounds pinned), its route on the e2e Gateway, the scenario's simulator flags in the engine's env."""
+    bounds pinned), its route on the e2e Gateway, the scenario's simulator flags in the engine's env;
+    gateway_spec: more spec.routing.gateway fields (the picker's scorer weights)."""
     import shlex
     doc = copy.deepcopy(yaml.safe_load(EXAMPLE.read_text()))
     doc["metadata"] = {"name": name}
@@ -67,13 +69,15 @@ def deployment_doc(name: str, engines: int, sim_args: Sequence[str], gpu_product
     spec["gpu"] = {"product": gpu_product}
     spec["decode"] = {**spec.get("decode", {}), "minReplicas": engines, "maxReplicas": engines,
                       "extraEnv": [{"name": POD_SIM_ARGS_ENV, "value": shlex.join(sim_args)}]}
-    spec["routing"] = {"mode": "Gateway", "gateway": {"httpRoute": {"name": GATEWAY_NAME}}}
+    spec["routing"] = {"mode": "Gateway", "gateway": {**dict(gateway_spec), "httpRoute": {"name": GATEWAY_NAME}}}
     return doc
 
 
 def gateway_variant_flags(doc: dict[str, Any]) -> tuple[str, ...]:
     """What makes the row what it is, for the report (the rendered picker config's scorers are the defaults)."""
-    return ("spec.routing.mode=Gateway", f"gpu.product={doc['spec']['gpu']['product']}",
+    gw = {k: v for k, v in doc["spec"]["routing"]["gateway"].items() if k != "httpRoute"}
+    return ("spec.routing.mode=Gateway", *(f"gateway.{k}={v}" for k, v in sorted(gw.items())),
+            f"gpu.product={doc['spec']['gpu']['product']}",
             f"decode.replicas={doc['spec']['decode']['minReplicas']}", "epp=llm-d-inference-scheduler v0.4.0",
             "envoy=1.40.0 ext_proc")
 
@@ -121,7 +125,8 @@ def run_gateway(cfg: R.BenchConfig, trace: Trace, oracle_rates: dict[int, float]
     n = sc.engines
     ns = f"rbench-{uuid.uuid4().hex[:6]}"
     name = "rb"
-    doc = deployment_doc(name, n, pod_sim_args(sc, cfg.latency, R.model_len_for(trace), sc.seed))
+    doc = deployment_doc(name, n, pod_sim_args(sc, cfg.latency, R.model_len_for(trace), sc.seed),
+                         gateway_spec=variant.gateway_spec)
     log_dir.mkdir(parents=True, exist_ok=True)
     (log_dir / "deployment.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     op = gw = None
@@ -141,6 +146,8 @@ def run_gateway(cfg: R.BenchConfig, trace: Trace, oracle_rates: dict[int, float]
         return asyncio.run(_measure(cfg, trace, oracle_rates, mode, variant, base, urls, doc, notes, progress,
                                     epp[0] if len(epp) == 1 else None))
     finally:
+        for f in cluster.logs.glob(f"epp-{ns}-*.log"):  # the picker's log, before `harness down` removes it
+            shutil.copy(f, log_dir / f.name)
         if gw is not None:
             gw.stop()
         if op is not None:
