@@ -61,8 +61,18 @@ class Variant:
     ours: bool = False  # the operator's default for this profile
     pd: bool = False  # P/D: first half of the engines prefill, second half decode (NIXL-style handoff)
     decode_policy: str = ""  # P/D only; '' = same as policy
+    gateway: bool = False  # spec.routing.mode Gateway on the local cluster: Envoy -> llm-d's picker (gateway_mode.py)
+    gateway_spec: tuple[tuple[str, Any], ...] = ()  # gateway only: more spec.routing.gateway fields (scorer weights)
+    # gateway only, an experiment: (plugin type, weight) scorers the bench adds to the picker's rendered config (the
+    # operator is stopped once the deployment is Ready, so it does not put its config back)
+    epp_extra_scorers: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
+        if self.gateway and (self.pd or self.kv_events or self.args or self.session_key != "client"):
+            raise ValueError(f"{self.name}: a gateway variant is aggregated, without router flags, KV events or a "
+                             f"session proxy (the picker scores prompts itself)")
+        if (self.gateway_spec or self.epp_extra_scorers) and not self.gateway:
+            raise ValueError(f"{self.name}: gateway_spec and epp_extra_scorers need gateway: true")
         if self.session_key not in SESSION_KEYS:
             raise ValueError(f"{self.name}: session_key must be one of {', '.join(SESSION_KEYS)}")
         if self.pd and self.kv_events:
@@ -105,7 +115,10 @@ def load_config(path: Path | str = DEFAULT_SCENARIO, **overrides: Any) -> BenchC
     if unknown:
         raise ValueError(f"unknown scenario fields {sorted(unknown)} (known: {', '.join(sorted(sc_fields))})")
     sc_doc = {**doc.get("scenario", {}), **{k: v for k, v in overrides.items() if k in sc_fields}}
-    variants = tuple(Variant(**{**v, "args": tuple(str(a) for a in v.get("args", ()))}) for v in doc["variants"])
+    variants = tuple(Variant(**{**v, "args": tuple(str(a) for a in v.get("args", ())),
+                                "gateway_spec": tuple(sorted((v.get("gateway_spec") or {}).items())),
+                                "epp_extra_scorers": tuple(sorted((v.get("epp_extra_scorers") or {}).items()))})
+                     for v in doc["variants"])
     names = [v.name for v in variants]
     if len(set(names)) != len(names):
         raise ValueError(f"{path}: duplicate variant names")
@@ -563,7 +576,11 @@ def run_bench(cfg: BenchConfig, out_dir: Path, command: str,
     for mode in cfg.modes:
         for v in cfg.variants:
             t0 = time.monotonic()
-            r = asyncio.run(run_with_retry(cfg, trace, oracle_rates, mode, v, sim, router, log_dir, progress))
+            if v.gateway:
+                from v41flash_bench.routing.gateway_mode import run_gateway  # needs the e2e package and a cluster
+                r = run_gateway(cfg, trace, oracle_rates, mode, v, log_dir / f"{mode}-{v.name}", progress)
+            else:
+                r = asyncio.run(run_with_retry(cfg, trace, oracle_rates, mode, v, sim, router, log_dir, progress))
             results.append(r)
             progress(f"[{len(results)}/{len(cfg.modes) * len(cfg.variants)}] {mode:6} {v.name:28} "
                      f"hit {_fmt(r.hit_rate, '.3f')} ({_fmt(r.hit_vs_oracle, '.2f')} of oracle) "
