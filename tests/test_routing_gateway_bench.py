@@ -86,18 +86,5 @@ def test_gateway_spec_fields_reach_the_deployment_and_the_report_flags():
     cr = V41FlashDeployment.model_validate({**doc, "metadata": {"name": "rb", "namespace": "x"}})
     assert cr.spec.routing.gateway.prefix_cache_weight == 1
     assert "gateway.queueWeight=4" in g.gateway_variant_flags(doc)
-    with pytest.raises(ValueError, match="need gateway: true"):
+    with pytest.raises(ValueError, match="needs gateway: true"):
         b.Variant(name="x", policy="round_robin", gateway_spec=(("queueWeight", 1),))
-
-
-def test_extra_scorers_join_the_rendered_picker_config_and_its_profile():
-    cfg = {"plugins": [{"type": "prefix-cache-scorer"}, {"type": "max-score-picker"}],
-           "schedulingProfiles": [{"name": "default", "plugins": [
-               {"pluginRef": "decode-pods"}, {"pluginRef": "prefix-cache-scorer", "weight": 3},
-               {"pluginRef": "max-score-picker"}]}]}
-    out = g.with_extra_scorers(cfg, (("active-request-scorer", 1.5),))
-    assert {"type": "active-request-scorer"} in out["plugins"]
-    refs = out["schedulingProfiles"][0]["plugins"]
-    assert refs[-1] == {"pluginRef": "max-score-picker"}  # the picker stays last
-    assert {"pluginRef": "active-request-scorer", "weight": 1.5} in refs
-    assert cfg["plugins"] == [{"type": "prefix-cache-scorer"}, {"type": "max-score-picker"}]  # input untouched

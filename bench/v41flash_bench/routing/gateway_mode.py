@@ -73,48 +73,13 @@ def deployment_doc(name: str, engines: int, sim_args: Sequence[str], gpu_product
     return doc
 
 
-def gateway_variant_flags(doc: dict[str, Any], extra_scorers: Sequence[tuple[str, float]] = ()) -> tuple[str, ...]:
-    """What makes the row what it is, for the report (the rendered picker config's scorers are the defaults)."""
+def gateway_variant_flags(doc: dict[str, Any]) -> tuple[str, ...]:
+    """What makes the row what it is, for the report (scorer weights not named are the CRD's defaults)."""
     gw = {k: v for k, v in doc["spec"]["routing"]["gateway"].items() if k != "httpRoute"}
     return ("spec.routing.mode=Gateway", *(f"gateway.{k}={v}" for k, v in sorted(gw.items())),
             f"gpu.product={doc['spec']['gpu']['product']}",
             f"decode.replicas={doc['spec']['decode']['minReplicas']}", "epp=llm-d-inference-scheduler v0.4.0",
-            *(f"epp+{k}={w:g}" for k, w in extra_scorers),
             "envoy=1.40.0 ext_proc")
-
-
-def with_extra_scorers(epp_config: dict[str, Any], scorers: Sequence[tuple[str, float]]) -> dict[str, Any]:
-    """The picker's EndpointPickerConfig with more scorer plugins, each weighted in every scheduling profile
-    (before the picker, which stays last)."""
-    out = copy.deepcopy(epp_config)
-    for kind, weight in scorers:
-        out["plugins"].insert(0, {"type": kind})
-        for prof in out["schedulingProfiles"]:
-            prof["plugins"].insert(len(prof["plugins"]) - 1, {"pluginRef": kind, "weight": weight})
-    return out
-
-
-def _edit_picker_config(handle: Any, ns: str, name: str, scorers: Sequence[tuple[str, float]],
-                        progress: Callable[[str], None]) -> None:
-    """Add scorers to the picker's ConfigMap and replace its pod (the supervisor reads the config at pod start)."""
-    from v41flash.render.gateway import EPP_CONFIG_KEY
-    cms = [c for c in handle.core.list_namespaced_config_map(ns, label_selector=f"v41flash.io/deployment={name},"
-                                                                               f"v41flash.io/role=epp").items
-           if EPP_CONFIG_KEY in (c.data or {})]
-    for cm in cms:
-        cfg = with_extra_scorers(yaml.safe_load(cm.data[EPP_CONFIG_KEY]), scorers)
-        handle.core.patch_namespaced_config_map(cm.metadata.name, ns, {"data": {EPP_CONFIG_KEY: yaml.safe_dump(cfg)}})
-    old = {p.metadata.name for p in handle.core.list_namespaced_pod(ns, label_selector="v41flash.io/role=epp").items}
-    for pod in old:
-        handle.core.delete_namespaced_pod(pod, ns, grace_period_seconds=0)
-
-    def fresh_ready() -> bool:
-        pods = [p for p in handle.core.list_namespaced_pod(ns, label_selector="v41flash.io/role=epp").items
-                if not p.metadata.deletion_timestamp]
-        return bool(pods) and all(p.metadata.name not in old and any(
-            c.type == "Ready" and c.status == "True" for c in (p.status.conditions or [])) for p in pods)
-    _wait(fresh_ready, 120, "the picker pod with the edited config Ready")
-    progress(f"  picker config edited ({len(cms)} ConfigMap): + {', '.join(f'{k} {w:g}' for k, w in scorers)}")
 
 
 class ClusterMissing(RuntimeError):
@@ -173,12 +138,6 @@ def run_gateway(cfg: R.BenchConfig, trace: Trace, oracle_rates: dict[int, float]
         t0 = time.monotonic()
         _wait(lambda: _pods_ready(handle, ns, name, n), 300, f"{n} decode pods and the picker Ready")
         progress(f"  {n} engine pods and the endpoint picker Ready in {time.monotonic() - t0:.0f}s")
-        if variant.epp_extra_scorers:  # the operator would apply its own picker config again: it goes first
-            op.stop()
-            op = None
-            _edit_picker_config(handle, ns, name, variant.epp_extra_scorers, progress)
-            notes.append("picker config edited by the bench, operator stopped: + " + ", ".join(
-                f"{k} {w:g}" for k, w in variant.epp_extra_scorers))
         gw = GatewayProcess(cluster, name=GATEWAY_NAME).start()
         base = _wait(lambda: gw.address(ns), 120, f"Gateway {ns}/{GATEWAY_NAME} programmed")
         urls = _wait(lambda: (lambda u: u if len(u) == n else None)(_sim_urls(handle, ns)), 60,
@@ -224,7 +183,7 @@ async def _measure(cfg: R.BenchConfig, trace: Trace, oracle_rates: dict[int, flo
     o = obs.observe(usage)
     return R.RunResult(
         mode=mode, variant=variant.name, policy=variant.policy, ours=variant.ours,
-        router_args=gateway_variant_flags(doc, variant.epp_extra_scorers), requests=total, errors=errors, hit_rate=o.hit_rate,
+        router_args=gateway_variant_flags(doc), requests=total, errors=errors, hit_rate=o.hit_rate,
         oracle_hit_rate=oracle_rates[len(pods)], running_spread=o.running_spread, uncached_spread=o.uncached_spread,
         request_spread=o.request_spread, p50_ms=R._ms(R.percentile(latencies, 0.5)),
         p95_ms=R._ms(R.percentile(latencies, 0.95)),

@@ -65,14 +65,13 @@ class Variant:
     gateway_spec: tuple[tuple[str, Any], ...] = ()  # gateway only: more spec.routing.gateway fields (scorer weights)
     # gateway only, an experiment: (plugin type, weight) scorers the bench adds to the picker's rendered config (the
     # operator is stopped once the deployment is Ready, so it does not put its config back)
-    epp_extra_scorers: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         if self.gateway and (self.pd or self.kv_events or self.args or self.session_key != "client"):
             raise ValueError(f"{self.name}: a gateway variant is aggregated, without router flags, KV events or a "
                              f"session proxy (the picker scores prompts itself)")
-        if (self.gateway_spec or self.epp_extra_scorers) and not self.gateway:
-            raise ValueError(f"{self.name}: gateway_spec and epp_extra_scorers need gateway: true")
+        if self.gateway_spec and not self.gateway:
+            raise ValueError(f"{self.name}: gateway_spec needs gateway: true")
         if self.session_key not in SESSION_KEYS:
             raise ValueError(f"{self.name}: session_key must be one of {', '.join(SESSION_KEYS)}")
         if self.pd and self.kv_events:
@@ -116,8 +115,7 @@ def load_config(path: Path | str = DEFAULT_SCENARIO, **overrides: Any) -> BenchC
         raise ValueError(f"unknown scenario fields {sorted(unknown)} (known: {', '.join(sorted(sc_fields))})")
     sc_doc = {**doc.get("scenario", {}), **{k: v for k, v in overrides.items() if k in sc_fields}}
     variants = tuple(Variant(**{**v, "args": tuple(str(a) for a in v.get("args", ())),
-                                "gateway_spec": tuple(sorted((v.get("gateway_spec") or {}).items())),
-                                "epp_extra_scorers": tuple(sorted((v.get("epp_extra_scorers") or {}).items()))})
+                                "gateway_spec": tuple(sorted((v.get("gateway_spec") or {}).items()))})
                      for v in doc["variants"])
     names = [v.name for v in variants]
     if len(set(names)) != len(names):

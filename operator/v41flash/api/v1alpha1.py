@@ -495,7 +495,8 @@ class GatewayParentRef(Model):
 class GatewayRoutingSpec(Model):
     """spec.routing.gateway: what mode Gateway renders (Gateway API Inference Extension, llm-d's endpoint picker)."""
     model_config = ConfigDict(json_schema_extra=validations(
-        cel("self.prefixCacheWeight + self.queueWeight + self.kvCacheUtilizationWeight > 0.0",
+        cel("self.prefixCacheWeight + self.queueWeight + self.kvCacheUtilizationWeight + self.activeRequestWeight "
+            "> 0.0",
             "with every scorer weight 0 the endpoint picker would pick at random: give one a weight",
             field_path=".prefixCacheWeight")))
     epp_image: str = Field(DEFAULT_EPP_IMAGE, min_length=1, max_length=1024, pattern=F.IMAGE,
@@ -512,6 +513,12 @@ class GatewayRoutingSpec(Model):
                                                                "requests, from each engine's /metrics).")
     kv_cache_utilization_weight: float = Field(
         2.0, ge=0, le=100, description="Weight of the KV-cache utilization scorer (least-used KV cache).")
+    active_request_weight: float = Field(
+        2.0, ge=0, le=100,
+        description="Weight of the active-request scorer (fewest requests the picker has in flight to each engine). "
+                    "Below saturation an engine's queue is empty and its KV cache mostly free, so the queue and "
+                    "KV-cache scorers see no load and the prefix-cache scorer sends every session sharing a system "
+                    "prompt to one engine: this is the load signal then (docs/routing.md).")
     prefill_threshold_tokens: int = Field(
         0, ge=0, le=F.INT32_MAX,
         description="P/D only: a request whose uncached part (by the prefix index, in characters) is shorter than "

@@ -113,11 +113,13 @@ def _num(x: float) -> float | int:
 
 def epp_config(spec: api.V41FlashDeploymentSpec, res: Resolved) -> dict[str, Any]:
     """The EPP's plugins config (EndpointPickerConfig): role filters on the operator's own role label, the
-    prefix-cache, queue and KV-cache-utilization scorers, a max-score picker; P/D adds the prefill profile, the
-    pd-profile-handler and the prefill-header-handler that names the chosen prefill pod to the sidecar."""
+    prefix-cache, queue, KV-cache-utilization and active-request scorers, a max-score picker; P/D adds the prefill
+    profile, the pd-profile-handler and the prefill-header-handler that names the chosen prefill pod to the
+    sidecar."""
     gw = gateway_settings(spec)
     scorers = [("prefix-cache-scorer", gw.prefix_cache_weight), ("queue-scorer", gw.queue_weight),
-               ("kv-cache-utilization-scorer", gw.kv_cache_utilization_weight)]
+               ("kv-cache-utilization-scorer", gw.kv_cache_utilization_weight),
+               ("active-request-scorer", gw.active_request_weight)]
     scorers = [(name, w) for name, w in scorers if w > 0]
 
     def role_filter(role: str) -> dict[str, Any]:
