@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from e2e.harness import VENV_BIN, Cluster, log, wait_until, write_json
+from e2e.supervisor import ready_backends
 from v41flash_bench.procs import Proc, free_port, spawn, stop_procs
 
 GATEWAY_NAME = "e2e-gateway"
@@ -91,31 +92,10 @@ def attaches(route: dict, gateway: str) -> list[dict]:
 def service_endpoint(svc: dict | None, port: int, pods: list[dict]) -> tuple[str, int] | None:
     """(pod IP, target port) of a Ready, not terminating pod behind a Service port (no kube-proxy here), the
     newest first; None when the Service, its port or a Ready pod is missing."""
-    if not svc or not (svc.get("spec") or {}).get("selector"):
+    found = ready_backends(svc, port, pods, (svc or {}).get("metadata", {}).get("namespace"))
+    if not found:
         return None
-    sport = next((p for p in svc["spec"].get("ports") or [] if int(p.get("port", 0)) == int(port)), None)
-    if sport is None:
-        return None
-    sel = svc["spec"]["selector"]
-    ready = []
-    for pod in pods:
-        labels = pod["metadata"].get("labels") or {}
-        st = pod.get("status") or {}
-        if pod["metadata"].get("namespace") != svc["metadata"]["namespace"] \
-                or any(labels.get(k) != v for k, v in sel.items()) or not st.get("podIP") \
-                or pod["metadata"].get("deletionTimestamp") \
-                or not any(c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions") or []):
-            continue
-        target = sport.get("targetPort", sport["port"])
-        if isinstance(target, str) and not target.isdigit():
-            target = next((cp["containerPort"] for c in pod["spec"]["containers"] for cp in c.get("ports") or []
-                           if cp.get("name") == target), None)
-            if target is None:
-                continue
-        ready.append((pod["metadata"].get("creationTimestamp", ""), pod["metadata"]["name"], st["podIP"], int(target)))
-    if not ready:
-        return None
-    _, _, ip, target = max(ready)
+    _, ip, target = max(found, key=lambda b: (b[0]["metadata"].get("creationTimestamp", ""), b[0]["metadata"]["name"]))
     return ip, target
 
 

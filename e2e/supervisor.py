@@ -281,16 +281,27 @@ def resolve_service_url(url: str, services: dict, pods: list) -> str | None:
     if not m:
         return url
     scheme, name, ns, port, path = m.groups()
-    svc = services.get((ns, name))
-    if not svc or not (svc.get("spec") or {}).get("selector"):
+    found = sorted(ready_backends(services.get((ns, name)), int(port), pods, ns),
+                   key=lambda b: b[0]["metadata"]["name"])
+    if not found:
         return None
+    _, ip, target = found[0]
+    return f"{scheme}://{ip}:{target}{path or ''}"
+
+
+def ready_backends(svc: dict | None, port: int, pods: list, namespace: str) -> list[tuple[dict, str, int]]:
+    """(pod, pod IP, target port) of each Ready, not terminating pod behind a Service port, as kube-proxy would
+    pick from (there is none here); [] when the Service, its selector or its port is missing."""
+    if not svc or not (svc.get("spec") or {}).get("selector"):
+        return []
     sport = next((p for p in svc["spec"].get("ports") or [] if int(p.get("port", 0)) == int(port)), None)
     if sport is None:
-        return None
+        return []
     sel = svc["spec"]["selector"]
-    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+    out = []
+    for pod in pods:
         labels = pod["metadata"].get("labels") or {}
-        if pod["metadata"].get("namespace") != ns or any(labels.get(k) != v for k, v in sel.items()):
+        if pod["metadata"].get("namespace") != namespace or any(labels.get(k) != v for k, v in sel.items()):
             continue
         st = pod.get("status") or {}
         if not st.get("podIP") or pod["metadata"].get("deletionTimestamp") or not any(
@@ -302,8 +313,8 @@ def resolve_service_url(url: str, services: dict, pods: list) -> str | None:
                            if cp.get("name") == target), None)
             if target is None:
                 continue
-        return f"{scheme}://{st['podIP']}:{int(target)}{path or ''}"
-    return None
+        out.append((pod, st["podIP"], int(target)))
+    return out
 
 
 UNREACHABLE = "http://127.0.0.1:9"  # nothing listens: a connection is refused, as by a Service with no Ready endpoint
