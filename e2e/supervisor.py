@@ -26,6 +26,7 @@ stopped by e2e/harness.py; on SIGTERM it stops every process it started.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import ipaddress
 import json
 import os
@@ -38,6 +39,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -1252,10 +1254,32 @@ class Shutdown(BaseException):
     pass
 
 
+PROBE_MODULES = ("grpc", "grpc_health.v1")  # the picker's gRPC readiness probe (grpc_health_ok)
+
+
+def missing_modules(names: Sequence[str] = PROBE_MODULES) -> list[str]:
+    """The modules the supervisor imports only when a pod needs them, absent from this Python. Checked at start:
+    imported inside the watch loop, an ImportError is retried forever like an apiserver hiccup and no picker pod
+    ever turns Ready."""
+    out = []
+    for name in names:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except ModuleNotFoundError:  # a parent package is missing
+            found = False
+        if not found:
+            out.append(name)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--state", type=Path, required=True)
     a = ap.parse_args()
+    missing = missing_modules()
+    if missing:
+        log(f"supervisor: {', '.join(missing)} not installed in {sys.executable}: pip install -e '.[dev]'")
+        return 2
     sup = Supervisor(a.state.resolve())
 
     def on_signal(signum, _frame):

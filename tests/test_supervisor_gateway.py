@@ -356,3 +356,20 @@ def test_readiness_waits_for_the_startup_probe(tmp_path):
         assert written[-1] is True
     finally:
         listening.close()
+
+
+def test_supervisor_refuses_to_start_without_the_probe_modules(tmp_path):
+    """A Python without grpcio once ran a supervisor whose watch loop retried the ImportError every second:
+    no picker pod ever turned Ready and nothing said why. It now exits at once, naming what to install."""
+    from e2e import supervisor as S
+    assert S.missing_modules() == []  # the dev extra has them
+    assert S.missing_modules(("grpc", "no_such_module_v41f", "no_such_pkg_v41f.sub")) == [
+        "no_such_module_v41f", "no_such_pkg_v41f.sub"]
+    code = ("import importlib.util, sys; real = importlib.util.find_spec\n"
+            "importlib.util.find_spec = lambda n, *a: None if n == 'grpc' else real(n, *a)\n"
+            "from e2e import supervisor; sys.argv = ['supervisor', '--state', sys.argv[1]]\n"
+            "sys.exit(supervisor.main())")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60,
+                       cwd=Path(__file__).resolve().parents[1])
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "grpc not installed" in r.stdout + r.stderr and "pip install -e '.[dev]'" in r.stdout + r.stderr
