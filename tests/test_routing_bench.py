@@ -278,3 +278,57 @@ def test_sim_binary_override_and_absence(tmp_path, monkeypatch):
     monkeypatch.setenv("V41F_SIM_BIN", str(tmp_path / "missing"))
     monkeypatch.setattr(b, "CACHE", tmp_path / "empty-cache")
     assert b.find_sim_binary() is None
+
+
+def test_direct_variants_are_routerless_and_validated():
+    cfg = b.load_config(REPO / "bench" / "routing" / "placement-bound.yaml")
+    direct = [v for v in cfg.variants if v.direct]
+    assert {v.direct for v in direct} == {"oracle", "balanced"}
+    assert all(b.variant_flags(v, 16)[0] == "no router" for v in direct)
+    with pytest.raises(ValueError, match="direct must be one of"):
+        b.Variant("x", "placement", direct="psychic")
+    for bad in ({"kv_events": True}, {"pd": True}, {"session_key": "proxy"}, {"args": ("--x",)}, {"gateway": True}):
+        with pytest.raises(ValueError):
+            b.Variant("x", "placement", direct="oracle", **bad)
+
+
+def test_replay_sends_each_session_to_the_url_its_root_is_placed_on():
+    import asyncio
+
+    import httpx
+    trace = build_trace(RoutingScenario(sessions=4, turns_min=2, turns_max=2, subagent_fraction=1.0,
+                                        subagent_turns_min=1, subagent_turns_max=1, time_scale=0.0))
+    placement = {s.id: i % 2 for i, s in enumerate(trace.sessions)}
+    hosts: dict[str, set[str]] = {}
+
+    def handler(request):
+        hosts.setdefault(request.headers[b.SESSION_HEADER], set()).add(request.url.host)
+        return httpx.Response(200, json={"choices": []})
+
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            return await b._replay(client, lambda s: f"http://engine{placement[s.root]}", trace, "header",
+                                   b.Variant("d", "placement", direct="oracle"), 10.0)
+    latencies, errors, total = asyncio.run(go())
+    assert errors == 0 and len(latencies) == total
+    for s in trace.sessions:  # a sub-agent goes where its root is
+        assert hosts[s.id] == hosts[s.subagent.id] == {f"engine{placement[s.id]}"}
+
+
+def test_session_work_charges_prefill_overhead_uncached_tokens_and_output():
+    cfg = b.load_config(b.DEFAULT_SCENARIO, sessions=2, engines=2)
+    trace = build_trace(cfg.scenario)
+    reqs = trace.requests()
+    tokens = [[len(t.messages)] * 32 for _, t in reqs]  # made-up ids: 2 blocks of 16 per request
+    work = b.session_work(cfg, trace, tokens)
+    assert set(work) == {s.id for s in trace.sessions}
+    lat = cfg.latency
+    s0 = [(s, t, tok) for (s, t), tok in zip(reqs, tokens) if s.root == "s0"]
+    seen: set = set()
+    expect = 0.0
+    for _, t, tok in s0:  # a request whose token list was already stored under its root computes nothing
+        key = tuple(tok)
+        expect += lat.prefill_overhead_ms + (0 if key in seen else 32) * lat.prefill_us_per_token / 1000.0 \
+            + t.max_tokens * lat.inter_token_ms
+        seen.add(key)
+    assert work["s0"] == pytest.approx(expect)

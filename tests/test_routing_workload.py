@@ -100,3 +100,22 @@ def test_scenario_rejects_nonsense():
         RoutingScenario(subagent_fraction=1.5)
     with pytest.raises(ValueError):
         RoutingScenario(engines=0)
+
+
+def test_pinned_uncached_counts_each_root_s_own_stored_blocks():
+    from v41flash_bench.routing.sessions import pinned_uncached
+    reqs = [("a", [1, 2, 3, 4]), ("b", [1, 2, 5, 6]), ("a", [1, 2, 3, 4, 7, 8, 9]), ("b", [9, 9])]
+    # each root computes the shared [1, 2] itself (its own engine); a#2 reuses a#1's two blocks
+    assert pinned_uncached(reqs, block_size=2) == [4, 4, 3, 2]
+    assert pinned_uncached([], block_size=16) == []
+
+
+def test_balanced_placement_packs_longest_first_onto_the_least_loaded_engine():
+    from v41flash_bench.routing.sessions import balanced_placement
+    work = {"a": 7.0, "b": 5.0, "c": 4.0, "d": 3.0, "e": 1.0}
+    p = balanced_placement(work, engines=2)
+    loads = [sum(w for r, w in work.items() if p[r] == e) for e in range(2)]
+    assert sorted(loads) == [10.0, 10.0]  # a+d / b+c+e: a perfect split where round robin gives 12/8
+    assert p["a"] != p["b"]
+    assert balanced_placement({}, engines=3) == {}
+    assert set(balanced_placement({"x": 1.0, "y": 1.0, "z": 1.0}, engines=3).values()) == {0, 1, 2}

@@ -35,7 +35,8 @@ from v41flash.proxy.session_proxy import derived_session_key
 from v41flash_bench.inference_sim import SimLatency, binary_path, sim_command
 from v41flash_bench.procs import Proc, cpu_seconds, free_ports, rss_bytes, spawn, stop_procs
 from v41flash_bench.routing import engine_stats as obs
-from v41flash_bench.routing.sessions import RoutingScenario, Session, Trace, Turn, build_trace, oracle
+from v41flash_bench.routing.sessions import (RoutingScenario, Session, Trace, Turn, balanced_placement, build_trace,
+                                             oracle, pinned_uncached)
 
 ROUTER_VERSION = "0.1.17"
 SIM_VERSION = "v0.10.2"
@@ -43,6 +44,7 @@ MODEL = "deepseek-v4.1-flash"
 SESSION_HEADER = "x-session-id"
 MODES = ("header", "none", "user")
 SESSION_KEYS = ("client", "proxy", "derived")
+DIRECT_PLACEMENTS = ("oracle", "balanced")
 LOOPBACK = "127.0.0.1"
 REPO = Path(__file__).resolve().parents[3]
 DEFAULT_SCENARIO = REPO / "bench" / "routing" / "agentx-small.yaml"
@@ -63,8 +65,8 @@ class Variant:
     decode_policy: str = ""  # P/D only; '' = same as policy
     gateway: bool = False  # spec.routing.mode Gateway on the local cluster: Envoy -> llm-d's picker (gateway_mode.py)
     gateway_spec: tuple[tuple[str, Any], ...] = ()  # gateway only: more spec.routing.gateway fields (scorer weights)
-    # gateway only, an experiment: (plugin type, weight) scorers the bench adds to the picker's rendered config (the
-    # operator is stopped once the deployment is Ready, so it does not put its config back)
+    direct: str = ""  # no router: each client sends straight to its root session's engine in a fixed placement,
+    #                   "oracle" (the oracle's round robin) or "balanced" (clairvoyant LPT on the sessions' work)
 
     def __post_init__(self) -> None:
         if self.gateway and (self.pd or self.kv_events or self.args or self.session_key != "client"):
@@ -78,6 +80,11 @@ class Variant:
             raise ValueError(f"{self.name}: KV events are wired for aggregated engines only")
         if self.decode_policy and not self.pd:
             raise ValueError(f"{self.name}: decode_policy needs pd: true")
+        if self.direct and self.direct not in DIRECT_PLACEMENTS:
+            raise ValueError(f"{self.name}: direct must be one of {', '.join(DIRECT_PLACEMENTS)}")
+        if self.direct and (self.gateway or self.pd or self.kv_events or self.args or self.session_key != "client"):
+            raise ValueError(f"{self.name}: a direct variant has no router: no gateway, P/D, KV events, router flags "
+                             f"or session proxy")
 
 
 @dataclass(frozen=True)
@@ -357,6 +364,8 @@ def router_env(variant: Variant) -> dict[str, str]:
 
 def variant_flags(variant: Variant, block_size: int) -> tuple[str, ...]:
     """The flags that make this variant what it is (for the report; addresses left out)."""
+    if variant.direct:
+        return ("no router", f"placement={variant.direct}")
     flags = (("--prefill-policy", variant.policy, "--decode-policy", variant.decode_policy or variant.policy)
              if variant.pd else ("--policy", variant.policy)) + variant.args
     if variant.kv_events:
@@ -395,10 +404,12 @@ def request_body(turn: Turn, session: Session, mode: str, variant: Variant) -> t
     return body, headers
 
 
-async def _replay(client: httpx.AsyncClient, base: str, trace: Trace, mode: str, variant: Variant,
-                  timeout_s: float) -> tuple[list[float], int, int]:
+async def _replay(client: httpx.AsyncClient, base: str | Callable[[Session], str], trace: Trace, mode: str,
+                  variant: Variant, timeout_s: float) -> tuple[list[float], int, int]:
     """Latencies of the requests answered 200; errors = every other request of the trace (failed,
-    answered otherwise, cut off in flight, or never sent before the timeout)."""
+    answered otherwise, cut off in flight, or never sent before the timeout). ``base`` is the router's
+    URL, or a function giving each session's engine (direct variants)."""
+    url_for = base if callable(base) else (lambda _s: base)
     latencies: list[float] = []
 
     async def run_root(root: Session) -> None:
@@ -408,7 +419,8 @@ async def _replay(client: httpx.AsyncClient, base: str, trace: Trace, mode: str,
             body, headers = request_body(turn, session, mode, variant)
             t0 = time.monotonic()
             try:
-                r = await client.post(f"{base}/v1/chat/completions", content=json.dumps(body), headers=headers)
+                r = await client.post(f"{url_for(session)}/v1/chat/completions", content=json.dumps(body),
+                                      headers=headers)
             except httpx.HTTPError:
                 continue  # counted below; the session goes on like a client that retries its next turn
             if r.status_code == 200:
@@ -431,17 +443,20 @@ async def _scrape(client: httpx.AsyncClient, url: str) -> dict[str, Any]:
 
 async def run_with_retry(cfg: BenchConfig, trace: Trace, oracle_rates: dict[int, float], mode: str,
                          variant: Variant, sim: Path, router: Path, log_dir: Path,
-                         progress: Callable[[str], None]) -> RunResult:
+                         progress: Callable[[str], None], placement: dict[str, int] | None = None) -> RunResult:
     try:
-        return await run_one(cfg, trace, oracle_rates, mode, variant, sim, router, log_dir)
+        return await run_one(cfg, trace, oracle_rates, mode, variant, sim, router, log_dir, placement)
     except StartupFailed as exc:
         progress(f"  start-up failed, retrying once on fresh ports: {exc}")
-        return await run_one(cfg, trace, oracle_rates, mode, variant, sim, router, log_dir / "retry")
+        return await run_one(cfg, trace, oracle_rates, mode, variant, sim, router, log_dir / "retry", placement)
 
 
 async def run_one(cfg: BenchConfig, trace: Trace, oracle_rates: dict[int, float], mode: str, variant: Variant,
-                  sim: Path, router: Path, log_dir: Path) -> RunResult:
+                  sim: Path, router: Path, log_dir: Path, placement: dict[str, int] | None = None) -> RunResult:
+    """One replay; a direct variant needs ``placement`` (root session -> engine index) and starts no router."""
     sc = cfg.scenario
+    if variant.direct and placement is None:
+        raise ValueError(f"{variant.name}: a direct variant needs a placement")
     procs = Processes(log_dir / f"{mode}-{variant.name}")
     n = sc.engines
     ports = free_ports(3 + n * 3)
@@ -461,12 +476,16 @@ async def run_one(cfg: BenchConfig, trace: Trace, oracle_rates: dict[int, float]
             deadline = time.monotonic() + 60  # engines start in < 1 s on an idle machine
             for url in workers:
                 await _wait_http(client, f"{url}/health", deadline, procs)
-            rp = procs.start("router", router_argv(router, variant, rport, mport, workers,
-                                                  [f"tcp://{LOOPBACK}:{p}" for p in zout], sc.block_size),
-                             env=router_env(variant))
-            base = f"http://{LOOPBACK}:{rport}"
-            await _wait_http(client, f"{base}/readiness", time.monotonic() + 60, procs)
-            pp = None
+            rp = pp = None
+            base: str | Callable[[Session], str]
+            if variant.direct:
+                base = lambda s: workers[placement[s.root]]  # noqa: E731
+            else:
+                rp = procs.start("router", router_argv(router, variant, rport, mport, workers,
+                                                      [f"tcp://{LOOPBACK}:{p}" for p in zout], sc.block_size),
+                                 env=router_env(variant))
+                base = f"http://{LOOPBACK}:{rport}"
+                await _wait_http(client, f"{base}/readiness", time.monotonic() + 60, procs)
             if variant.session_key == "proxy":  # clients talk to the proxy, the proxy to the router
                 pp = procs.start("session-proxy", proxy_argv(pport, rport))
                 base = f"http://{LOOPBACK}:{pport}"
@@ -475,9 +494,9 @@ async def run_one(cfg: BenchConfig, trace: Trace, oracle_rates: dict[int, float]
                 await asyncio.sleep(1.0)  # let SUB connections settle: ZMQ drops what comes before
             before = {u: await _scrape(client, u) for u in workers}
             pcpu0 = cpu_seconds(pp.pid) if pp else None
-            cpu0, t0 = cpu_seconds(rp.pid), time.monotonic()
+            cpu0, t0 = cpu_seconds(rp.pid) if rp else None, time.monotonic()
             latencies, errors, total = await _replay(client, base, trace, mode, variant, cfg.run_timeout_s)
-            wall, cpu1 = time.monotonic() - t0, cpu_seconds(rp.pid)
+            wall, cpu1 = time.monotonic() - t0, cpu_seconds(rp.pid) if rp else None
             pcpu1 = cpu_seconds(pp.pid) if pp else None
             after = {u: await _scrape(client, u) for u in workers}
             dead = procs.dead()
@@ -531,6 +550,19 @@ async def render_tokens(cfg: BenchConfig, trace: Trace, sim: Path, log_dir: Path
         procs.stop()
 
 
+def session_work(cfg: BenchConfig, trace: Trace, tokens: Sequence[Sequence[int]]) -> dict[str, float]:
+    """Each root session's engine time (ms, sub-agents included) when it keeps one engine: per request the
+    simulator's prefill overhead, its uncached prompt tokens and its output tokens at the unloaded rates."""
+    lat = cfg.latency
+    reqs = trace.requests()
+    uncached = pinned_uncached([(s.root, t) for (s, _), t in zip(reqs, tokens)], cfg.scenario.block_size)
+    work: dict[str, float] = {}
+    for (s, turn), u in zip(reqs, uncached):
+        work[s.root] = work.get(s.root, 0.0) + (lat.prefill_overhead_ms + u * lat.prefill_us_per_token / 1000.0
+                                                + turn.max_tokens * lat.inter_token_ms)
+    return work
+
+
 def trace_stats(trace: Trace, tokens: Sequence[Sequence[int]]) -> dict[str, Any]:
     reqs = trace.requests()
     return {
@@ -565,6 +597,8 @@ def run_bench(cfg: BenchConfig, out_dir: Path, command: str,
     tokens = asyncio.run(render_tokens(cfg, trace, sim, log_dir))
     roots = [s.root for s, _ in trace.requests()]
     orc = oracle(list(zip(roots, tokens)), cfg.scenario.engines, cfg.scenario.block_size)
+    placements = {"oracle": orc.placement,
+                  "balanced": balanced_placement(session_work(cfg, trace, tokens), cfg.scenario.engines)}
     # P/D variants compute prompts on half the engines; the oracle depends on the count only slightly
     oracle_rates = {n: oracle(list(zip(roots, tokens)), n, cfg.scenario.block_size).hit_rate
                     for n in {len(split_pd(["e"] * cfg.scenario.engines, v)[0]) for v in cfg.variants}}
@@ -578,7 +612,8 @@ def run_bench(cfg: BenchConfig, out_dir: Path, command: str,
                 from v41flash_bench.routing.gateway_mode import run_gateway  # needs the e2e package and a cluster
                 r = run_gateway(cfg, trace, oracle_rates, mode, v, log_dir / f"{mode}-{v.name}", progress)
             else:
-                r = asyncio.run(run_with_retry(cfg, trace, oracle_rates, mode, v, sim, router, log_dir, progress))
+                r = asyncio.run(run_with_retry(cfg, trace, oracle_rates, mode, v, sim, router, log_dir, progress,
+                                               placements.get(v.direct)))
             results.append(r)
             progress(f"[{len(results)}/{len(cfg.modes) * len(cfg.variants)}] {mode:6} {v.name:28} "
                      f"hit {_fmt(r.hit_rate, '.3f')} ({_fmt(r.hit_vs_oracle, '.2f')} of oracle) "

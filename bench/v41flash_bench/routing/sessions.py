@@ -178,3 +178,34 @@ def oracle(requests: Sequence[tuple[str, Sequence[int]]], engines: int, block_si
         total += len(tokens)
         stored[engine].update(chain)
     return OracleResult(hits, total, placement)
+
+
+def pinned_uncached(requests: Sequence[tuple[str, Sequence[int]]], block_size: int) -> list[int]:
+    """Prompt tokens each request computes when every root session keeps one engine of its own (cache
+    infinite): its tokens less the leading full blocks its root already stored. The shared system
+    prefix counts as computed once per root, which is what a spread-out placement pays."""
+    stored: dict[str, set[int]] = {}
+    out = []
+    for root, tokens in requests:
+        seen = stored.setdefault(root, set())
+        chain = block_chain(tokens, block_size)
+        n = 0
+        while n < len(chain) and chain[n] in seen:
+            n += 1
+        out.append(len(tokens) - n * block_size)
+        seen.update(chain)
+    return out
+
+
+def balanced_placement(work: dict[str, float], engines: int) -> dict[str, int]:
+    """Clairvoyant whole-session placement: longest-processing-time first, each root session (with its
+    sub-agents) onto the engine with the least work so far. In a closed loop an engine's time-averaged
+    running requests are the busy time of its sessions over the run, so this bounds the load spread any
+    router can reach while keeping sessions whole (LPT is within 4/3 of the best packing)."""
+    load = [0.0] * engines
+    placement: dict[str, int] = {}
+    for root in sorted(work, key=lambda r: (-work[r], r)):
+        e = min(range(engines), key=lambda i: (load[i], i))
+        placement[root] = e
+        load[e] += work[root]
+    return placement
