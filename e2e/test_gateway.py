@@ -6,7 +6,11 @@ operator's HTTPRoute like a Gateway controller programs its proxies:
    sidecar reaches a prefill and a decode simulator of the deployment (their request counters move);
 2. the InferencePool CRD missing: the CR reports it as a condition naming the kind, the operator keeps running,
    and the deployment becomes Ready once the CRDs are back;
-3. a rollout under steady load through Envoy: 0 failed requests, the new revision serving at the end.
+3. a rollout under steady load through Envoy: 0 failed requests, the new revision serving at the end;
+4. routing.mode switched on a running deployment: refused at admission with the default canary strategy (a canary
+   cannot split traffic across two front doors); with Recreate, VllmRouter -> Gateway -> VllmRouter, each time the
+   new front door serves and the old one's objects are pruned (no router pod left behind a Gateway, no picker,
+   pool or HTTPRoute behind a router).
 
 The Gateway (`e2e-gateway`, one per namespace, all on one Envoy) is started once for the module.
 """
@@ -22,7 +26,7 @@ import yaml
 
 from e2e.gateway import CONTROLLER_NAME, GATEWAY_NAME, GatewayProcess, install_gie_crds, remove_gie_crds
 from e2e.kit import LoadThreads, wait_for
-from e2e.test_operator import apply, condition, get_cr, wait_ready
+from e2e.test_operator import apply, children, condition, get_cr, wait_ready
 
 pytestmark = pytest.mark.e2e
 
@@ -218,3 +222,81 @@ def test_a_rollout_in_gateway_mode_serves_every_request_through_envoy(cluster, o
     by_role = sims(cluster, ns, name, new)
     counted = {role: sum(served(s) for s in by_role.get(role, [])) for role in ("prefill", "decode")}
     assert counted["decode"] > 0 and counted["prefill"] == counted["decode"], counted
+
+
+def router_chat(cluster, ns: str, name: str, doc: dict) -> httpx.Response | None:
+    """A chat completion through the deployment's router pod (the session proxy's port), None while it has none."""
+    pods = [p for p in cluster.core.list_namespaced_pod(
+        ns, label_selector=f"v41flash.io/deployment={name},v41flash.io/role=router").items
+        if not p.metadata.deletion_timestamp]
+    entry = next((s for s in cluster.supervised(ns) for p in pods if s["pod"] == p.metadata.name
+                  and s["kind"] == "proxy"), None)
+    if entry is None:
+        return None
+    r = chat(f"http://{entry['ip']}:{entry['port']}", doc, "through the router")
+    return r if r.status_code == 200 else None
+
+
+def kinds_of(cluster, ns: str, name: str) -> dict[str, set[str]]:
+    """The deployment's live children: kind -> names."""
+    out: dict[str, set[str]] = {}
+    for item in children(cluster, ns, name):
+        out.setdefault(item["kind"], set()).add(item["metadata"]["name"])
+    return out
+
+
+def test_switching_routing_mode_on_a_running_deployment_moves_the_front_door_and_prunes_the_old_one(
+        cluster, operator_process, gateway, ns):
+    gw_doc = gateway_doc("switch")
+    name = gw_doc["metadata"]["name"]
+    router_doc = yaml.safe_load(yaml.safe_dump(gw_doc))
+    router_doc["spec"]["routing"] = {"mode": "VllmRouter"}
+    apply(cluster, router_doc, ns)
+    wait_ready(cluster, ns, name)
+    wait_for(lambda: router_chat(cluster, ns, name, router_doc), 90, "a 200 through the router")
+    first = kinds_of(cluster, ns, name)
+    assert f"{name}-router" in first.get("Deployment", set()), first
+    assert "InferencePool" not in first and "HTTPRoute" not in first, first
+
+    # a canary cannot carry the switch (two front doors, no split between them): refused at admission, naming the
+    # field, and nothing changes
+    refused = apply(cluster, gw_doc, ns, check=False)
+    assert refused.returncode != 0 and "spec.routing.mode" in refused.stderr and "Recreate" in refused.stderr, \
+        refused.stderr
+    assert get_cr(cluster, ns, name)["spec"]["routing"]["mode"] == "VllmRouter"
+
+    # VllmRouter -> Gateway with Recreate: the picker and its pool serve, the router's objects go
+    for d in (gw_doc, router_doc):
+        d["spec"]["rollout"] = {"strategy": "Recreate"}
+    apply(cluster, gw_doc, ns)
+    cr = wait_ready(cluster, ns, name)
+    assert (cr["status"].get("router") or {}).get("inferencePool") == f"{name}-pool", cr["status"].get("router")
+    base = wait_for(lambda: gateway.address(ns), 60, f"Gateway {ns}/{GATEWAY_NAME} programmed")
+    wait_for(lambda: chat(base, gw_doc, "after the switch").status_code == 200, 90, "a 200 through the Gateway")
+
+    def router_gone():
+        k = kinds_of(cluster, ns, name)
+        routers = [p for p in cluster.core.list_namespaced_pod(
+            ns, label_selector=f"v41flash.io/deployment={name},v41flash.io/role=router").items]
+        return k if f"{name}-router" not in k.get("Deployment", set()) and not routers else None
+    second = wait_for(router_gone, 60, "the router's Deployment and pods pruned in mode Gateway")
+    assert f"{name}-pool" in second.get("InferencePool", set()), second  # the front pool, beside the slot's
+    assert f"{name}-route" in second.get("HTTPRoute", set()), second
+    print(f"\n[mode switch] in Gateway mode: {sorted((k, sorted(v)) for k, v in second.items())}")
+
+    # Gateway -> VllmRouter: the router serves again, nothing of mode Gateway is left
+    apply(cluster, router_doc, ns)
+    cr = wait_ready(cluster, ns, name)
+    assert not (cr["status"].get("router") or {}).get("inferencePool"), cr["status"].get("router")
+    wait_for(lambda: router_chat(cluster, ns, name, router_doc), 90, "a 200 through the router again")
+
+    def gateway_gone():
+        k = kinds_of(cluster, ns, name)
+        pickers = [p for p in cluster.core.list_namespaced_pod(
+            ns, label_selector=f"v41flash.io/deployment={name},v41flash.io/role=epp").items]
+        left = {kind: names for kind, names in k.items() if kind in ("InferencePool", "HTTPRoute")}
+        left["picker"] = {d for d in k.get("Deployment", set()) if "-epp" in d} | {p.metadata.name for p in pickers}
+        return k if not any(left.values()) else None
+    third = wait_for(gateway_gone, 60, "the pickers, pools and HTTPRoute pruned back in mode VllmRouter")
+    assert f"{name}-router" in third.get("Deployment", set()), third
+    operator_process.assert_alive()

@@ -163,3 +163,26 @@ def test_prometheus_metrics_source_validates_and_defaults():
     metrics = schema["autoscaling"]["properties"]["metrics"]
     assert metrics["properties"]["source"]["enum"] == ["Scrape", "Prometheus"]
     assert metrics["properties"]["prometheus"]["properties"]["matchLabels"]["maxProperties"] == 16
+
+
+def test_routing_mode_transition_rule_needs_recreate_and_is_not_checked_on_create():
+    """spec.routing.mode changes only with rollout.strategy: Recreate (a transition rule: the apiserver evaluates it
+    on updates against the old object; the operator's own validation, which has no old object, skips it)."""
+    from v41flash.api.validation import defaulted
+    spec_schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    (rule,) = [r for r in spec_schema["x-kubernetes-validations"] if "oldSelf" in r["rule"]]
+    assert rule["fieldPath"] == ".routing.mode" and rule["message"] == api.ROUTING_MODE_CHANGE
+
+    def spec(mode, strategy="Canary"):
+        doc = {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": {"name": "x"},
+               "spec": {"routing": {"mode": mode}, "rollout": {"strategy": strategy}}}
+        return defaulted(api.V41FlashDeployment.model_validate(doc))["spec"]
+
+    ok = lambda new, old: cel.evaluate(rule["rule"], {"self": new, "oldSelf": old})  # noqa: E731
+    assert ok(spec("VllmRouter"), spec("VllmRouter")) and ok(spec("Gateway"), spec("Gateway"))
+    assert not ok(spec("Gateway"), spec("VllmRouter")) and not ok(spec("VllmRouter"), spec("Gateway"))
+    assert ok(spec("Gateway", "Recreate"), spec("VllmRouter"))
+    assert ok(spec("VllmRouter"), spec("VllmRouter", "Recreate"))  # the strategy alone may change back
+    doc = {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": {"name": "x"},
+           "spec": {"routing": {"mode": "Gateway"}}}
+    assert validate(doc) == []

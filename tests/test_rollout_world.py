@@ -282,3 +282,36 @@ def test_recreate_does_not_wait_for_the_old_router():
     assert p.rollout_status["phase"] == M.RECREATING and f"{name}-prefill" not in {
         o["metadata"]["name"] for o in p.objects if o["kind"] == "Deployment"}
     assert got[f"{name}-prefill-a"]["spec"]["replicas"] == 1
+
+
+def with_mode(obj, mode, strategy=None):
+    doc = obj.model_dump(by_alias=True, exclude_none=True)
+    doc["spec"]["routing"] = {"mode": mode, **({"gateway": {}} if mode == "Gateway" else {})}
+    if strategy:
+        doc["spec"]["rollout"]["strategy"] = strategy
+    return V41FlashDeployment.model_validate(doc)
+
+
+@pytest.mark.parametrize("start, to", [("VllmRouter", "Gateway"), ("Gateway", "VllmRouter")])
+def test_a_routing_mode_change_is_no_canary_and_recreate_carries_it(start, to):
+    """A canary from one front door to another would prune the serving one (the router's Service, or the pools
+    behind the Gateway) while the old revision still serves, and a split between two doors means nothing: the
+    pass refuses it naming the field, whatever the CRD let through; with Recreate it goes."""
+    old = with_mode(example("tp4-h200-pd-gateway"), start)
+    loop = Loop(old)
+    loop.run()
+    loop.run()
+    serving = loop.status["servingRevision"]
+    with pytest.raises(ValueError, match=rf"spec.routing.mode: {start} serves, the spec asks for {to}: .*Recreate"):
+        loop.run(obj=with_mode(old, to))
+    assert loop.status["servingRevision"] == serving  # nothing moved
+    p = loop.run(obj=with_mode(old, to, strategy="Recreate"))
+    assert p.rollout_status["phase"] == M.RECREATING
+    front = {o["kind"] for o in p.objects if o["metadata"]["labels"].get(L.ROLE_LABEL) in (L.ROUTER, "epp")} | \
+        {o["kind"] for o in p.objects if o["kind"] in ("InferencePool", "HTTPRoute")}
+    assert ("InferencePool" in front) == (to == "Gateway")
+    # the same mode with another engine change stays a canary
+    p = Loop(old)
+    p.run()
+    p.run()
+    assert p.run(obj=with_revision(old, "r2")).rollout_status["phase"] == M.STARTING

@@ -48,6 +48,13 @@ DEFAULT_OPERATOR_IMAGE = "v41flash/operator:0.1.0"  # also runs the router pod's
 DEFAULT_EPP_IMAGE = "ghcr.io/llm-d/llm-d-inference-scheduler:v0.4.0"
 DEFAULT_ROUTING_SIDECAR_IMAGE = "ghcr.io/llm-d/llm-d-routing-sidecar:v0.4.0"
 ROUTING_MODES = ("VllmRouter", "Gateway")
+# Why a canary cannot carry a change of spec.routing.mode (the CRD's transition rule and the operator's rollout
+# guard, rollout/world.py, say the same).
+ROUTING_MODE_CHANGE = (
+    "routing.mode moves clients to another front door (VllmRouter: the router's Service; Gateway: the "
+    "InferencePool behind your Gateway) and a canary cannot split traffic across two: change it together with "
+    "rollout.strategy: Recreate (the serving engines are replaced, an outage of one cold start, and the old front "
+    "door goes at once), or create a second V41FlashDeployment in the new mode and move clients to it")
 HEADER_KEYED_POLICIES = ("consistent_hash", "sticky_least_loaded")
 # The recipe's InferenceX AgentX lanes (lanes.py is their home): name -> (GPU product, profile, points).
 AGENTX_PRESETS: dict[str, tuple[str, str, tuple[str, ...]]] = {
@@ -958,6 +965,9 @@ class V41FlashDeploymentSpec(Model):
         cel("!has(self.routing.gateway) || self.routing.gateway.prefillThresholdTokens == 0 || self.prefill.enabled",
             "prefillThresholdTokens chooses between the prefill pod and the decode pod: it needs prefill enabled",
             field_path=".routing.gateway.prefillThresholdTokens"),
+        # a transition rule (oldSelf: the object before this update), checked on updates only
+        cel("self.routing.mode == oldSelf.routing.mode || self.rollout.strategy == 'Recreate'", ROUTING_MODE_CHANGE,
+            field_path=".routing.mode", reason="FieldValueForbidden"),
     ))
     model: ModelSpec = Field(default_factory=ModelSpec, description="Checkpoint and weights.")
     image: str = Field(DEFAULT_IMAGE, min_length=1, max_length=1024, pattern=F.IMAGE, description="vLLM image (pinned).")

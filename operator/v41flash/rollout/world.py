@@ -108,6 +108,11 @@ def rollout_pass(obj: api.V41FlashDeployment, status: dict[str, Any], world: Wor
     res = resolve(obj.spec)
     gpus = {rr.role: rr.gpus_per_replica for rr in res.enabled_roles}
     serving_spec = specs.get(serving_rev, obj.spec)
+    if serving_spec.routing.mode != obj.spec.routing.mode and obj.spec.rollout.strategy != "Recreate":
+        # what the CRD refuses against the previous object, here against what serves (a spec changed with Recreate,
+        # then set back to Canary mid-rollout, passes the CRD): applying would prune the serving front door
+        raise ValueError(f"spec.routing.mode: {serving_spec.routing.mode} serves, the spec asks for "
+                         f"{obj.spec.routing.mode}: {api.ROUTING_MODE_CHANGE}")
     sres = resolve(serving_spec)
     roles_of = lambda r: [rr.role for rr in r.enabled_roles]  # noqa: E731
     routers = [w for w in world.workloads  # vllm-router's Deployments, or mode Gateway's endpoint pickers
