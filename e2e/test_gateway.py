@@ -6,7 +6,8 @@ operator's HTTPRoute like a Gateway controller programs its proxies:
    sidecar reaches a prefill and a decode simulator of the deployment (their request counters move);
 2. the InferencePool CRD missing: the CR reports it as a condition naming the kind, the operator keeps running,
    and the deployment becomes Ready once the CRDs are back;
-3. a rollout under steady load through Envoy: 0 failed requests, the new revision serving at the end;
+3. a rollout under steady load through Envoy: 0 failed requests, the new revision serving at the end; the same
+   through the user's own HTTPRoute on the front pool (no operator route: steps [100], blue/green on the pool);
 4. routing.mode switched on a running deployment: refused at admission with the default canary strategy (a canary
    cannot split traffic across two front doors); with Recreate, VllmRouter -> Gateway -> VllmRouter, each time the
    new front door serves and the old one's objects are pruned (no router pod left behind a Gateway, no picker,
@@ -185,10 +186,28 @@ class GatewayLoad(LoadThreads):
                 self.record(rec)
 
 
-def test_a_rollout_in_gateway_mode_serves_every_request_through_envoy(cluster, operator_process, gateway, ns):
-    doc = gateway_doc("roll")
+def own_route(name: str, ns: str, pool: str) -> dict:
+    """What a platform team writes itself: the OpenAI paths on the shared Gateway to the deployment's front pool."""
+    return {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "metadata": {"name": name, "namespace": ns},
+            "spec": {"parentRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": GATEWAY_NAME}],
+                     "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": "/v1/"}}],
+                                "backendRefs": [{"group": "inference.networking.k8s.io", "kind": "InferencePool",
+                                                 "name": pool}]}]}}
+
+
+@pytest.mark.parametrize("route", ["operator", "own"])
+def test_a_rollout_in_gateway_mode_serves_every_request_through_envoy(cluster, operator_process, gateway, ns, route):
+    """With the operator's HTTPRoute the canary's share is the route's weight; with the user's own route on the
+    front pool (the CRD then asks for steps [100]) the front pool moves to the candidate for its judged step."""
+    doc = gateway_doc("roll" if route == "operator" else "own")
     doc["spec"]["rollout"] = dict(ROLLOUT)
     name = doc["metadata"]["name"]
+    if route == "own":
+        doc["spec"]["routing"]["gateway"].pop("httpRoute")
+        refused = apply(cluster, doc, ns, check=False)  # the default steps would never get the candidate traffic
+        assert refused.returncode != 0 and "spec.rollout.steps" in refused.stderr, refused.stderr
+        doc["spec"]["rollout"]["steps"] = [100]
+        cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(own_route("mine", ns, f"{name}-pool")))
     apply(cluster, doc, ns)
     old = wait_ready(cluster, ns, name)["status"]["servingRevision"]
     base = wait_for(lambda: gateway.address(ns), 60, f"Gateway {ns}/{GATEWAY_NAME} programmed")

@@ -184,5 +184,24 @@ def test_routing_mode_transition_rule_needs_recreate_and_is_not_checked_on_creat
     assert ok(spec("Gateway", "Recreate"), spec("VllmRouter"))
     assert ok(spec("VllmRouter"), spec("VllmRouter", "Recreate"))  # the strategy alone may change back
     doc = {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": {"name": "x"},
-           "spec": {"routing": {"mode": "Gateway"}}}
+           "spec": {"routing": {"mode": "Gateway", "gateway": {"httpRoute": {"name": "gw"}}}}}
     assert validate(doc) == []
+
+
+@pytest.mark.parametrize("routing, rollout, refused", [
+    ({"mode": "Gateway"}, {}, True),  # default steps 5 -> 25 -> 50 -> 100 through the user's own route
+    ({"mode": "Gateway", "gateway": {}}, {"steps": [50, 100]}, True),
+    ({"mode": "Gateway"}, {"steps": [100]}, False),  # blue/green: the front pool moves for the judged step
+    ({"mode": "Gateway"}, {"strategy": "Recreate"}, False),
+    ({"mode": "Gateway", "gateway": {"httpRoute": {"name": "gw"}}}, {}, False),  # the operator splits the route
+    ({"mode": "VllmRouter"}, {}, False),
+])
+def test_a_gateway_canary_below_100_percent_needs_the_operator_s_route(routing, rollout, refused):
+    doc = {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": {"name": "x"},
+           "spec": {"routing": routing, "rollout": rollout}}
+    problems = [str(p) for p in validate(doc)]
+    if refused:
+        assert len(problems) == 1 and problems[0].startswith("spec.rollout.steps: in mode Gateway"), problems
+        assert "routing.gateway.httpRoute" in problems[0] and "[100]" in problems[0] and "Recreate" in problems[0]
+    else:
+        assert problems == []

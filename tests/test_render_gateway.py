@@ -27,6 +27,8 @@ V = versions()
 
 
 def deployment(routing: dict | None = None, **spec) -> api.V41FlashDeployment:
+    if "httpRoute" not in (routing or {}).get("gateway", {}):
+        spec.setdefault("rollout", {"steps": [100]})  # a canary through the user's own route: blue/green (CRD)
     doc = {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": {"name": "demo", "namespace": "ns"},
            "spec": {"gpu": {"product": "H200"}, "routing": {"mode": "Gateway", **(routing or {})}, **spec}}
     assert validate(doc) == [], validate(doc)
@@ -168,7 +170,7 @@ def test_pd_gateway_mode_changes_only_the_decode_revision_inputs():
 
 def test_multi_node_decode_gets_the_sidecar_on_the_leader_only():
     doc = yaml.safe_load((ROOT / "manifests" / "examples" / "gb300-pd-dep4-dep16.yaml").read_text())
-    doc["spec"]["routing"] = {"mode": "Gateway"}
+    doc["spec"]["routing"] = {"mode": "Gateway", "gateway": {"httpRoute": {"name": "gw"}}}
     assert validate(doc) == []
     objs = render(api.V41FlashDeployment.model_validate(doc))
     lws = one(objs, "LeaderWorkerSet", f"{doc['metadata']['name']}-decode")
@@ -300,9 +302,10 @@ def test_admission_refuses_naming_the_field(routing, spec, field):
 
 
 @pytest.mark.parametrize("routing, spec", [
-    ({"mode": "Gateway"}, {}),
-    ({"mode": "Gateway", "requestTimeoutSeconds": 600, "sessionAffinityTtlSeconds": 60}, {}),  # both modes use them
-    ({"mode": "Gateway", "gateway": {"prefillThresholdTokens": 100}}, {}),
+    ({"mode": "Gateway"}, {"rollout": {"steps": [100]}}),
+    ({"mode": "Gateway", "requestTimeoutSeconds": 600, "sessionAffinityTtlSeconds": 60},  # both modes use them
+     {"rollout": {"strategy": "Recreate"}}),
+    ({"mode": "Gateway", "gateway": {"prefillThresholdTokens": 100, "httpRoute": {"name": "gw"}}}, {}),
     ({"mode": "VllmRouter", "policy": "cache_aware"}, {}),
 ])
 def test_admission_allows(routing, spec):

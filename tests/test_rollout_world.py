@@ -45,7 +45,8 @@ def settle(objects, ready=True, fail_revision=None):
         n = o["spec"].get("replicas", 1)
         tmpl = o["spec"]["template"] if o["kind"] == "Deployment" else o["spec"]["leaderWorkerTemplate"]["leaderTemplate"]
         labels = tmpl["metadata"]["labels"]
-        ok = ready and labels.get(L.REVISION_LABEL) != fail_revision
+        ok = ready and (fail_revision is None or labels.get(L.REVISION_LABEL) != fail_revision)  # a picker's pods
+        #                                                                 carry no revision label
         o["status"] = {"readyReplicas": n if ok else 0, "replicas": n}
         workloads.append(o)
         if labels.get(L.ROLE_LABEL) in ("prefill", "decode"):
@@ -315,3 +316,43 @@ def test_a_routing_mode_change_is_no_canary_and_recreate_carries_it(start, to):
     p.run()
     p.run()
     assert p.run(obj=with_revision(old, "r2")).rollout_status["phase"] == M.STARTING
+
+
+def test_without_the_operators_route_a_gateway_rollout_is_blue_green_on_the_front_pool():
+    """Mode Gateway, the user's own HTTPRoute on the front pool, steps [100] (the CRD's condition for it): the
+    front pool and its picker Service follow the candidate for the judged step, back to the serving revision
+    when it fails, and stay on it once promoted."""
+    doc = yaml.safe_load((ROOT / "manifests/examples/tp4-h200-pd-gateway.yaml").read_text())
+    doc["metadata"]["namespace"] = "ns"
+    doc["spec"]["routing"]["gateway"].pop("httpRoute")
+    doc["spec"]["rollout"] = {"steps": [100], "stepSeconds": 10, "minRequestsPerStep": 5,
+                              "progressDeadlineSeconds": 120, "drainDeadlineSeconds": 60}
+    old = V41FlashDeployment.model_validate(doc)
+    name = old.metadata["name"]
+
+    def front(p):
+        pool = next(o for o in p.objects if o["kind"] == "InferencePool" and o["metadata"]["name"] == f"{name}-pool")
+        svc = next(o for o in p.objects if o["kind"] == "Service" and o["metadata"]["name"] == f"{name}-epp")
+        assert not [o for o in p.objects if o["kind"] == "HTTPRoute"]
+        return pool["spec"]["selector"]["matchLabels"].get(L.REVISION_LABEL), svc["spec"]["selector"].get(L.SLOT_LABEL)
+
+    for fails in (True, False):
+        loop = Loop(old)
+        loop.run()
+        loop.run()
+        rev_old = loop.status["servingRevision"]
+        new = with_revision(old, "r2" if fails else "r3")
+        rev_new = revision_of(render(new))
+        p = loop.run(obj=new)
+        assert p.rollout_status["phase"] == M.STARTING and front(p)[0] in ("", rev_old)  # nothing moved yet
+        p = loop.run()  # the candidate's pods and picker Ready
+        assert p.rollout_status["phase"] == M.CANARY and p.rollout_status["share"] == 100, p.rollout_status
+        assert front(p) == (rev_new, p.rollout_status["candidateSlot"])  # the judged step has the traffic
+        bad = M.Figures(requests=20, ttft_seconds=30.0, e2e_p95_seconds=4.0, error_ratio=0.0)
+        p = loop.run(dt=11, figures=bad if fails else GOOD)
+        if fails:
+            assert p.rollout_status["phase"] == M.ROLLED_BACK and p.serving_revision == rev_old
+            assert front(p)[0] in ("", rev_old) and front(p)[1] != "a"
+        else:
+            assert p.rollout_status["phase"] == M.DRAINING and p.serving_revision == rev_new
+            assert front(p) == (rev_new, "a")

@@ -965,6 +965,13 @@ class V41FlashDeploymentSpec(Model):
         cel("!has(self.routing.gateway) || self.routing.gateway.prefillThresholdTokens == 0 || self.prefill.enabled",
             "prefillThresholdTokens chooses between the prefill pod and the decode pod: it needs prefill enabled",
             field_path=".routing.gateway.prefillThresholdTokens"),
+        cel("self.routing.mode != 'Gateway' || (has(self.routing.gateway) && has(self.routing.gateway.httpRoute)) "
+            "|| self.rollout.strategy == 'Recreate' || self.rollout.steps == [100]",
+            "in mode Gateway a canary's share of traffic goes through the operator's HTTPRoute "
+            "(routing.gateway.httpRoute); your own route names the front pool <name>-pool, which serves one revision "
+            "at a time, so the candidate of a step below 100 % gets no requests and is rolled back: set "
+            "routing.gateway.httpRoute, or rollout.steps: [100] (the front pool moves to the candidate for its "
+            "judged step, and back if it fails), or rollout.strategy: Recreate", field_path=".rollout.steps"),
         # a transition rule (oldSelf: the object before this update), checked on updates only
         cel("self.routing.mode == oldSelf.routing.mode || self.rollout.strategy == 'Recreate'", ROUTING_MODE_CHANGE,
             field_path=".routing.mode", reason="FieldValueForbidden"),
