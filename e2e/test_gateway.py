@@ -8,7 +8,10 @@ operator's HTTPRoute like a Gateway controller programs its proxies:
    and the deployment becomes Ready once the CRDs are back;
 3. a rollout under steady load through Envoy: 0 failed requests, the new revision serving at the end; the same
    through the user's own HTTPRoute on the front pool (no operator route: steps [100], blue/green on the pool);
-4. routing.mode switched on a running deployment: refused at admission with the default canary strategy (a canary
+4. the endpoint picker SIGKILLed under load: restarted as kubelet restarts a container, its pod out of Ready until
+   the startup and readiness probes pass again, requests failing only while it is down (FailClose), the
+   deployment Ready again;
+5. routing.mode switched on a running deployment: refused at admission with the default canary strategy (a canary
    cannot split traffic across two front doors); with Recreate, VllmRouter -> Gateway -> VllmRouter, each time the
    new front door serves and the old one's objects are pruned (no router pod left behind a Gateway, no picker,
    pool or HTTPRoute behind a router).
@@ -17,6 +20,8 @@ The Gateway (`e2e-gateway`, one per namespace, all on one Envoy) is started once
 """
 from __future__ import annotations
 
+import os
+import signal
 import time
 import uuid
 from pathlib import Path
@@ -318,4 +323,43 @@ def test_switching_routing_mode_on_a_running_deployment_moves_the_front_door_and
         return k if not any(left.values()) else None
     third = wait_for(gateway_gone, 60, "the pickers, pools and HTTPRoute pruned back in mode VllmRouter")
     assert f"{name}-router" in third.get("Deployment", set()), third
+    operator_process.assert_alive()
+
+
+def test_a_picker_killed_under_load_is_restarted_and_serving_resumes(cluster, operator_process, gateway, ns):
+    doc = gateway_doc("crash")
+    name = doc["metadata"]["name"]
+    apply(cluster, doc, ns)
+    wait_ready(cluster, ns, name)
+    base = wait_for(lambda: gateway.address(ns), 60, f"Gateway {ns}/{GATEWAY_NAME} programmed")
+    wait_for(lambda: chat(base, doc, "warm").status_code == 200, 90, "a 200 through the Gateway")
+    (picker,) = cluster.supervised(ns, role="epp", kind="epp")
+    picker_pod = picker["pod"]
+
+    def pod_ready() -> bool:
+        pod = cluster.core.read_namespaced_pod(picker_pod, ns)
+        return any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or []))
+
+    with GatewayLoad(base, doc) as load:
+        load.wait_requests(6)
+        before = len(load.records)
+        killed_at = time.time()
+        os.kill(picker["pid"], signal.SIGKILL)  # a crash: no SIGTERM, no preStop
+        wait_for(lambda: not pod_ready(), 30, "the picker's pod out of Ready while its process is down")
+        restarted = wait_for(lambda: next((s for s in cluster.supervised(ns, role="epp", kind="epp")
+                                           if s["pid"] != picker["pid"]), None), 60, "the picker restarted")
+        wait_for(pod_ready, 90, "the restarted picker Ready (startup probe, then gRPC health)")
+        ready_at = time.time()
+        wait_for(lambda: sum(1 for r in list(load.records) if r["status"] == 200 and r["t0"] > ready_at) >= 10, 60,
+                 "10 requests answered through the restarted picker")
+    late = [r for r in load.failures() if r["t0"] > ready_at + 5]  # Envoy's endpoint updates trail by a beat
+    down = [r for r in load.records[before:] if r["status"] != 200]
+    first_ok = min(r["t0"] for r in load.records[before:] if r["status"] == 200 and r["t0"] > killed_at)
+    print(f"\n[picker crash] restart #{restarted.get('restarts')}; Ready again {ready_at - killed_at:.1f}s after the "
+          f"kill, first 200 {first_ok - killed_at:.1f}s after; {len(down)} of {len(load.records) - before} requests "
+          f"failed since the kill (clients retrying at once), none 5 s after Ready")
+    assert late == [], late[:5]
+    assert [r for r in load.records[:before] if r["status"] != 200] == []
+    assert restarted["pod"] == picker_pod and restarted["restarts"] >= 1  # the same pod: a container restart
+    wait_ready(cluster, ns, name, timeout=60)
     operator_process.assert_alive()
