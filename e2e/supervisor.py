@@ -538,6 +538,7 @@ DEFAULT_GRACE_CAP_S = 5.0
 MIN_SIGTERM_GRACE_S = 2.0  # kubelet's minimumGracePeriodInSeconds: a SIGTERM always gets this long
 
 PRESTOP, WAIT, SIGTERM, SIGKILL, DONE = "prestop", "wait", "sigterm", "sigkill", "done"
+NETWORK_KINDS = ("fwd",)  # children that are the pod's network, not a container: stopped after the containers
 
 
 def grace_cap(value: str | None) -> float | None:
@@ -994,7 +995,15 @@ class Supervisor:
             changed = True
         now = time.time()
         busy = False
-        for ch in children:
+        # the pod's network (a forwarder from the pod IP) goes last, once every container has ended: kubelet tears
+        # the sandbox down after its containers, so a container draining in its grace period stays reachable
+        containers = [c for c in children if c.kind not in NETWORK_KINDS]
+        network = [c for c in children if c.kind in NETWORK_KINDS]
+        if not any(c.live() for c in containers):
+            containers += network
+        else:
+            busy = bool(network)
+        for ch in containers:
             step = container_step(now, t["deadline"], running=ch.running(), hook=self.hook_phase(ch, pod),
                                   sigterm_at=ch.sigterm_at)
             if step.action == PRESTOP:
