@@ -11,7 +11,9 @@ operator's HTTPRoute like a Gateway controller programs its proxies:
 4. the endpoint picker SIGKILLed under load: restarted as kubelet restarts a container, its pod out of Ready until
    the startup and readiness probes pass again, requests failing only while it is down (FailClose), the
    deployment Ready again;
-5. routing.mode switched on a running deployment: refused at admission with the default canary strategy (a canary
+5. a scorer weight changed under load: the picker pod replaced (surge first) with the new plugins file, the engines
+   untouched;
+6. routing.mode switched on a running deployment: refused at admission with the default canary strategy (a canary
    cannot split traffic across two front doors); with Recreate, VllmRouter -> Gateway -> VllmRouter, each time the
    new front door serves and the old one's objects are pruned (no router pod left behind a Gateway, no picker,
    pool or HTTPRoute behind a router).
@@ -363,3 +365,43 @@ def test_a_picker_killed_under_load_is_restarted_and_serving_resumes(cluster, op
     assert restarted["pod"] == picker_pod and restarted["restarts"] >= 1  # the same pod: a container restart
     wait_ready(cluster, ns, name, timeout=60)
     operator_process.assert_alive()
+
+
+def picker_config(entry: dict) -> dict:
+    """The plugins file the picker process was started with (its --config-file)."""
+    argv = entry["argv"]
+    return yaml.safe_load(Path(argv[argv.index("--config-file") + 1]).read_text())
+
+
+def test_a_scorer_weight_change_replaces_the_picker_under_load(cluster, operator_process, gateway, ns):
+    doc = gateway_doc("weights")
+    name = doc["metadata"]["name"]
+    apply(cluster, doc, ns)
+    revision = wait_ready(cluster, ns, name)["status"]["servingRevision"]
+    base = wait_for(lambda: gateway.address(ns), 60, f"Gateway {ns}/{GATEWAY_NAME} programmed")
+    wait_for(lambda: chat(base, doc, "warm").status_code == 200, 90, "a 200 through the Gateway")
+    (old,) = cluster.supervised(ns, role="epp", kind="epp")
+    engines = {p.metadata.name for p in cluster.core.list_namespaced_pod(
+        ns, label_selector=f"v41flash.io/deployment={name},v41flash.io/serving=true").items}
+
+    def weight(cfg: dict) -> int:
+        return next(ref["weight"] for prof in cfg["schedulingProfiles"] for ref in prof["plugins"]
+                    if ref["pluginRef"] == "active-request-scorer")
+    assert weight(picker_config(old)) == 2
+    with GatewayLoad(base, doc) as load:
+        load.wait_requests(6)
+        doc["spec"]["routing"]["gateway"]["activeRequestWeight"] = 3
+        apply(cluster, doc, ns)
+        new = wait_for(lambda: next((s for s in cluster.supervised(ns, role="epp", kind="epp")
+                                     if s["pod"] != old["pod"]), None), 90, "a new picker pod")
+        wait_for(lambda: [s["pod"] for s in cluster.supervised(ns, role="epp", kind="epp")] == [new["pod"]], 90,
+                 "the old picker gone, the new one serving")
+        load.wait_requests(10)
+    print(f"\n[picker config] {len(load.records)} requests, {len(load.failures())} failed; {old['pod']} -> "
+          f"{new['pod']}")
+    assert weight(picker_config(new)) == 3
+    assert load.failures() == [], load.failures()[:5]
+    cr = wait_ready(cluster, ns, name, timeout=60)
+    assert cr["status"]["servingRevision"] == revision  # a picker setting is no new revision
+    assert {p.metadata.name for p in cluster.core.list_namespaced_pod(
+        ns, label_selector=f"v41flash.io/deployment={name},v41flash.io/serving=true").items} == engines

@@ -485,3 +485,25 @@ def test_the_active_request_scorer_gives_the_picker_a_load_signal_below_saturati
     assert refs["active-request-scorer"] == 2 and {"type": "active-request-scorer"} in cfg["plugins"]
     refs, cfg = weights({"gateway": {"activeRequestWeight": 0}})
     assert "active-request-scorer" not in refs and {"type": "active-request-scorer"} not in cfg["plugins"]
+
+
+def test_a_scorer_weight_change_rolls_the_picker_and_nothing_else():
+    """The picker reads its plugins file once, at start: the pod template carries a hash of it, so a new weight
+    replaces the picker pod (surge first) instead of sitting in the ConfigMap until some later restart."""
+    def picker_and_engines(**gw_fields):
+        objs = render(deployment({"gateway": gw_fields} if gw_fields else None))
+        picker = one(objs, "Deployment", "demo-epp-0")
+        engines = [o["spec"]["template"] for o in by_kind(objs, "Deployment")
+                   if o["metadata"]["labels"].get(L.ROLE_LABEL) in ("prefill", "decode")]
+        return picker, engines
+
+    base, engines = picker_and_engines()
+    same, _ = picker_and_engines()
+    changed, engines2 = picker_and_engines(activeRequestWeight=3)
+    key = L.CONFIG_HASH_ANNOTATION
+    assert base["spec"]["template"]["metadata"]["annotations"][key] == \
+        same["spec"]["template"]["metadata"]["annotations"][key]
+    assert base["spec"]["template"]["metadata"]["annotations"][key] != \
+        changed["spec"]["template"]["metadata"]["annotations"][key]
+    assert engines == engines2  # the engines do not restart for a picker setting
+    assert base["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}

@@ -24,6 +24,7 @@ extension v1.2.0's runner); the e2e harness runs these args as local processes.
 """
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from ..api import v1alpha1 as api
@@ -55,6 +56,7 @@ EPP_GRPC_PORT = 9002  # ext-proc (the Gateway's gRPC client); TLS with the EPP's
 EPP_HEALTH_PORT = 9003  # gRPC health (probes)
 EPP_METRICS_PORT = 9090
 EPP_CONFIG_KEY = "epp-config.yaml"
+EPP_ENDPOINT_GRACE_SECONDS = 5  # how long a Gateway may take to see a picker endpoint come or go
 EPP_CONFIG_DIR = "/etc/epp"
 VLLM_BEHIND_SIDECAR_PORT = 8200  # a decode pod's vLLM when the routing sidecar owns the serving port
 SIDECAR_CONNECTOR = "nixlv2"  # pd-sidecar's NIXL flow: kv_transfer_params as vLLM 0.33.0's NixlConnector wants
@@ -292,8 +294,8 @@ def epp_slot(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, res
 
     selector = epp_selector(cr_name, slot)
     pod_labels = {**L.common_labels(cr_name, EPP), L.SLOT_LABEL: slot_tag(slot)}
-    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(),
-              "data": {EPP_CONFIG_KEY: to_yaml_doc(epp_config(spec, res))}}
+    config_text = to_yaml_doc(epp_config(spec, res))
+    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(), "data": {EPP_CONFIG_KEY: config_text}}
 
     def grpc_health() -> dict[str, Any]:  # fresh each use: no shared subtrees (YAML anchors) in the output
         return {"grpc": {"port": EPP_HEALTH_PORT, "service": "inference-extension"}}
@@ -312,6 +314,9 @@ def epp_slot(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, res
         "startupProbe": {"tcpSocket": {"port": "grpc"}, "periodSeconds": 1, "failureThreshold": 120},
         "readinessProbe": {**grpc_health(), "periodSeconds": 2, "failureThreshold": 3},
         "livenessProbe": {**grpc_health(), "periodSeconds": 10, "failureThreshold": 6},
+        # deleted (a rolled picker, a drained node), it keeps answering while the Gateway learns that its endpoint
+        # is gone: without the pause, requests still sent to it fail (FailClose)
+        "lifecycle": {"preStop": {"sleep": {"seconds": EPP_ENDPOINT_GRACE_SECONDS}}},
         "volumeMounts": [{"name": "config", "mountPath": EPP_CONFIG_DIR, "readOnly": True}],
         "resources": {"requests": {"cpu": "2", "memory": "2Gi"}, "limits": {"memory": "8Gi"}},
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
@@ -328,9 +333,16 @@ def epp_slot(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, res
             # one picker per slot: its prefix index lives in its memory, and more than one would need leader
             # election (Leases the operator would have to hold in every watched namespace to grant them)
             "replicas": 1,
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            # the old picker goes only once the new one has been Ready this long: the Gateway's view of the
+            # picker Service's endpoints catches up first
+            "minReadySeconds": EPP_ENDPOINT_GRACE_SECONDS,
             "selector": {"matchLabels": selector},
             "template": {
-                "metadata": {"labels": pod_labels},
+                # the picker reads its plugins file once, at start (v0.4.0 watches nothing): a new scorer weight
+                # rolls the pod (one surge pod, Ready before the old one goes)
+                "metadata": {"labels": pod_labels, "annotations": {
+                    L.CONFIG_HASH_ANNOTATION: hashlib.sha256(config_text.encode()).hexdigest()[:16]}},
                 "spec": {
                     "serviceAccountName": epp_name(cr_name),
                     "enableServiceLinks": False,

@@ -26,6 +26,9 @@ REVISION_LABEL = f"{GROUP}/serving-revision"
 SLOT_LABEL = f"{GROUP}/slot"
 FRONT_LABEL = f"{GROUP}/front"
 ROUTER = "router"
+# On a pod template whose process reads a mounted ConfigMap only when it starts (the endpoint picker): a hash of
+# that content, so a change rolls the pods instead of waiting for their next restart.
+CONFIG_HASH_ANNOTATION = f"{GROUP}/config-hash"
 # On the operator's own pods (chart): what the engines' NetworkPolicy lets scrape /metrics.
 SCRAPER_LABEL = f"{GROUP}/scraper"
 
