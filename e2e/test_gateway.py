@@ -1,7 +1,7 @@
 """spec.routing.mode: Gateway on the real control plane, through a real Envoy (e2e/gateway.py) programmed from the
 operator's HTTPRoute like a Gateway controller programs its proxies:
 
-1. with prefill: the CR becomes Ready (endpoint picker Ready by its gRPC health probe, decode pods Ready by their
+1. with prefill (TP4 Deployments, and wide-EP DEP16 decode as a LeaderWorkerSet over 4 nodes): the CR becomes Ready (endpoint picker Ready by its gRPC health probe, decode pods Ready by their
    routing sidecar), and a chat completion through Envoy -> the picker (ext_proc) -> the decode pod's routing
    sidecar reaches a prefill and a decode simulator of the deployment (their request counters move);
 2. the InferencePool CRD missing: the CR reports it as a condition naming the kind, the operator keeps running,
@@ -140,6 +140,35 @@ def test_gateway_mode_with_prefill_is_ready_and_a_completion_through_envoy_reach
     assert httpx.get(f"{base}/metrics", timeout=10).status_code == 404
     # the operator's view: Ready (from the endpoint picker and the engines; mode Gateway runs no router)
     wait_ready(cluster, ns, name, timeout=60)
+
+
+def test_gateway_mode_with_multi_node_decode_serves_through_the_leader_s_sidecar(cluster, operator_process, gateway,
+                                                                                ns):
+    """The DEP16 decode of the GB300 example as a LeaderWorkerSet (leader + 3 workers): the routing sidecar runs
+    in the leader pod only (the group's API server), and a completion through Envoy reaches the prefill and the
+    decode simulators."""
+    doc = yaml.safe_load((REPO / "manifests/examples/gb300-pd-dep4-dep16.yaml").read_text())
+    doc["metadata"]["name"] = "wide"
+    doc["spec"]["routing"] = {"mode": "Gateway", "gateway": {"httpRoute": {"name": GATEWAY_NAME}}}
+    name = doc["metadata"]["name"]
+    apply(cluster, doc, ns)
+    wait_for(lambda: pods_ready(cluster, ns, name, ("prefill", "decode", "epp")), 180,
+             "the prefill pod, the decode group and the endpoint picker Ready")
+    decode = {p.metadata.name: p for p in cluster.core.list_namespaced_pod(
+        ns, label_selector=f"v41flash.io/deployment={name},v41flash.io/role=decode").items}
+    assert len(decode) == 4, sorted(decode)  # one group: the leader and 3 workers
+    sidecars = {s["pod"] for s in cluster.supervised(ns, role="decode", kind="sidecar")}
+    leaders = {n for n, p in decode.items() if (p.metadata.labels or {}).get("leaderworkerset.sigs.k8s.io/worker-index")
+               == "0"}
+    assert sidecars == leaders and len(leaders) == 1, (sidecars, leaders)
+    by_role = sims(cluster, ns, name)
+    before = {role: sum(served(s) for s in ss) for role, ss in by_role.items()}
+    base = wait_for(lambda: gateway.address(ns), 60, f"Gateway {ns}/{GATEWAY_NAME} programmed")
+    wait_for(lambda: (lambda r: r if r.status_code == 200 else None)(chat(base, doc, "wide")), 90,
+             "a 200 through Envoy, the picker and the decode leader's sidecar")
+    wait_for(lambda: all(sum(served(s) for s in by_role[role]) > before[role] for role in ("prefill", "decode")), 20,
+             "the prefill and the decode simulator both counting the request")
+    wait_ready(cluster, ns, name, timeout=120)
 
 
 def test_missing_inferencepool_crd_is_a_condition_and_the_deployment_recovers_once_installed(
