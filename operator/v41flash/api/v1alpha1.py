@@ -906,10 +906,12 @@ class RolloutSpec(Model):
         "Canary", description="Canary: start the candidate revision beside the serving one, move a growing share of "
                               "new sessions to it step by step, judge each step against spec.slo, promote, drain the "
                               "old revision; roll back on failure. Recreate (development clusters): delete the "
-                              "serving engines, then start the new ones (an outage of one cold start, no surge).")
+                              "serving engines, then start the new ones (an outage of one cold start, no surge). A change of "
+                              "routing.mode needs Recreate.")
     steps: list[Annotated[int, Field(ge=1, le=100)]] = Field(
         list(ROLLOUT_STEPS), min_length=1, max_length=ROLLOUT_MAX_STEPS,
-        description="Percent of new sessions sent to the candidate, step by step; strictly increasing, ending at 100.")
+        description="Percent of new sessions sent to the candidate, step by step; strictly increasing, ending at 100. "
+                    "Mode Gateway without routing.gateway.httpRoute: [100] only (blue/green on the front pool).")
     step_seconds: int = Field(
         300, ge=1, le=86400, description="How long each step is held and judged (the judgement window).")
     min_requests_per_step: int = Field(
