@@ -1,7 +1,8 @@
 """spec.routing.mode: Gateway on the real control plane, through a real Envoy (e2e/gateway.py) programmed from the
 operator's HTTPRoute like a Gateway controller programs its proxies:
 
-1. with prefill (TP4 Deployments, and wide-EP DEP16 decode as a LeaderWorkerSet over 4 nodes): the CR becomes Ready (endpoint picker Ready by its gRPC health probe, decode pods Ready by their
+1. with prefill (TP4 Deployments; and wide-EP DEP16 decode as a LeaderWorkerSet over 4 nodes, the sidecar in its
+   leader pod): the CR becomes Ready (endpoint picker Ready by its gRPC health probe, decode pods Ready by their
    routing sidecar), and a chat completion through Envoy -> the picker (ext_proc) -> the decode pod's routing
    sidecar reaches a prefill and a decode simulator of the deployment (their request counters move);
 2. the InferencePool CRD missing: the CR reports it as a condition naming the kind, the operator keeps running,
