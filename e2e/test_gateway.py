@@ -367,20 +367,17 @@ def test_a_picker_killed_under_load_is_restarted_and_serving_resumes(cluster, op
     wait_for(lambda: chat(base, doc, "warm").status_code == 200, 90, "a 200 through the Gateway")
     (picker,) = cluster.supervised(ns, role="epp", kind="epp")
     picker_pod = picker["pod"]
-
-    def pod_ready() -> bool:
-        pod = cluster.core.read_namespaced_pod(picker_pod, ns)
-        return any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or []))
+    picker_ready = lambda: pods_ready(cluster, ns, name, ("epp",))  # noqa: E731 - its one pod
 
     with GatewayLoad(base, doc) as load:
         load.wait_requests(6)
         before = len(load.records)
         killed_at = time.time()
         os.kill(picker["pid"], signal.SIGKILL)  # a crash: no SIGTERM, no preStop
-        wait_for(lambda: not pod_ready(), 30, "the picker's pod out of Ready while its process is down")
+        wait_for(lambda: not picker_ready(), 30, "the picker's pod out of Ready while its process is down")
         restarted = wait_for(lambda: next((s for s in cluster.supervised(ns, role="epp", kind="epp")
                                            if s["pid"] != picker["pid"]), None), 60, "the picker restarted")
-        wait_for(pod_ready, 90, "the restarted picker Ready (startup probe, then gRPC health)")
+        wait_for(picker_ready, 90, "the restarted picker Ready (startup probe, then gRPC health)")
         ready_at = time.time()
         wait_for(lambda: sum(1 for r in list(load.records) if r["status"] == 200 and r["t0"] > ready_at) >= 10, 60,
                  "10 requests answered through the restarted picker")
