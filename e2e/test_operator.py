@@ -165,7 +165,7 @@ def test_spec_changes_converge_and_a_bad_change_leaves_the_running_stack_alone(c
     # max-num-seqs: the decode workload's args change and roll out (a canary of the new revision, promoted).
     doc["spec"]["decode"]["maxNumSeqs"] = 48
     apply(cluster, doc, ns)
-    wait_ready(cluster, ns, name)
+    served = wait_ready(cluster, ns, name)["status"]
     dep = serving_workload(cluster, ns, name, "decode")
     args = container_args(dep)[0]
     assert args[args.index("--max-num-seqs") + 1] == "48"
@@ -183,6 +183,10 @@ def test_spec_changes_converge_and_a_bad_change_leaves_the_running_stack_alone(c
     after = {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in children(cluster, ns, name)
              if o["kind"] == "Deployment"}
     assert after == before, "a Stalled spec must not touch the running workloads"
+    # and status still says which slot serves, counting its replicas: the next spec canaries beside that slot
+    st = get_cr(cluster, ns, name)["status"]
+    assert (st.get("rollout") or {}).get("servingSlot") == served["rollout"]["servingSlot"], st
+    assert st["decode"]["readyReplicas"] >= 1 and st["prefill"]["readyReplicas"] >= 1, st
 
     # Prefill turned off (aggregated): its objects are pruned, decode serves alone.
     doc["spec"]["prefill"] = {"enabled": False}

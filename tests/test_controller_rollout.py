@@ -379,3 +379,40 @@ def test_at_rest_after_a_rollout_an_observe_pass_lists_and_applies_nothing_and_a
     # the spec moving on is not "at rest": the full rollout pass takes it
     assert not progress.at_rest(body["status"], "0123456789") and progress.at_rest(body["status"],
                                                                                   body["status"]["servingRevision"])
+
+
+def test_a_stalled_spec_after_a_rollout_keeps_the_serving_slot_and_the_next_change_canaries_beside_it(world):
+    """After a rollout promoted slot a, a spec the operator cannot realize stalls: status must still say which slot
+    serves (status.rollout) and count that slot's replicas, or the next good spec starts a rollout as if slot ""
+    served: it would rebuild the pruned slot from the old record and put the candidate over the serving slot."""
+    clock, figures, seen = world
+    kube, name = converged(short(example()))
+    spec = kube.cr(name)["spec"]
+    spec["decode"]["maxNumSeqs"] = 48
+    kube.update_spec(name, spec)
+    _until(kube, name, clock, M.COMPLETE)
+    st = kube.cr(name)["status"]
+    serving, serving_rollout = st["servingRevision"], st["rollout"]
+    assert serving_rollout["servingSlot"] == "a"
+    serving_objects = {n: kube.get("Deployment", n)["spec"] for n in engine_names(kube)}
+    assert set(serving_objects) == {f"{name}-prefill-a", f"{name}-decode-a"}
+
+    bad = kube.cr(name)["spec"]
+    bad["decode"]["extraArgs"] = ["--max-num-sequences", "8"]
+    kube.update_spec(name, bad)
+    out, _ = step(kube, name, clock, 6)
+    st = kube.cr(name)["status"]
+    assert cond(st, "Stalled")["reason"] == "InvalidSpec"
+    assert st["rollout"] == serving_rollout and st["servingRevision"] == serving
+    assert st["decode"]["readyReplicas"] == 1 and st["prefill"]["readyReplicas"] == 1, st  # slot a's, not slot ""'s
+    assert {n: kube.get("Deployment", n)["spec"] for n in engine_names(kube)} == serving_objects
+
+    good = kube.cr(name)["spec"]
+    del good["decode"]["extraArgs"]
+    good["prefill"] = {"enabled": False}
+    kube.update_spec(name, good)
+    out, _ = step(kube, name, clock, 6)
+    st = kube.cr(name)["status"]
+    assert st["rollout"]["servingSlot"] == "a" and st["rollout"]["candidateSlot"] not in ("a", M.LEGACY_SLOT)
+    # the serving slot is untouched by the candidate's start
+    assert {n: kube.get("Deployment", n)["spec"] for n in serving_objects} == serving_objects

@@ -21,6 +21,7 @@ from ..render import labels as L
 from ..render.resolve import DEPLOYMENT, LEADER_WORKER_SET, resolve
 from ..render.revision import revision_of
 from ..render.router import service_address
+from ..rollout import machine as M
 from ..rollout.slots import slot_workload_name
 from ..roles import ROLES
 from ..rollout.world import RolloutPass
@@ -183,8 +184,9 @@ def deployment_status(*, body: dict[str, Any], model: api.V41FlashDeployment | N
     previous = dict(body.get("status") or {})
     if rolled is not None and stall is None:
         revision, slot = None, rolled.decision.serving_slot if rolled.decision else ""
-    else:
-        revision, slot, rolled = (revision_of(list(desired)) if stall is None else None), "", None
+    else:  # a stalled pass realised nothing: the slot that serves is the one status recorded ("" if none)
+        revision, rolled = (revision_of(list(desired)) if stall is None else None), None
+        slot = M.State.from_status(previous.get("rollout")).serving_slot
     by_name = {ref.name: o for ref, o in live.items() if ref.kind in (DEPLOYMENT, LEADER_WORKER_SET)}
     workloads = {role: workload_state(by_name.get(slot_workload_name(name, role, slot))) for role in ROLES}
     gateway_mode = model is not None and gateway.is_gateway(model.spec)
@@ -218,6 +220,8 @@ def deployment_status(*, body: dict[str, Any], model: api.V41FlashDeployment | N
         status.update(planner.status)
     if rolled is not None:
         _rollout_status(status, rolled, previous, generation, now)
+    elif stall is not None:  # what a later pass decides from: which slot serves, which revision where
+        status.update({key: previous[key] for key in ("rollout", "revisions") if key in previous})
     status["conditions"] = _planner_conditions(status["conditions"], previous, planner if stall is None else None,
                                                generation, now)
     return status
