@@ -8,7 +8,8 @@ operator's HTTPRoute like a Gateway controller programs its proxies:
 2. the InferencePool CRD missing: the CR reports it as a condition naming the kind, the operator keeps running,
    and the deployment becomes Ready once the CRDs are back;
 3. a rollout under steady load through Envoy: 0 failed requests, the new revision serving at the end; the same
-   through the user's own HTTPRoute on the front pool (no operator route: steps [100], blue/green on the pool);
+   through the user's own HTTPRoute on the front pool (no operator route: steps [100], blue/green on the pool),
+   and there a candidate over the TTFT gate rolled back, the front pool back on the serving slot;
 4. the endpoint picker SIGKILLed under load: restarted as kubelet restarts a container, its pod out of Ready until
    the startup and readiness probes pass again, requests failing only while it is down (FailClose), the
    deployment Ready again;
@@ -278,6 +279,48 @@ def test_a_rollout_in_gateway_mode_serves_every_request_through_envoy(cluster, o
     by_role = sims(cluster, ns, name, new)
     counted = {role: sum(served(s) for s in by_role.get(role, [])) for role in ("prefill", "decode")}
     assert counted["decode"] > 0 and counted["prefill"] == counted["decode"], counted
+
+
+def test_a_failing_blue_green_step_through_the_users_own_route_moves_the_front_pool_back(
+        cluster, operator_process, gateway, ns):
+    """Without the operator's HTTPRoute the judged step (steps [100]) gives the candidate the whole front pool; a
+    candidate over the TTFT gate is rolled back, the pool selects the serving slot's pods again, and every request
+    through the user's route is served."""
+    doc = gateway_doc("bgback")
+    name = doc["metadata"]["name"]
+    doc["spec"]["routing"]["gateway"].pop("httpRoute")
+    doc["spec"]["rollout"] = {**ROLLOUT, "steps": [100]}
+    doc["spec"]["slo"]["ttft"] = {"targetSeconds": 1.0, "percentile": 90}
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(own_route("mine", ns, f"{name}-pool")))
+    apply(cluster, doc, ns)
+    old = wait_ready(cluster, ns, name)["status"]["servingRevision"]
+    base = wait_for(lambda: gateway.address(ns), 60, f"Gateway {ns}/{GATEWAY_NAME} programmed")
+    wait_for(lambda: chat(base, doc, "warm").status_code == 200, 90, "a 200 through the Gateway")
+    old_decode = {s["pod"] for s in sims(cluster, ns, name, old)["decode"]}
+    with GatewayLoad(base, doc) as load:
+        load.wait_requests(8)
+        doc["spec"]["model"]["revision"] = "e2e-slow"
+        doc["spec"]["prefill"]["extraEnv"] = [{"name": "V41F_SIM_ARGS", "value": "--v41f-latency-factor=150"}]
+        apply(cluster, doc, ns)
+
+        def rolled_back():
+            cr = get_cr(cluster, ns, name)
+            return cr if ((cr.get("status") or {}).get("rollout") or {}).get("phase") == "RolledBack" else None
+        cr = wait_for(rolled_back, 240, "the candidate over the gate rolled back")
+        wait_for(lambda: {p.metadata.labels[REVISION] for p in cluster.core.list_namespaced_pod(
+            ns, label_selector=f"v41flash.io/deployment={name},v41flash.io/serving=true").items
+            if not p.metadata.deletion_timestamp} == {old}, 120, "only the serving revision's engine pods left")
+        since = time.time()
+        load.wait_requests(8)
+    print(f"\n[blue/green rollback] {len(load.records)} requests, {len(load.failures())} failed")
+    assert load.failures() == [], load.failures()[:10]
+    stalled = condition(cr, "Stalled") or {}
+    assert stalled.get("reason") == "GateFailed" and "TTFT p90" in stalled.get("message", ""), stalled
+    assert cr["status"]["servingRevision"] == old
+    # the candidate had the front pool for its judged step, and the serving slot has it again after the rollback
+    assert {r.get("pod") for r in load.records} - old_decode, "no request reached the candidate during its step"
+    later = {r.get("pod") for r in load.records if r["t0"] > since}
+    assert later and later <= old_decode, (later, old_decode)
 
 
 def router_chat(cluster, ns: str, name: str, doc: dict) -> httpx.Response | None:
