@@ -14,7 +14,7 @@ operator's HTTPRoute like a Gateway controller programs its proxies:
    the startup and readiness probes pass again, requests failing only while it is down (FailClose), the
    deployment Ready again;
 5. a scorer weight changed under load: the picker pod replaced (surge first) with the new plugins file, the engines
-   untouched;
+   untouched; and during a canary, both slots' pickers replaced and the rollout completing;
 6. routing.mode switched on a running deployment: refused at admission with the default canary strategy (a canary
    cannot split traffic across two front doors); with Recreate, VllmRouter -> Gateway -> VllmRouter, each time the
    new front door serves and the old one's objects are pruned (no router pod left behind a Gateway, no picker,
@@ -443,6 +443,12 @@ def picker_config(entry: dict) -> dict:
     return yaml.safe_load(Path(argv[argv.index("--config-file") + 1]).read_text())
 
 
+def active_weight(cfg: dict) -> int:
+    """The active-request scorer's weight in a picker's plugins file."""
+    return next(ref["weight"] for prof in cfg["schedulingProfiles"] for ref in prof["plugins"]
+                if ref["pluginRef"] == "active-request-scorer")
+
+
 def test_a_scorer_weight_change_replaces_the_picker_under_load(cluster, operator_process, gateway, ns):
     doc = gateway_doc("weights")
     name = doc["metadata"]["name"]
@@ -453,11 +459,7 @@ def test_a_scorer_weight_change_replaces_the_picker_under_load(cluster, operator
     (old,) = cluster.supervised(ns, role="epp", kind="epp")
     engines = {p.metadata.name for p in cluster.core.list_namespaced_pod(
         ns, label_selector=f"v41flash.io/deployment={name},v41flash.io/serving=true").items}
-
-    def weight(cfg: dict) -> int:
-        return next(ref["weight"] for prof in cfg["schedulingProfiles"] for ref in prof["plugins"]
-                    if ref["pluginRef"] == "active-request-scorer")
-    assert weight(picker_config(old)) == 2
+    assert active_weight(picker_config(old)) == 2
     with GatewayLoad(base, doc) as load:
         load.wait_requests(6)
         doc["spec"]["routing"]["gateway"]["activeRequestWeight"] = 3
@@ -469,9 +471,50 @@ def test_a_scorer_weight_change_replaces_the_picker_under_load(cluster, operator
         load.wait_requests(10)
     print(f"\n[picker config] {len(load.records)} requests, {len(load.failures())} failed; {old['pod']} -> "
           f"{new['pod']}")
-    assert weight(picker_config(new)) == 3
+    assert active_weight(picker_config(new)) == 3
     assert load.failures() == [], load.failures()[:5]
     cr = wait_ready(cluster, ns, name, timeout=60)
     assert cr["status"]["servingRevision"] == revision  # a picker setting is no new revision
     assert {p.metadata.name for p in cluster.core.list_namespaced_pod(
         ns, label_selector=f"v41flash.io/deployment={name},v41flash.io/serving=true").items} == engines
+
+
+def test_a_scorer_weight_change_mid_rollout_rolls_both_slots_pickers_and_the_rollout_completes(
+        cluster, operator_process, gateway, ns):
+    """A picker setting changed during a canary (the operator's HTTPRoute splitting traffic over two pools): no new
+    revision, both slots' pickers replaced surge-first, the rollout goes on to complete, every request served."""
+    doc = gateway_doc("midroll")
+    doc["spec"]["rollout"] = dict(ROLLOUT)
+    name = doc["metadata"]["name"]
+    apply(cluster, doc, ns)
+    old = wait_ready(cluster, ns, name)["status"]["servingRevision"]
+    base = wait_for(lambda: gateway.address(ns), 60, f"Gateway {ns}/{GATEWAY_NAME} programmed")
+    wait_for(lambda: chat(base, doc, "warm").status_code == 200, 90, "a 200 through the Gateway")
+    with GatewayLoad(base, doc) as load:
+        load.wait_requests(6)
+        doc["spec"]["model"]["revision"] = "e2e-midroll"
+        apply(cluster, doc, ns)
+
+        def canary():
+            st = get_cr(cluster, ns, name).get("status") or {}
+            return st if (st.get("rollout") or {}).get("phase") == "Canary" else None
+        candidate = wait_for(canary, 180, "the candidate's canary step")["rollout"]["candidateRevision"]
+        pickers = {s["pod"] for s in cluster.supervised(ns, role="epp", kind="epp")}
+        assert len(pickers) == 2, pickers  # the serving slot's and the candidate's
+        doc["spec"]["routing"]["gateway"]["activeRequestWeight"] = 3
+        apply(cluster, doc, ns)
+
+        def complete():
+            cr = get_cr(cluster, ns, name)
+            st = cr.get("status") or {}
+            return cr if (st.get("rollout") or {}).get("phase") == "Complete" and st.get("servingRevision") != old \
+                else None
+        cr = wait_for(complete, 240, "the rollout to complete after the picker change")
+        (picker,) = wait_for(lambda: (lambda s: s if len(s) == 1 else None)(
+            cluster.supervised(ns, role="epp", kind="epp")), 90, "one picker left (the serving slot's)")
+        load.wait_requests(8)
+    print(f"\n[picker change mid-rollout] {len(load.records)} requests, {len(load.failures())} failed")
+    assert load.failures() == [], load.failures()[:10]
+    assert cr["status"]["servingRevision"] == candidate  # the picker change replaced no candidate
+    assert picker["pod"] not in pickers
+    assert active_weight(picker_config(picker)) == 3
