@@ -416,3 +416,37 @@ def test_a_stalled_spec_after_a_rollout_keeps_the_serving_slot_and_the_next_chan
     assert st["rollout"]["servingSlot"] == "a" and st["rollout"]["candidateSlot"] not in ("a", M.LEGACY_SLOT)
     # the serving slot is untouched by the candidate's start
     assert {n: kube.get("Deployment", n)["spec"] for n in serving_objects} == serving_objects
+
+
+def test_a_stalled_spec_mid_canary_keeps_the_rollout_and_the_candidate_goes_on_once_the_spec_is_back(world):
+    """A spec the operator cannot realize in the middle of a canary: status keeps the rollout (step, slots), the
+    serving and candidate workloads stay as they are, and the candidate's spec re-applied goes on from that step
+    (not a new rollout that replaces the candidate)."""
+    clock, figures, seen = world
+    kube, name = converged(short(example()))
+    spec = kube.cr(name)["spec"]
+    spec["decode"]["maxNumSeqs"] = 48
+    kube.update_spec(name, spec)
+    _until(kube, name, clock, M.CANARY)
+    canary, revisions = kube.cr(name)["status"]["rollout"], kube.cr(name)["status"]["revisions"]
+    workloads = {n: kube.get("Deployment", n)["metadata"]["uid"] for n in engine_names(kube)}
+    assert len(workloads) == 4  # both slots' prefill and decode
+
+    bad = kube.cr(name)["spec"]
+    bad["decode"]["extraArgs"] = ["--max-num-sequences", "8"]
+    kube.update_spec(name, bad)
+    out, events = step(kube, name, clock, 1)
+    st = kube.cr(name)["status"]
+    assert cond(st, "Stalled")["reason"] == "InvalidSpec" and st["rollout"] == canary
+    assert st["revisions"] == revisions and len(revisions) == 2
+    assert {n: kube.get("Deployment", n)["metadata"]["uid"] for n in engine_names(kube)} == workloads
+
+    good = kube.cr(name)["spec"]
+    del good["decode"]["extraArgs"]
+    kube.update_spec(name, good)
+    out, events = step(kube, name, clock, 1)
+    st = kube.cr(name)["status"]["rollout"]
+    assert (st["candidateRevision"], st["candidateSlot"]) == (canary["candidateRevision"], canary["candidateSlot"])
+    assert st["step"] >= canary["step"] and "CandidateReplaced" not in [r for _, r, _ in events]
+    assert {n: kube.get("Deployment", n)["metadata"]["uid"] for n in engine_names(kube)} == workloads
+    _until(kube, name, clock, M.COMPLETE)
