@@ -18,6 +18,7 @@ from v41flash.controller import revisions
 from v41flash.render import labels as L
 from v41flash.rollout import machine as M
 from v41flash.rollout import progress
+from v41flash.rollout.slots import slot_workload_name
 
 ROOT = Path(__file__).resolve().parents[1]
 T0 = 1_796_000_000.0
@@ -450,3 +451,69 @@ def test_a_stalled_spec_mid_canary_keeps_the_rollout_and_the_candidate_goes_on_o
     assert st["step"] >= canary["step"] and "CandidateReplaced" not in [r for _, r, _ in events]
     assert {n: kube.get("Deployment", n)["metadata"]["uid"] for n in engine_names(kube)} == workloads
     _until(kube, name, clock, M.COMPLETE)
+
+
+def _serving(kube: FakeKube, name: str) -> tuple[tuple[str, str], dict[str, dict]]:
+    """(serving slot, serving revision) as status says, and that slot's engine workloads' pod templates."""
+    st = kube.cr(name)["status"]
+    slot = M.State.from_status(st.get("rollout")).serving_slot
+    templates = {role: w["spec"]["template"] for role in ("prefill", "decode")
+                 if (w := kube.get("Deployment", slot_workload_name(name, role, slot))) is not None}
+    return (slot, st.get("servingRevision", "")), templates
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_any_sequence_of_spec_changes_never_touches_what_serves_and_ends_on_one_slot(world, seed):
+    """Random sequences of engine changes, unrealizable specs, reverts, prefill on/off and SLO edits, a pass after
+    each with time passing: status never forgets a rollout once one happened; the slot status says serves keeps its
+    engine templates as long as it serves that revision; once the spec is good and time passes, one slot serves it."""
+    import random
+    rnd = random.Random(seed)
+    clock, figures, seen = world
+    kube, name = converged(short(example()))
+    rolled_once = False
+    key, templates = _serving(kube, name)
+    assert templates
+    history = []
+    for _ in range(16):
+        spec = kube.cr(name)["spec"]
+        action = rnd.choice(["engine", "engine", "bad", "fix", "slo", "prefill", "wait", "wait"])
+        history.append(action)
+        if action == "engine":
+            spec["decode"]["maxNumSeqs"] = rnd.choice([40, 48, 56, 64])
+        elif action == "bad":
+            spec["decode"]["extraArgs"] = ["--max-num-sequences", "8"]
+        elif action == "fix":
+            spec["decode"].pop("extraArgs", None)
+        elif action == "prefill":  # aggregated <-> P/D: a role comes or goes with the revision
+            spec["prefill"]["enabled"] = not spec["prefill"].get("enabled", True)
+        elif action == "slo":
+            spec["slo"]["e2eP95Seconds"] = rnd.choice([60, 90, 120])
+        if action != "wait":
+            kube.update_spec(name, spec)
+        for _ in range(rnd.randint(1, 3)):
+            step(kube, name, clock, rnd.choice([0.5, 3, 6, 12]))
+            st = kube.cr(name)["status"]
+            rolled_once = rolled_once or "rollout" in st
+            assert not rolled_once or "rollout" in st, (history, st)
+            now_key, now_templates = _serving(kube, name)
+            if now_key == key:
+                assert now_templates == templates, (history, key)  # what serves is never re-templated
+            key, templates = now_key, now_templates
+            assert templates, (history, key, st.get("conditions"))  # the serving slot's engines exist
+    spec = kube.cr(name)["spec"]
+    spec["decode"].pop("extraArgs", None)
+    kube.update_spec(name, spec)
+    for _ in range(40):
+        out, _ = step(kube, name, clock, 6)
+        st = kube.cr(name)["status"]
+        r = st.get("rollout") or {}
+        if cond(st, "Ready")["status"] == "True" and st["observedGeneration"] == kube.cr(name)["metadata"][
+                "generation"] and not (r.get("candidateSlot") or r.get("drainingSlot") or r.get("retiringSlot")):
+            break  # Ready, and nothing left of a rollout (a retired candidate's slot waits out its deadline)
+    else:
+        raise AssertionError(f"never Ready again after {history}: {st.get('rollout')} {st.get('conditions')}")
+    slot = M.State.from_status(st.get("rollout")).serving_slot
+    roles = ("prefill", "decode") if spec["prefill"].get("enabled", True) else ("decode",)
+    assert engine_names(kube) == {slot_workload_name(name, role, slot) for role in roles}, \
+        (history, st.get("rollout"))
