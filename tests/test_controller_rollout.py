@@ -15,6 +15,7 @@ from fake_kube import FakeKube, api_error
 from process_memory import reconcile
 from v41flash.controller import reconcile as rec
 from v41flash.controller import revisions
+from v41flash.render import gateway
 from v41flash.render import labels as L
 from v41flash.rollout import machine as M
 from v41flash.rollout import progress
@@ -454,26 +455,29 @@ def test_a_stalled_spec_mid_canary_keeps_the_rollout_and_the_candidate_goes_on_o
 
 
 def _serving(kube: FakeKube, name: str) -> tuple[tuple[str, str], dict[str, dict]]:
-    """(serving slot, serving revision) as status says, and that slot's engine workloads' pod templates."""
+    """(serving slot, serving revision) as status says, and the pod templates of that slot's engine workloads (and
+    endpoint picker, in mode Gateway)."""
     st = kube.cr(name)["status"]
     slot = M.State.from_status(st.get("rollout")).serving_slot
-    templates = {role: w["spec"]["template"] for role in ("prefill", "decode")
-                 if (w := kube.get("Deployment", slot_workload_name(name, role, slot))) is not None}
+    names = {role: slot_workload_name(name, role, slot) for role in ("prefill", "decode")}
+    names["epp"] = gateway.epp_name(name, slot)  # mode Gateway: the slot's endpoint picker
+    templates = {role: w["spec"]["template"] for role, n in names.items() if (w := kube.get("Deployment", n))}
     return (slot, st.get("servingRevision", "")), templates
 
 
-@pytest.mark.parametrize("seed", range(24))
-def test_any_sequence_of_spec_changes_never_touches_what_serves_and_ends_on_one_slot(world, seed):
+@pytest.mark.parametrize("example_name,seed", [(e, s) for e in ("tp4-h200-low-latency", "tp4-h200-pd-gateway")
+                                                for s in range(12)])
+def test_any_sequence_of_spec_changes_never_touches_what_serves_and_ends_on_one_slot(world, example_name, seed):
     """Random sequences of engine changes, unrealizable specs, reverts, prefill on/off and SLO edits, a pass after
     each with time passing: status never forgets a rollout once one happened; the slot status says serves keeps its
     engine templates as long as it serves that revision; once the spec is good and time passes, one slot serves it."""
     import random
     rnd = random.Random(seed)
     clock, figures, seen = world
-    kube, name = converged(short(example()))
+    kube, name = converged(short(example(example_name)))  # the Gateway example: the operator's HTTPRoute splits
     rolled_once = False
     key, templates = _serving(kube, name)
-    assert templates
+    assert {"prefill", "decode"} <= set(templates) and ("epp" in templates) == example_name.endswith("gateway")
     history = []
     for _ in range(16):
         spec = kube.cr(name)["spec"]
