@@ -468,9 +468,10 @@ def _serving(kube: FakeKube, name: str) -> tuple[tuple[str, str], dict[str, dict
 @pytest.mark.parametrize("example_name,seed", [(e, s) for e in ("tp4-h200-low-latency", "tp4-h200-pd-gateway")
                                                 for s in range(12)])
 def test_any_sequence_of_spec_changes_never_touches_what_serves_and_ends_on_one_slot(world, example_name, seed):
-    """Random sequences of engine changes, unrealizable specs, reverts, prefill on/off and SLO edits, a pass after
-    each with time passing: status never forgets a rollout once one happened; the slot status says serves keeps its
-    engine templates as long as it serves that revision; once the spec is good and time passes, one slot serves it."""
+    """Random sequences of engine changes, unrealizable specs, reverts, prefill on/off, SLO edits, candidates over
+    and within the gate, pause/resume annotations and every pod out of Ready for a pass, a pass after each with
+    time passing: status never forgets a rollout once one happened; the slot status says serves keeps its engine
+    templates as long as it serves that revision; once the spec is good and new, one slot serves it."""
     import random
     rnd = random.Random(seed)
     clock, figures, seen = world
@@ -481,7 +482,8 @@ def test_any_sequence_of_spec_changes_never_touches_what_serves_and_ends_on_one_
     history = []
     for _ in range(16):
         spec = kube.cr(name)["spec"]
-        action = rnd.choice(["engine", "engine", "bad", "fix", "slo", "prefill", "wait", "wait"])
+        action = rnd.choice(["engine", "engine", "bad", "fix", "slo", "prefill", "slow", "fast", "pause", "resume",
+                             "unready", "wait", "wait"])
         history.append(action)
         if action == "engine":
             spec["decode"]["maxNumSeqs"] = rnd.choice([40, 48, 56, 64])
@@ -493,10 +495,19 @@ def test_any_sequence_of_spec_changes_never_touches_what_serves_and_ends_on_one_
             spec["prefill"]["enabled"] = not spec["prefill"].get("enabled", True)
         elif action == "slo":
             spec["slo"]["e2eP95Seconds"] = rnd.choice([60, 90, 120])
-        if action != "wait":
+        cand = (kube.cr(name)["status"].get("rollout") or {}).get("candidateRevision", "")
+        if action in ("slow", "fast"):  # the candidate's figures over or within the gate
+            figures["view"] = progress.StepView(M.Figures(requests=40, ttft_seconds=9.0 if action == "slow" else 0.5,
+                                                          e2e_p95_seconds=5.0, error_ratio=0.0), serving_requests=100,
+                                                old_live_requests=0)
+        elif action in ("pause", "resume"):  # kubectl annotate ... v41flash.io/rollout-action=pause/<candidate>
+            kube.crs[("ns", name)]["metadata"]["annotations"] = {"v41flash.io/rollout-action": f"{action}/{cand}"}
+        elif action not in ("wait", "unready"):
             kube.update_spec(name, spec)
         for _ in range(rnd.randint(1, 3)):
-            step(kube, name, clock, rnd.choice([0.5, 3, 6, 12]))
+            clock.t += rnd.choice([0.5, 3, 6, 12])
+            reconcile(kube, kube.cr(name), Events())
+            kube.settle(ready=action != "unready")  # "unready": every pod out of Ready for a pass (a node blip)
             st = kube.cr(name)["status"]
             rolled_once = rolled_once or "rollout" in st
             assert not rolled_once or "rollout" in st, (history, st)
@@ -505,9 +516,15 @@ def test_any_sequence_of_spec_changes_never_touches_what_serves_and_ends_on_one_
                 assert now_templates == templates, (history, key)  # what serves is never re-templated
             key, templates = now_key, now_templates
             assert templates, (history, key, st.get("conditions"))  # the serving slot's engines exist
+    # the spec good and new (a rolled-back revision is not tried again), the figures good, nothing paused
+    figures["view"] = progress.StepView(M.Figures(requests=40, ttft_seconds=0.5, e2e_p95_seconds=5.0,
+                                                  error_ratio=0.0), serving_requests=100, old_live_requests=0)
+    kube.crs[("ns", name)]["metadata"]["annotations"] = {}
     spec = kube.cr(name)["spec"]
     spec["decode"].pop("extraArgs", None)
+    spec["decode"]["maxNumSeqs"] = 72
     kube.update_spec(name, spec)
+    kube.settle()
     for _ in range(40):
         out, _ = step(kube, name, clock, 6)
         st = kube.cr(name)["status"]
