@@ -469,8 +469,8 @@ def _serving(kube: FakeKube, name: str) -> tuple[tuple[str, str], dict[str, dict
                                                 for s in range(12)])
 def test_any_sequence_of_spec_changes_never_touches_what_serves_and_ends_on_one_slot(world, example_name, seed):
     """Random sequences of engine changes, unrealizable specs, reverts, prefill on/off, SLO edits, candidates over
-    and within the gate, pause/resume annotations and every pod out of Ready for a pass, a pass after each with
-    time passing: status never forgets a rollout once one happened; the slot status says serves keeps its engine
+    and within the gate, pause/resume annotations, every pod out of Ready for a pass, operator restarts and a lost
+    status write, a pass after each with time passing: status never forgets a rollout once one happened; the slot status says serves keeps its engine
     templates as long as it serves that revision; once the spec is good and new, one slot serves it."""
     import random
     rnd = random.Random(seed)
@@ -483,7 +483,7 @@ def test_any_sequence_of_spec_changes_never_touches_what_serves_and_ends_on_one_
     for _ in range(16):
         spec = kube.cr(name)["spec"]
         action = rnd.choice(["engine", "engine", "bad", "fix", "slo", "prefill", "slow", "fast", "pause", "resume",
-                             "unready", "wait", "wait"])
+                             "unready", "restart", "lost", "wait", "wait"])
         history.append(action)
         if action == "engine":
             spec["decode"]["maxNumSeqs"] = rnd.choice([40, 48, 56, 64])
@@ -502,6 +502,11 @@ def test_any_sequence_of_spec_changes_never_touches_what_serves_and_ends_on_one_
                                                 old_live_requests=0)
         elif action in ("pause", "resume"):  # kubectl annotate ... v41flash.io/rollout-action=pause/<candidate>
             kube.crs[("ns", name)]["metadata"]["annotations"] = {"v41flash.io/rollout-action": f"{action}/{cand}"}
+        elif action == "restart":  # a new operator process: nothing in memory
+            meta = kube.cr(name)["metadata"]
+            process_memory.MEMORY.forget(meta["uid"], meta["namespace"], name)
+        elif action == "lost":  # the next pass's status write is refused (409): what it applied and pruned stays
+            kube.fail[("patch_status", name)] = api_error(409, "Conflict", "the object has been modified")
         elif action not in ("wait", "unready"):
             kube.update_spec(name, spec)
         for _ in range(rnd.randint(1, 3)):
