@@ -5,6 +5,7 @@ from the decision, posts its Events; the step's figures come from rollout/progre
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -470,9 +471,9 @@ def _serving(kube: FakeKube, name: str) -> tuple[tuple[str, str], dict[str, dict
 def test_any_sequence_of_spec_changes_never_touches_what_serves_and_ends_on_one_slot(world, example_name, seed):
     """Random sequences of engine changes, unrealizable specs, reverts, prefill on/off, SLO edits, candidates over
     and within the gate, pause/resume annotations, every pod out of Ready for a pass, operator restarts and a lost
-    status write, a pass after each with time passing: status never forgets a rollout once one happened; the slot status says serves keeps its engine
-    templates as long as it serves that revision; once the spec is good and new, one slot serves it."""
-    import random
+    status write, a pass after each with time passing: status never forgets a rollout once one happened; the slot
+    status says serves keeps its engine templates as long as it serves that revision; once the spec is good and
+    new, one slot serves it."""
     rnd = random.Random(seed)
     clock, figures, seen = world
     kube, name = converged(short(example(example_name)))  # the Gateway example: the operator's HTTPRoute splits
