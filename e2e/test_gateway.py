@@ -111,6 +111,15 @@ def route_status(cluster, ns: str, name: str) -> dict[str, dict]:
     return {c["type"]: c for p in parents for c in p.get("conditions") or []}
 
 
+def in_phase(cluster, ns: str, name: str, phase: str, replacing: str | None = None) -> dict | None:
+    """The CR once its status.rollout is in `phase` (and, with `replacing`, serves another revision), else None."""
+    cr = get_cr(cluster, ns, name)
+    st = cr.get("status") or {}
+    if (st.get("rollout") or {}).get("phase") != phase or (replacing and st.get("servingRevision") == replacing):
+        return None
+    return cr
+
+
 def test_gateway_mode_with_prefill_is_ready_and_a_completion_through_envoy_reaches_prefill_and_decode(
         cluster, operator_process, gateway, ns):
     doc = gateway_doc()
@@ -256,13 +265,8 @@ def test_a_rollout_in_gateway_mode_serves_every_request_through_envoy(cluster, o
         load.wait_requests(8)
         doc["spec"]["model"]["revision"] = "e2e-1017"
         apply(cluster, doc, ns)
-
-        def complete():
-            cr = get_cr(cluster, ns, name)
-            st = cr.get("status") or {}
-            return cr if (st.get("rollout") or {}).get("phase") == "Complete" and st.get("servingRevision") != old \
-                else None
-        cr = wait_for(complete, 300, "the rollout in mode Gateway to complete")
+        cr = wait_for(lambda: in_phase(cluster, ns, name, "Complete", replacing=old), 300,
+                      "the rollout in mode Gateway to complete")
         new = cr["status"]["servingRevision"]
         wait_for(lambda: {p.metadata.labels[REVISION] for p in cluster.core.list_namespaced_pod(
             ns, label_selector=f"v41flash.io/deployment={name},v41flash.io/serving=true").items
@@ -302,11 +306,7 @@ def test_a_failing_blue_green_step_through_the_users_own_route_moves_the_front_p
         doc["spec"]["model"]["revision"] = "e2e-slow"
         doc["spec"]["prefill"]["extraEnv"] = [{"name": "V41F_SIM_ARGS", "value": "--v41f-latency-factor=150"}]
         apply(cluster, doc, ns)
-
-        def rolled_back():
-            cr = get_cr(cluster, ns, name)
-            return cr if ((cr.get("status") or {}).get("rollout") or {}).get("phase") == "RolledBack" else None
-        cr = wait_for(rolled_back, 240, "the candidate over the gate rolled back")
+        cr = wait_for(lambda: in_phase(cluster, ns, name, "RolledBack"), 240, "the candidate over the gate rolled back")
         wait_for(lambda: {p.metadata.labels[REVISION] for p in cluster.core.list_namespaced_pod(
             ns, label_selector=f"v41flash.io/deployment={name},v41flash.io/serving=true").items
             if not p.metadata.deletion_timestamp} == {old}, 120, "only the serving revision's engine pods left")
@@ -494,22 +494,14 @@ def test_a_scorer_weight_change_mid_rollout_rolls_both_slots_pickers_and_the_rol
         load.wait_requests(6)
         doc["spec"]["model"]["revision"] = "e2e-midroll"
         apply(cluster, doc, ns)
-
-        def canary():
-            st = get_cr(cluster, ns, name).get("status") or {}
-            return st if (st.get("rollout") or {}).get("phase") == "Canary" else None
-        candidate = wait_for(canary, 180, "the candidate's canary step")["rollout"]["candidateRevision"]
+        candidate = wait_for(lambda: in_phase(cluster, ns, name, "Canary"), 180,
+                             "the candidate's canary step")["status"]["rollout"]["candidateRevision"]
         pickers = {s["pod"] for s in cluster.supervised(ns, role="epp", kind="epp")}
         assert len(pickers) == 2, pickers  # the serving slot's and the candidate's
         doc["spec"]["routing"]["gateway"]["activeRequestWeight"] = 3
         apply(cluster, doc, ns)
-
-        def complete():
-            cr = get_cr(cluster, ns, name)
-            st = cr.get("status") or {}
-            return cr if (st.get("rollout") or {}).get("phase") == "Complete" and st.get("servingRevision") != old \
-                else None
-        cr = wait_for(complete, 240, "the rollout to complete after the picker change")
+        cr = wait_for(lambda: in_phase(cluster, ns, name, "Complete", replacing=old), 240,
+                      "the rollout to complete after the picker change")
         (picker,) = wait_for(lambda: (lambda s: s if len(s) == 1 else None)(
             cluster.supervised(ns, role="epp", kind="epp")), 90, "one picker left (the serving slot's)")
         load.wait_requests(8)

@@ -91,6 +91,13 @@ def engine_names(kube: FakeKube) -> set[str]:
             and o["metadata"]["labels"].get(L.ROLE_LABEL) in ("prefill", "decode")}
 
 
+def engine_change(kube: FakeKube, name: str, max_num_seqs: int = 48) -> None:
+    """A spec change that renders another engine revision (decode's --max-num-seqs): a rollout."""
+    spec = kube.cr(name)["spec"]
+    spec["decode"]["maxNumSeqs"] = max_num_seqs
+    kube.update_spec(name, spec)
+
+
 def short(doc: dict, **rollout) -> dict:
     doc["spec"]["rollout"] = {"steps": [50, 100], "stepSeconds": 10, "minRequestsPerStep": 5, **rollout}
     return doc
@@ -116,9 +123,7 @@ def test_an_engine_change_canaries_step_by_step_promotes_drains_and_keeps_the_pr
     kube, name = converged(short(example()))
     old = kube.cr(name)["status"]["servingRevision"]
     before = {n: kube.get("Deployment", n)["spec"] for n in engine_names(kube)}
-    spec = kube.cr(name)["spec"]
-    spec["decode"]["maxNumSeqs"] = 48
-    kube.update_spec(name, spec)
+    engine_change(kube, name)
     phases, all_events = [], []
     for _ in range(30):
         out, events = step(kube, name, clock, 6)
@@ -152,9 +157,7 @@ def test_a_candidate_too_slow_is_rolled_back_at_the_gate_with_figure_and_target_
     old = kube.cr(name)["status"]["servingRevision"]
     figures["view"] = progress.StepView(M.Figures(requests=40, ttft_seconds=9.0, e2e_p95_seconds=5.0,
                                                   error_ratio=0.0), serving_requests=100)
-    spec = kube.cr(name)["spec"]
-    spec["decode"]["maxNumSeqs"] = 48
-    kube.update_spec(name, spec)
+    engine_change(kube, name)
     events = Events()
     for _ in range(20):
         out, ev = step(kube, name, clock, 6)
@@ -186,9 +189,7 @@ def test_a_rollout_without_the_serving_record_stalls_naming_it(world):
     for key in [k for k in kube.objects if k[1] == "ControllerRevision"]:
         del kube.objects[key]
     process_memory.MEMORY.of(kube.cr(name)["metadata"]["uid"]).recorded.clear()
-    spec = kube.cr(name)["spec"]
-    spec["decode"]["maxNumSeqs"] = 48
-    kube.update_spec(name, spec)
+    engine_change(kube, name)
     before = set(kube.objects)
     out = reconcile(kube, kube.cr(name), Events())
     assert out.stall is not None and out.stall.reason == "RolloutBlocked"
@@ -213,9 +214,7 @@ def _until(kube, name, clock, phase: str, n: int = 20, seconds: float = 6):
 def test_a_kubectl_pause_annotation_holds_the_step_and_resume_goes_on(world):
     clock, _, _ = world
     kube, name = converged(short(example()))
-    spec = kube.cr(name)["spec"]
-    spec["decode"]["maxNumSeqs"] = 48
-    kube.update_spec(name, spec)
+    engine_change(kube, name)
     out = _until(kube, name, clock, M.CANARY)
     cand = out.status["rollout"]["candidateRevision"]
     kube.crs[("ns", name)]["metadata"]["annotations"] = {"v41flash.io/rollout-action": f"pause/{cand}"}
@@ -231,9 +230,7 @@ def test_a_kubectl_pause_annotation_holds_the_step_and_resume_goes_on(world):
 def test_an_operator_restart_mid_rollout_resumes_from_status_in_the_same_slot(world):
     clock, _, _ = world
     kube, name = converged(short(example()))
-    spec = kube.cr(name)["spec"]
-    spec["decode"]["maxNumSeqs"] = 48
-    kube.update_spec(name, spec)
+    engine_change(kube, name)
     out = _until(kube, name, clock, M.CANARY)
     before = {k: v for k, v in out.status["rollout"].items() if k in ("candidateRevision", "candidateSlot", "since")}
     names = set(kube.objects)
@@ -251,9 +248,7 @@ def test_the_spec_back_at_the_serving_revision_aborts_the_candidate_and_never_to
     kube, name = converged(short(example()))
     serving = {n: kube.get("Deployment", n)["spec"] for n in engine_names(kube)}
     original = kube.cr(name)["spec"]
-    spec = kube.cr(name)["spec"]
-    spec["decode"]["maxNumSeqs"] = 48
-    kube.update_spec(name, spec)
+    engine_change(kube, name)
     _until(kube, name, clock, M.CANARY)
     kube.update_spec(name, original)
     for _ in range(4):
@@ -390,9 +385,7 @@ def test_a_stalled_spec_after_a_rollout_keeps_the_serving_slot_and_the_next_chan
     served: it would rebuild the pruned slot from the old record and put the candidate over the serving slot."""
     clock, figures, seen = world
     kube, name = converged(short(example()))
-    spec = kube.cr(name)["spec"]
-    spec["decode"]["maxNumSeqs"] = 48
-    kube.update_spec(name, spec)
+    engine_change(kube, name)
     _until(kube, name, clock, M.COMPLETE)
     st = kube.cr(name)["status"]
     serving, serving_rollout = st["servingRevision"], st["rollout"]
@@ -427,9 +420,7 @@ def test_a_stalled_spec_mid_canary_keeps_the_rollout_and_the_candidate_goes_on_o
     (not a new rollout that replaces the candidate)."""
     clock, figures, seen = world
     kube, name = converged(short(example()))
-    spec = kube.cr(name)["spec"]
-    spec["decode"]["maxNumSeqs"] = 48
-    kube.update_spec(name, spec)
+    engine_change(kube, name)
     _until(kube, name, clock, M.CANARY)
     canary, revisions = kube.cr(name)["status"]["rollout"], kube.cr(name)["status"]["revisions"]
     workloads = {n: kube.get("Deployment", n)["metadata"]["uid"] for n in engine_names(kube)}
