@@ -16,6 +16,7 @@ from fake_kube import FakeKube, api_error
 from process_memory import reconcile
 from v41flash.controller import reconcile as rec
 from v41flash.controller import revisions
+from v41flash.controller.autoscale import PlannerOutcome
 from v41flash.render import gateway
 from v41flash.render import labels as L
 from v41flash.rollout import machine as M
@@ -448,23 +449,24 @@ def test_a_stalled_spec_mid_canary_keeps_the_rollout_and_the_candidate_goes_on_o
 
 def _serving(kube: FakeKube, name: str) -> tuple[tuple[str, str], dict[str, dict]]:
     """(serving slot, serving revision) as status says, and the pod templates of that slot's engine workloads (and
-    endpoint picker, in mode Gateway)."""
+    endpoint picker, in mode Gateway), each of which runs at least one replica."""
     st = kube.cr(name)["status"]
     slot = M.State.from_status(st.get("rollout")).serving_slot
     names = {role: slot_workload_name(name, role, slot) for role in ("prefill", "decode")}
     names["epp"] = gateway.epp_name(name, slot)  # mode Gateway: the slot's endpoint picker
-    templates = {role: w["spec"]["template"] for role, n in names.items() if (w := kube.get("Deployment", n))}
-    return (slot, st.get("servingRevision", "")), templates
+    workloads = {role: w for role, n in names.items() if (w := kube.get("Deployment", n))}
+    assert all(w["spec"].get("replicas", 1) >= 1 for w in workloads.values()), (slot, st.get("rollout"))  # never 0
+    return (slot, st.get("servingRevision", "")), {role: w["spec"]["template"] for role, w in workloads.items()}
 
 
 @pytest.mark.parametrize("example_name,seed", [(e, s) for e in ("tp4-h200-low-latency", "tp4-h200-pd-gateway")
                                                 for s in range(12)])
 def test_any_sequence_of_spec_changes_never_touches_what_serves_and_ends_on_one_slot(world, example_name, seed):
     """Random sequences of engine changes, unrealizable specs, reverts, prefill on/off, SLO edits, candidates over
-    and within the gate, pause/resume annotations, every pod out of Ready for a pass, operator restarts and a lost
-    status write, a pass after each with time passing: status never forgets a rollout once one happened; the slot
-    status says serves keeps its engine templates as long as it serves that revision; once the spec is good and
-    new, one slot serves it."""
+    and within the gate, pause/resume annotations, every pod out of Ready for a pass, operator restarts, a lost
+    status write and the planner resizing roles, a pass after each with time passing: status never forgets a
+    rollout once one happened; the slot status says serves keeps its engine templates, and at least one replica
+    each, as long as it serves that revision; once the spec is good and new, one slot serves it."""
     rnd = random.Random(seed)
     clock, figures, seen = world
     kube, name = converged(short(example(example_name)))  # the Gateway example: the operator's HTTPRoute splits
@@ -475,7 +477,7 @@ def test_any_sequence_of_spec_changes_never_touches_what_serves_and_ends_on_one_
     for _ in range(16):
         spec = kube.cr(name)["spec"]
         action = rnd.choice(["engine", "engine", "bad", "fix", "slo", "prefill", "slow", "fast", "pause", "resume",
-                             "unready", "restart", "lost", "wait", "wait"])
+                             "unready", "restart", "lost", "scale", "wait", "wait"])
         history.append(action)
         if action == "engine":
             spec["decode"]["maxNumSeqs"] = rnd.choice([40, 48, 56, 64])
@@ -501,9 +503,12 @@ def test_any_sequence_of_spec_changes_never_touches_what_serves_and_ends_on_one_
             kube.fail[("patch_status", name)] = api_error(409, "Conflict", "the object has been modified")
         elif action not in ("wait", "unready"):
             kube.update_spec(name, spec)
+        # "scale": a planner pass sizing each role between its min and max (1-2 in both examples)
+        planner = PlannerOutcome(desired={role: rnd.randint(1, 2) for role in ("prefill", "decode")}) \
+            if action == "scale" else None
         for _ in range(rnd.randint(1, 3)):
             clock.t += rnd.choice([0.5, 3, 6, 12])
-            reconcile(kube, kube.cr(name), Events())
+            reconcile(kube, kube.cr(name), Events(), planner=planner)
             kube.settle(ready=action != "unready")  # "unready": every pod out of Ready for a pass (a node blip)
             st = kube.cr(name)["status"]
             rolled_once = rolled_once or "rollout" in st
