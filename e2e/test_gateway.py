@@ -14,7 +14,7 @@ operator's HTTPRoute like a Gateway controller programs its proxies:
    the startup and readiness probes pass again, requests failing only while it is down (FailClose), the
    deployment Ready again;
 5. a scorer weight changed under load: the picker pod replaced (surge first) with the new plugins file, the engines
-   untouched; and during a canary, both slots' pickers replaced and the rollout completing;
+   untouched; and during a canary, the rollout going on to complete with a replaced picker carrying the weight;
 6. routing.mode switched on a running deployment: refused at admission with the default canary strategy (a canary
    cannot split traffic across two front doors); with Recreate, VllmRouter -> Gateway -> VllmRouter, each time the
    new front door serves and the old one's objects are pruned (no router pod left behind a Gateway, no picker,
@@ -482,7 +482,8 @@ def test_a_scorer_weight_change_replaces_the_picker_under_load(cluster, operator
 def test_a_scorer_weight_change_mid_rollout_rolls_both_slots_pickers_and_the_rollout_completes(
         cluster, operator_process, gateway, ns):
     """A picker setting changed during a canary (the operator's HTTPRoute splitting traffic over two pools): no new
-    revision, both slots' pickers replaced surge-first, the rollout goes on to complete, every request served."""
+    revision, the rollout goes on to complete on the same candidate, its picker replaced (surge first) with the new
+    weight, every request served."""
     doc = gateway_doc("midroll")
     doc["spec"]["rollout"] = dict(ROLLOUT)
     name = doc["metadata"]["name"]
