@@ -479,7 +479,7 @@ def test_a_scorer_weight_change_replaces_the_picker_under_load(cluster, operator
         ns, label_selector=f"v41flash.io/deployment={name},v41flash.io/serving=true").items} == engines
 
 
-def test_a_scorer_weight_change_mid_rollout_rolls_both_slots_pickers_and_the_rollout_completes(
+def test_a_scorer_weight_change_mid_rollout_replaces_the_picker_and_the_rollout_completes(
         cluster, operator_process, gateway, ns):
     """A picker setting changed during a canary (the operator's HTTPRoute splitting traffic over two pools): no new
     revision, the rollout goes on to complete on the same candidate, its picker replaced (surge first) with the new
