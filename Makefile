@@ -6,9 +6,10 @@ PY := $(VENV)/bin/python
 
 .PHONY: venv tools unit-tools up down status demo test unit e2e crd
 # What the unit tests run from the tool cache: helm (chart), promtool (alert rules), the LWS CRD (schema),
-# prometheus (the Prometheus metrics source against a real server), the InferencePool and HTTPRoute CRDs and
-# the endpoint picker and P/D sidecar binaries (mode Gateway: schemas and flags).
-UNIT_TOOLS := helm promtool lws prometheus gie gateway-api pd-sidecar epp
+# prometheus (the Prometheus metrics source against a real server), kwok's stage files (the harness's pod
+# stages), the InferencePool and HTTPRoute CRDs and the endpoint picker and P/D sidecar binaries (mode Gateway:
+# schemas and flags).
+UNIT_TOOLS := helm promtool lws prometheus kwok gie gateway-api pd-sidecar epp
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
