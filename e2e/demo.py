@@ -16,7 +16,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from e2e.harness import REPO, Cluster, log, operator_argv
+from e2e.harness import Cluster
+from e2e.tools import REPO, log, operator_argv
 from v41flash_bench.procs import free_port, spawn
 
 DEFAULT_EXAMPLE = REPO / "manifests" / "examples" / "tp4-h200-low-latency.yaml"

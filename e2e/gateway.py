@@ -38,8 +38,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from e2e.harness import VENV_BIN, Cluster, log, wait_until, write_json
-from e2e.supervisor import ready_backends
+from e2e.harness import Cluster, wait_until
+from e2e.router_pods import ready_backends
+from e2e.tools import VENV_BIN, Tools, log, write_json
 from v41flash_bench.procs import Proc, free_port, spawn, stop_procs
 
 GATEWAY_NAME = "e2e-gateway"
@@ -486,7 +487,6 @@ def remove_gie_crds(cluster: Cluster, timeout: float = 60) -> None:
 
 def install_gie_crds(cluster: Cluster, timeout: float = 60) -> None:
     """Install the GIE CRDs of the pinned version (what `harness up` installs) and wait until Established."""
-    from e2e.harness import Tools
     cluster.kubectl("apply", "--server-side", "--force-conflicts", *[f"-f={c}" for c in Tools.load().gie_crds])
 
     def established():

@@ -15,7 +15,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Callable, TypeVar
 
-from e2e.harness import VENV_BIN, Cluster, operator_argv
+from e2e.harness import Cluster
+from e2e.tools import VENV_BIN, operator_argv
 from v41flash_bench.procs import Proc, free_port, proc_start_ticks, spawn, stop_procs
 
 T = TypeVar("T")

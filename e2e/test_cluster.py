@@ -224,7 +224,8 @@ def test_garbage_collector_deletes_owned_objects(cluster, ns):
 def test_down_leaves_nothing_running(tmp_path):
     """A second, throwaway cluster: after `down` none of its processes (simulators included) runs, nothing
     listens on its pod network, and its state is gone."""
-    from e2e.harness import Cluster, loopback_listener_nets
+    from e2e.harness import Cluster
+    from e2e.nodes import loopback_listener_nets
     c = Cluster(tmp_path / "state")
     try:
         assert c.up()

@@ -14,7 +14,7 @@ import time
 import pytest
 from kubernetes import client
 
-from e2e.harness import NODE_NOT_READY_LABEL
+from e2e.nodes import NODE_NOT_READY_LABEL
 from e2e.kit import OperatorProcess, wait_for
 from e2e.test_autoscale import Load
 from e2e.test_operator import REPO, apply, children, condition, get_cr, load, rendered, wait_ready

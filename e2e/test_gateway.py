@@ -49,7 +49,7 @@ ROLLOUT = {"steps": [50, 100], "stepSeconds": 8, "minRequestsPerStep": 5, "progr
 
 @pytest.fixture(scope="module")
 def gateway(cluster):
-    from e2e.harness import Tools
+    from e2e.tools import Tools
     tools = Tools.load()
     missing = [str(p) for p in (tools.epp, tools.pd_sidecar) if not p.exists()]
     if missing:

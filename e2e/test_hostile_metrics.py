@@ -27,7 +27,7 @@ from kubernetes.utils.quantity import parse_quantity
 from prometheus_client.parser import text_string_to_metric_families
 
 from e2e.kit import TIMER_INTERVAL_S, wait_for
-from e2e.supervisor import HOSTILE_METRICS_ENV
+from e2e.engine_pods import HOSTILE_METRICS_ENV
 from v41flash.metrics.scrape import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT_S
 
 pytestmark = pytest.mark.e2e

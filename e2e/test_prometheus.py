@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from e2e import prometheus as P
-from e2e.harness import Tools
+from e2e.tools import Tools
 from e2e.kit import wait_for
 from e2e.test_autoscale import CLIENTS, MODEL, PROFILE, Load, deployment
 from v41flash_bench.procs import stop_procs

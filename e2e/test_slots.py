@@ -1,4 +1,4 @@
-"""Two serving revisions side by side on the real control plane, applied straight from rollout/slots.py (no
+"""Two serving revisions side by side on the real control plane, applied straight from render() with two slots (no
 operator): the front's session proxy splits new sessions between the slots' routers by the routing table,
 every session stays on one revision, and each request's prefill and decode ran on engines of that revision
 (the simulators' own request counters per revision match the front's per-revision counts exactly: a
@@ -15,12 +15,11 @@ import pytest
 import yaml
 
 from e2e.kit import wait_for
-from e2e.supervisor import UNREACHABLE
+from e2e.router_pods import UNREACHABLE
 from v41flash.api.v1alpha1 import V41FlashDeployment
 from v41flash.proxy.session_proxy import ROUTES_RELOAD_S
 from v41flash.render.revision import revision_of
-from v41flash.render import render
-from v41flash.rollout.slots import SlotSpec, render_slots
+from v41flash.render import SlotSpec, render
 
 pytestmark = pytest.mark.e2e
 
@@ -59,7 +58,7 @@ def _served(cluster, pod: dict, ns: str) -> float:
 def test_two_revisions_split_by_session_with_revision_consistent_pairs(cluster, ns):
     r1, r2 = _cr(ns, revision="r1"), _cr(ns, revision="r2")
     rev1, rev2 = revision_of(render(r1)), revision_of(render(r2))
-    _apply(cluster, render_slots(r2, [SlotSpec("", r1.spec, share=50), SlotSpec("a", r2.spec, share=50)]), ns)
+    _apply(cluster, render(r2, [SlotSpec("", r1.spec, share=50), SlotSpec("a", r2.spec, share=50)]), ns)
 
     def all_ready():
         engines = _pods(cluster, ns, "v41flash.io/deployment=slots,v41flash.io/serving=true")
@@ -113,7 +112,7 @@ def test_sim_knobs_reach_only_the_revision_that_carries_them(cluster, ns):
     for role in ("prefill", "decode"):
         doc["spec"][role]["extraEnv"] = [{"name": "V41F_SIM_ARGS", "value": "--v41f-fail-start"}]
     broken = V41FlashDeployment.model_validate(doc)
-    _apply(cluster, render_slots(broken, [SlotSpec("", r1.spec, share=100),
+    _apply(cluster, render(broken, [SlotSpec("", r1.spec, share=100),
                                           SlotSpec("a", broken.spec, share=0, accept_new=False)]), ns)
     rev1, rev_b = revision_of(render(r1)), revision_of(render(broken))
 

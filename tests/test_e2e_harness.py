@@ -9,12 +9,16 @@ from collections import Counter
 import pytest
 import yaml
 
-from e2e.harness import (GPU_RESOURCE, Tools, claim_pod_network, fake_nodes, loopback_listener_nets, lws_webhooks,
-                         read_versions, release_pod_network, supervised_procs)
-from e2e.harness import kwok_stages as harness_kwok_stages
-from e2e.supervisor import (VllmArgs, command_tokens, container_env, expand_vars, flag_values,
-                            parse_vllm, pick_container, pod_sim_command, proxy_command, proxy_container,
-                            readiness_url, ready_status, router_command, wants_process)
+from e2e.cluster_config import kwok_stages as harness_kwok_stages
+from e2e.cluster_config import lws_webhooks
+from e2e.engine_pods import VllmArgs, parse_vllm, pod_sim_command
+from e2e.harness import supervised_procs
+from e2e.nodes import GPU_RESOURCE, claim_pod_network, fake_nodes, loopback_listener_nets, release_pod_network
+from e2e.pod_processes import pick_container
+from e2e.pod_spec import command_tokens, container_env, expand_vars, flag_values, wants_process
+from e2e.probes import readiness_url, ready_status
+from e2e.router_pods import proxy_command, proxy_container, router_command
+from e2e.tools import Tools, read_versions
 
 POD = {"metadata": {"name": "p-0", "namespace": "ns1", "uid": "u1", "labels": {"app": "x"}},
        "spec": {"nodeName": "h200-0", "containers": []},
@@ -310,13 +314,13 @@ def test_rollout_front_and_slot_routers_in_the_supervisor():
     Service URL resolved to a Ready pod (no cluster DNS here)."""
     import json as _json
 
-    from e2e.supervisor import has_router, local_routes, resolve_service_url, routes_volume
+    from e2e.router_pods import has_router, local_routes, resolve_service_url, routes_volume
     from v41flash.api.v1alpha1 import V41FlashDeployment
-    from v41flash.rollout.slots import SlotSpec, render_slots
+    from v41flash.render import SlotSpec, render
     obj = V41FlashDeployment.model_validate({"apiVersion": "v41flash.io/v1alpha1", "kind": "V41FlashDeployment",
                                              "metadata": {"name": "t", "namespace": "ns"}, "spec": {}})
     new = V41FlashDeployment.model_validate({**obj.model_dump(by_alias=True), "spec": {"model": {"revision": "r2"}}})
-    objs = render_slots(new, [SlotSpec("", obj.spec, share=95), SlotSpec("a", new.spec, share=5)])
+    objs = render(new, [SlotSpec("", obj.spec, share=95), SlotSpec("a", new.spec, share=5)])
     get = {(o["kind"], o["metadata"]["name"]): o for o in objs}
     front = {**POD, "spec": get[("Deployment", "t-router")]["spec"]["template"]["spec"]}
     slot_router = {**POD, "spec": get[("Deployment", "t-router-a")]["spec"]["template"]["spec"]}

@@ -11,7 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from e2e import engine_pods as sims
 from e2e import supervisor as sup
+from e2e.cluster_config import ROLE_LABEL
 from e2e.hostile_metrics import serve
 from v41flash.api.v1alpha1 import V41FlashDeployment
 from v41flash.metrics.scrape import DEFAULT_MAX_BYTES, ScrapeTarget, scrape_one
@@ -71,7 +73,7 @@ def test_an_unknown_mode_is_refused():
     with pytest.raises(ValueError, match="mode 'slow'"):
         serve("127.0.0.1", 0, "slow")
     with pytest.raises(ValueError, match="V41F_HOSTILE_METRICS='slow'"):
-        sup.hostile_command("127.1.1.5", 8000, "slow")
+        sims.hostile_command("127.1.1.5", 8000, "slow")
 
 
 def _engine_pod(extra_env):
@@ -79,26 +81,26 @@ def _engine_pod(extra_env):
         "apiVersion": "v41flash.io/v1alpha1", "kind": "V41FlashDeployment", "metadata": {"name": "t", "namespace": "ns"},
         "spec": {"prefill": {"enabled": False}, "decode": {"extraEnv": extra_env}}})
     dep = next(o for o in render(obj) if o["kind"] == "Deployment" and o["metadata"]["name"] == "t-decode")
-    return {"metadata": {"name": "t-decode-1", "namespace": "ns", "uid": "u1", "labels": {sup.ROLE_LABEL: "decode"}},
+    return {"metadata": {"name": "t-decode-1", "namespace": "ns", "uid": "u1", "labels": {ROLE_LABEL: "decode"}},
             "spec": dep["spec"]["template"]["spec"], "status": {"phase": "Running", "podIP": "127.1.1.5"}}
 
 
 def _supervisor(tmp_path: Path) -> sup.Supervisor:
     s = sup.Supervisor.__new__(sup.Supervisor)  # no tools, no apiserver: desired() is pure for engine pods
-    s.logs, s.extra, s.tools = tmp_path, {r: [] for r in sup.SIM_ROLE_LATENCY}, None
+    s.logs, s.extra, s.tools = tmp_path, {r: [] for r in sims.SIM_ROLE_LATENCY}, None
     return s
 
 
 @pytest.mark.parametrize("mode", ["flood", "drip"])
 def test_supervisor_runs_the_hostile_engine_on_the_pods_ip_and_port(tmp_path, mode):
-    pod = _engine_pod([{"name": sup.HOSTILE_METRICS_ENV, "value": mode}])
+    pod = _engine_pod([{"name": sims.HOSTILE_METRICS_ENV, "value": mode}])
     [child] = _supervisor(tmp_path).desired(pod)
     assert child.kind == "hostile" and (child.ip, child.port) == ("127.1.1.5", 8000)
-    assert child.argv[1:] == [str(sup.HOSTILE_METRICS), "--host", "127.1.1.5", "--port", "8000", "--mode", mode]
+    assert child.argv[1:] == [str(sims.HOSTILE_METRICS), "--host", "127.1.1.5", "--port", "8000", "--mode", mode]
     assert child.probe_url == "http://127.1.1.5:8000/health"
 
 
 def test_supervisor_refuses_an_unknown_hostile_mode(tmp_path):
-    pod = _engine_pod([{"name": sup.HOSTILE_METRICS_ENV, "value": "slow"}])
+    pod = _engine_pod([{"name": sims.HOSTILE_METRICS_ENV, "value": "slow"}])
     with pytest.raises(ValueError, match="V41F_HOSTILE_METRICS"):
         _supervisor(tmp_path).desired(pod)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from e2e.supervisor import VllmArgs, flag_values, pod_sim_command, start_plan
+from e2e.engine_pods import VllmArgs, pod_sim_command, start_plan
+from e2e.pod_spec import flag_values
 from v41flash_bench.inference_sim import SimKnobs, SimLatency, split_knobs
 
 

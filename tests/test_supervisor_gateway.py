@@ -16,10 +16,13 @@ import pytest
 import yaml
 
 from e2e import gateway as G
-from e2e.harness import SIDECAR_PATCH, SUPERVISED_ROLES
-from e2e.supervisor import (EPP_PORT_FLAGS, command_tokens, container_env, epp_command, forward_command,
-                            grpc_health_ok, parse_vllm, pick_container, probe_ok, probe_url, readiness_url, sidecar_command,
-                            sidecar_container, volume_paths)
+from e2e.cluster_config import SUPERVISED_ROLES
+from e2e.engine_pods import parse_vllm
+from e2e.gateway_pods import EPP_PORT_FLAGS, epp_command, forward_command, sidecar_command, sidecar_container
+from e2e.pod_processes import pick_container
+from e2e.pod_spec import command_tokens, container_env, volume_paths
+from e2e.probes import grpc_health_ok, probe_ok, probe_url, readiness_url
+from e2e.tools import SIDECAR_PATCH
 from e2e.tcp_forward import parse_mapping
 from v41flash.render import gateway as render_gateway
 
@@ -336,7 +339,8 @@ def test_a_tcp_probe_succeeds_only_while_something_listens():
 
 def test_readiness_waits_for_the_startup_probe(tmp_path):
     """The picker's gRPC health says SERVING before its ext-proc port listens: Ready must wait for both."""
-    from e2e.supervisor import Child, Supervisor
+    from e2e.pod_processes import Child
+    from e2e.supervisor import Supervisor
     sup = Supervisor.__new__(Supervisor)
     written = []
     sup.set_ready = lambda ch, pod, ok: written.append(ok)
@@ -361,9 +365,9 @@ def test_readiness_waits_for_the_startup_probe(tmp_path):
 def test_supervisor_refuses_to_start_without_the_probe_modules(tmp_path):
     """A Python without grpcio once ran a supervisor whose watch loop retried the ImportError every second:
     no picker pod ever turned Ready and nothing said why. It now exits at once, naming what to install."""
-    from e2e import supervisor as S
-    assert S.missing_modules() == []  # the dev extra has them
-    assert S.missing_modules(("grpc", "no_such_module_v41f", "no_such_pkg_v41f.sub")) == [
+    from e2e.probes import missing_modules
+    assert missing_modules() == []  # the dev extra has them
+    assert missing_modules(("grpc", "no_such_module_v41f", "no_such_pkg_v41f.sub")) == [
         "no_such_module_v41f", "no_such_pkg_v41f.sub"]
     code = ("import importlib.util, sys; real = importlib.util.find_spec\n"
             "importlib.util.find_spec = lambda n, *a: None if n == 'grpc' else real(n, *a)\n"

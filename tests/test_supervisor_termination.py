@@ -10,12 +10,15 @@ import subprocess
 import sys
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 
 from e2e import supervisor as sup
-from e2e.supervisor import (DONE, PRESTOP, SIGKILL, SIGTERM, WAIT, Child, Step, configmap_files, configmap_mounts,
-                            container_step, grace_cap, ip_holder, pre_stop_argv, termination_window)
+from e2e.pod_processes import Child
+from e2e.pod_spec import configmap_files, configmap_mounts
+from e2e.termination import (DEFAULT_GRACE_CAP_S, DONE, GRACE_CAP_ENV, PRESTOP, SIGKILL, SIGTERM, WAIT, Step,
+                             container_step, grace_cap, ip_holder, pre_stop_argv, termination_window)
 from v41flash.render import timing
 from v41flash_bench.procs import Proc, proc_start_ticks, spawn, stop_procs
 
@@ -28,11 +31,11 @@ def _ts(epoch: float) -> str:
 # ------------------------------------------------------------------------------------------- the plan
 
 def test_grace_cap_default_none_seconds_and_refusals():
-    assert grace_cap(None) == grace_cap("") == sup.DEFAULT_GRACE_CAP_S == 5.0
+    assert grace_cap(None) == grace_cap("") == DEFAULT_GRACE_CAP_S == 5.0
     assert grace_cap("none") is None and grace_cap(" None ") is None
     assert grace_cap("0") == 0.0 and grace_cap("2.5") == 2.5
     for bad in ("-1", "soon", "nan"):
-        with pytest.raises(ValueError, match=sup.GRACE_CAP_ENV):
+        with pytest.raises(ValueError, match=GRACE_CAP_ENV):
             grace_cap(bad)
 
 
@@ -124,12 +127,12 @@ def pre_stop_script_with(local_dir) -> str:
 
 def test_pre_stop_argv_other_hooks():
     pod = {"spec": {"volumes": []}}
-    assert pre_stop_argv(pod, {"name": "c"}, sup.Path("/v")) is None
-    assert pre_stop_argv(pod, {"lifecycle": {"preStop": {"sleep": {"seconds": 7}}}}, sup.Path("/v")) == ["sleep", "7"]
+    assert pre_stop_argv(pod, {"name": "c"}, Path("/v")) is None
+    assert pre_stop_argv(pod, {"lifecycle": {"preStop": {"sleep": {"seconds": 7}}}}, Path("/v")) == ["sleep", "7"]
     assert pre_stop_argv(pod, {"lifecycle": {"preStop": {"exec": {"command": ["/drain", "--now"]}}}},
-                         sup.Path("/v")) == ["/drain", "--now"]
+                         Path("/v")) == ["/drain", "--now"]
     assert pre_stop_argv(pod, {"lifecycle": {"preStop": {"httpGet": {"path": "/drain", "port": 80}}}},
-                         sup.Path("/v")) is None
+                         Path("/v")) is None
 
 
 def test_configmap_files_without_items_and_with_a_missing_key():
@@ -185,7 +188,7 @@ class FakeAPI:
 
 @pytest.fixture
 def supervisor(tmp_path, monkeypatch):
-    monkeypatch.delenv(sup.GRACE_CAP_ENV, raising=False)
+    monkeypatch.delenv(GRACE_CAP_ENV, raising=False)
     s = sup.Supervisor(tmp_path)
     s.logs.mkdir(parents=True)
     s.api = FakeAPI()

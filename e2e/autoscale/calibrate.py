@@ -32,8 +32,8 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from e2e.harness import Tools
-from e2e.supervisor import VllmArgs, pod_sim_command
+from e2e.engine_pods import VllmArgs, pod_sim_command
+from e2e.tools import Tools
 from v41flash_bench.procs import free_port, spawn, stop_procs
 
 MODEL = "deepseek-v4.1-flash"
