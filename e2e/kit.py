@@ -17,9 +17,23 @@ from typing import Callable, TypeVar
 
 from e2e.harness import Cluster
 from e2e.tools import VENV_BIN, operator_argv
+from v41flash.controller.kube import CHILD_KINDS
 from v41flash_bench.procs import Proc, free_port, proc_start_ticks, spawn, stop_procs
 
 T = TypeVar("T")
+
+
+def kubectl_resource(api_version: str, kind: str) -> str:
+    """kubectl's fully qualified name of a kind: ("apps/v1", "Deployment") -> deployments.apps, ("v1", "Service")
+    -> services."""
+    group = api_version.rpartition("/")[0]
+    plural = kind.lower()[:-1] + "ies" if kind.endswith("y") else kind.lower() + "s"
+    return f"{plural}.{group}" if group else plural
+
+
+# Every kind the operator can create for a deployment, for `kubectl get`: from the product's one list (what its
+# pruning lists), never a copy here.
+CHILD_RESOURCES = ",".join(kubectl_resource(v, k) for v, k in CHILD_KINDS)
 
 # The periodic tick of every operator the suite starts (OperatorProcess): the default 15 s would make each wait
 # for "a timer pass later" 15 s or more. Waits on the timer derive from this.

@@ -23,7 +23,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from e2e.kit import OperatorProcess, kubectl, wait_for
+from e2e.kit import CHILD_RESOURCES, OperatorProcess, kubectl, wait_for
 from v41flash_bench.procs import free_port
 
 pytestmark = pytest.mark.e2e
@@ -33,9 +33,8 @@ CHART = REPO / "charts" / "v41flash-operator"
 OP_NS = "v41flash-system"
 EXAMPLE = "aggregated-h200"  # decode-only on H200 + router: fits the fake nodes next to anything else
 READY_TIMEOUT = 240
-# Kinds the operator creates for a deployment (what must be gone after uninstall).
-CHILD_KINDS = "deployments,leaderworkersets,services,serviceaccounts,configmaps,roles,rolebindings," \
-              "poddisruptionbudgets,networkpolicies,pods"
+# Kinds the operator creates for a deployment, and their pods (what must be gone after uninstall).
+CHILD_KINDS = f"{CHILD_RESOURCES},pods"
 
 _spec = importlib.util.spec_from_file_location("manifests_sync", REPO / "manifests" / "sync.py")
 sync = importlib.util.module_from_spec(_spec)

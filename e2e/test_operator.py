@@ -15,17 +15,14 @@ import pytest
 import yaml
 
 from e2e.corpus import invalid_cases
-from e2e.kit import TIMER_INTERVAL_S, wait_for
+from e2e.kit import CHILD_RESOURCES, TIMER_INTERVAL_S, wait_for
 
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((REPO / "manifests" / "examples").glob("*.yaml"))
 WORKLOAD_KINDS = ("Deployment", "LeaderWorkerSet")
-CHILD_KINDS = ("deployments,leaderworkersets,services,serviceaccounts,roles,rolebindings,poddisruptionbudgets,configmaps,"
-               "networkpolicies,"
-               # mode Gateway's (the harness installs their CRDs)
-               "inferencepools.inference.networking.k8s.io,httproutes.gateway.networking.k8s.io")
+CHILD_KINDS = CHILD_RESOURCES  # the product's list (mode Gateway's kinds included: the harness installs their CRDs)
 READY_TIMEOUT = 240
 
 

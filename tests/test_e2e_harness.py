@@ -347,3 +347,14 @@ def test_rollout_front_and_slot_routers_in_the_supervisor():
     ra["status"]["conditions"][0]["status"] = "True"
     ups = [r["upstream"] for r in _json.loads(local_routes(table, services, [r0, ra]))["revisions"]]
     assert ups == ["http://127.1.0.6:30001", "http://127.1.0.5:30001"]
+
+
+def test_the_e2e_child_kinds_are_the_product_s():
+    """The e2e checks list children with the product's CHILD_KINDS (what pruning lists), never a copy: two copies had
+    drifted (no DaemonSet, the weight prefetcher)."""
+    from e2e.kit import CHILD_RESOURCES, kubectl_resource
+    from v41flash.controller.kube import CHILD_KINDS
+    assert kubectl_resource("apps/v1", "DaemonSet") == "daemonsets.apps"
+    assert kubectl_resource("v1", "Service") == "services"
+    assert kubectl_resource("networking.k8s.io/v1", "NetworkPolicy") == "networkpolicies.networking.k8s.io"
+    assert len(CHILD_RESOURCES.split(",")) == len(CHILD_KINDS) and "daemonsets.apps" in CHILD_RESOURCES.split(",")
