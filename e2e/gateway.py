@@ -40,7 +40,8 @@ from pathlib import Path
 
 from e2e.harness import Cluster, wait_until
 from e2e.router_pods import ready_backends
-from e2e.tools import VENV_BIN, Tools, log, write_json
+from e2e.tools import VENV_BIN, Tools, log
+from v41flash_bench.local_cluster import write_json
 from v41flash_bench.procs import Proc, free_port, spawn, stop_procs
 
 GATEWAY_NAME = "e2e-gateway"

@@ -23,7 +23,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
@@ -32,12 +31,12 @@ import yaml
 from e2e.cluster_config import kwok_stages, lws_webhooks
 from e2e.nodes import NODE_ANNOTATION, claim_pod_network, fake_nodes, release_pod_network
 from e2e.pki import kubeconfig_yaml, make_pki
-from e2e.tools import E2E, REPO, VENV_BIN, Tools, log, project_crds, state_dir, write_json
+from e2e.tools import E2E, REPO, VENV_BIN, Tools, log, project_crds
+from v41flash_bench.local_cluster import ClusterRecords
 from v41flash_bench.procs import Proc, free_port, proc_start_ticks, spawn, stop_procs, sweep_writers
 
 SERVICE_CIDR = "10.0.0.0/16"  # 65k Service IPs: 500+ deployments (3 Services each) and room to spare
 LWS_NAMESPACE = "lws-system"
-CORE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "supervisor")
 
 
 def supervised_procs(records: list[dict]) -> list[Proc]:
@@ -55,54 +54,12 @@ def supervised_procs(records: list[dict]) -> list[Proc]:
 
 # ---------------------------------------------------------------------------------------------------
 
-class Cluster:
-    """The local control plane under one state directory."""
+class Cluster(ClusterRecords):
+    """The local control plane under one state directory: its records (ClusterRecords) and its lifecycle."""
 
     def __init__(self, state: Path | None = None):
-        self.state = (state or state_dir()).resolve()
-        self.pki = self.state / "pki"
-        self.logs = self.state / "logs"
-        self.kubeconfig = self.state / "kubeconfig"
-        self.pids_file = self.state / "pids.json"
-        self.sims_file = self.state / "sims.json"
+        super().__init__(state)
         self.artifacts = Path(os.environ.get("V41F_ARTIFACTS") or self.state / "artifacts")
-
-    # -- records
-    def procs(self) -> list[Proc]:
-        if not self.pids_file.exists():
-            return []
-        return [Proc(**d) for d in json.loads(self.pids_file.read_text())["procs"]]
-
-    def info(self) -> dict:
-        return json.loads(self.pids_file.read_text()) if self.pids_file.exists() else {}
-
-    def _save(self, procs: list[Proc], **info) -> None:
-        with self._locked():
-            data = self.info()
-            data.update(info)
-            data["procs"] = [asdict(p) for p in procs]
-            write_json(self.pids_file, data)
-
-    def _locked(self):
-        """Serializes read-modify-write of pids.json between processes (tests, demo, harness)."""
-        import contextlib
-        import fcntl
-
-        @contextlib.contextmanager
-        def lock():
-            self.state.mkdir(parents=True, exist_ok=True)
-            with open(self.state / ".pids.lock", "w") as f:
-                fcntl.flock(f, fcntl.LOCK_EX)
-                yield
-        return lock()
-
-    def register(self, proc: Proc) -> None:
-        """Record an extra process (e.g. the operator started by a test) so that `down` stops it too."""
-        with self._locked():
-            procs = [p for p in self.procs() if p.name != proc.name] + [proc]
-            data = self.info()
-            data["procs"] = [asdict(p) for p in procs]
-            write_json(self.pids_file, data)
 
     def restart(self, name: str, down_seconds: float = 0.0, sig: int = signal.SIGKILL,
                 argv: list[str] | None = None) -> Proc:
@@ -139,44 +96,6 @@ class Cluster:
         new = self.restart("kube-controller-manager", sig=signal.SIGTERM, argv=argv)
         wait_until(lambda: _http_ok(f"https://127.0.0.1:{new.port}/healthz", insecure=True), 60,
                    "kube-controller-manager /healthz", new)
-
-    def unregister(self, name: str) -> None:
-        with self._locked():
-            data = self.info()
-            data["procs"] = [d for d in data.get("procs", []) if d["name"] != name]
-            write_json(self.pids_file, data)
-
-    def supervised(self) -> list[dict]:
-        """Simulators and routers the supervisor runs (its sims.json)."""
-        try:
-            return json.loads(self.sims_file.read_text())["processes"]
-        except (FileNotFoundError, json.JSONDecodeError, KeyError):
-            return []
-
-    # -- health
-    def apiserver_url(self) -> str | None:
-        return self.info().get("apiserver")
-
-    def _ssl(self) -> ssl.SSLContext:
-        ctx = ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
-        ctx.load_cert_chain(str(self.pki / "admin.crt"), str(self.pki / "admin.key"))
-        return ctx
-
-    def api_get(self, path: str, timeout: float = 5.0) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(self.apiserver_url() + path, context=self._ssl(), timeout=timeout) as r:
-                return r.status, r.read().decode()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read().decode(errors="replace")
-
-    def is_up(self) -> bool:
-        procs = {p.name: p for p in self.procs()}
-        if not all(n in procs and procs[n].alive() for n in CORE):
-            return False
-        try:
-            return self.api_get("/readyz", timeout=3)[0] == 200
-        except OSError:
-            return False
 
     # -- lifecycle
     def up(self) -> bool:

@@ -44,7 +44,8 @@ from e2e.pod_processes import Child, PodProcesses
 from e2e.pod_spec import wants_process
 from e2e.probes import missing_modules, probe_ok, ready_status
 from e2e.termination import GRACE_CAP_ENV, Termination, grace_cap, ip_holder
-from e2e.tools import Tools, log, write_json
+from e2e.tools import Tools, log
+from v41flash_bench.local_cluster import write_json
 from v41flash_bench.procs import Proc, spawn, stop_procs
 
 SELECTOR = f"{ROLE_LABEL} in ({','.join(SUPERVISED_ROLES)})"

@@ -2,10 +2,9 @@
 binaries in it (e2e/versions.env); the harness's log line and its atomic JSON records."""
 from __future__ import annotations
 
-import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from v41flash_bench.inference_sim import binary_path
@@ -19,10 +18,6 @@ SIDECAR_PATCH = "v41f1"
 
 def log(msg: str) -> None:
     print(f"[harness {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def state_dir() -> Path:
-    return Path(os.environ.get("V41F_STATE") or E2E / ".state").resolve()
 
 
 def cache_dir() -> Path:
@@ -109,9 +104,3 @@ def operator_argv(kubeconfig: Path, metrics_port: int, health_port: int, *extra:
 def project_crds() -> list[Path]:
     crd_dir = Path(os.environ.get("V41F_CRD_DIR") or REPO / "crds")  # override: try other CRD versions
     return sorted(crd_dir.glob("*.yaml"))
-
-
-def write_json(path: Path, data) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=lambda o: asdict(o)))
-    tmp.replace(path)

@@ -216,6 +216,49 @@ def test_rollout_code_lives_only_in_rollout(package):
     assert stray == [], f"rollout modules outside v41flash/rollout/: {stray}"
 
 
+
+# --- bench and e2e: one direction only ------------------------------------------------------------------------------
+# e2e (the harness and its tests: the top of the graph) may import bench's process library, simulator command lines,
+# workload generators and benchmark code (it tests some); bench never imports e2e. A benchmark that runs on the local
+# cluster reaches it as any client does: its state directory (v41flash_bench.local_cluster) and commands
+# (`python -m e2e.harness ...`, `python -m e2e.gateway`).
+BENCH_SOURCE = SOURCE.parent / "bench"
+E2E = "e2e"
+
+
+def bench_modules(root: Path = BENCH_SOURCE) -> dict[str, Path]:
+    out = {}
+    for path in sorted((root / BENCH).rglob("*.py")):
+        parts = path.relative_to(root).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def e2e_imports_in_bench(root: Path = BENCH_SOURCE) -> list[Import]:
+    """Every import statement of a bench module (at module level or inside a function) that names e2e."""
+    return [imp for m, path in bench_modules(root).items()
+            for imp in imports_in(m, path.read_text(), path.name == "__init__.py") if under(imp.target, E2E)]
+
+
+def test_bench_never_imports_e2e():
+    bad = e2e_imports_in_bench()
+    assert not bad, f"{BENCH} imports {E2E} (e2e imports bench, never the reverse):\n" + "\n".join(map(str, bad))
+    loaded = loaded_after_importing(bench_modules())
+    assert sorted(m for m in loaded if under(m, E2E)) == [], f"importing every module of {BENCH} loads these"
+
+
+def test_the_bench_rule_catches_a_planted_import(tmp_path):
+    pkg = tmp_path / BENCH / "routing"
+    pkg.mkdir(parents=True)
+    (tmp_path / BENCH / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "x.py").write_text("import json\nfrom v41flash_bench.procs import spawn\n"
+                              "def run():\n    from e2e.harness import Cluster\n    return Cluster\n")
+    (pkg / "y.py").write_text("from e2e import kit\n")
+    assert [(str(i), i.local) for i in e2e_imports_in_bench(tmp_path)] == [
+        ("v41flash_bench.routing.x:4 `from e2e.harness import Cluster`", True),
+        ("v41flash_bench.routing.y:1 `from e2e import kit`", False)]
+
 # --- controller/handlers.py: kopf's registrations and nothing else -----------------------------------------------
 
 def _dotted(node: ast.expr) -> str:

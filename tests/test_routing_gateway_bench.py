@@ -88,3 +88,28 @@ def test_gateway_spec_fields_reach_the_deployment_and_the_report_flags():
     assert "gateway.queueWeight=4" in g.gateway_variant_flags(doc)
     with pytest.raises(ValueError, match="needs gateway: true"):
         b.Variant(name="x", policy="round_robin", gateway_spec=(("queueWeight", 1),))
+
+
+def test_the_local_cluster_is_read_from_its_state_directory(tmp_path):
+    """The Gateway variant reaches the harness cluster through its state directory (no e2e import): the processes it
+    starts are registered in pids.json (so `harness down` stops them), the simulators come from sims.json (live ones),
+    the Gateway's address from gateway.json."""
+    import json
+    import os
+
+    from v41flash_bench.procs import Proc, proc_start_ticks
+    c = g.LocalCluster(tmp_path)
+    me = Proc("operator-rbench-1", os.getpid(), proc_start_ticks(os.getpid()), ["x"], str(tmp_path / "log"))
+    c.register(me)
+    assert [p.name for p in c.procs()] == ["operator-rbench-1"]
+    c.unregister("operator-rbench-1")
+    assert c.procs() == []
+    live = {"namespace": "ns", "kind": "sim", "pod": "p0", "ip": "127.1.1.2", "port": 8000, "pid": os.getpid(),
+            "start": proc_start_ticks(os.getpid())}
+    gone = {**live, "pod": "p1", "start": -1}
+    (tmp_path / "sims.json").write_text(json.dumps({"processes": [live, gone, {**live, "kind": "epp"}]}))
+    assert g._sim_urls(c, "ns") == {"p0": "http://127.1.1.2:8000"}
+    assert c.gateway_address("ns") is None and not c.is_up()
+    (tmp_path / "gateway").mkdir()
+    (tmp_path / "gateway" / "gateway.json").write_text(json.dumps({"gateways": {"ns/e2e-gateway": "127.0.0.1:4000"}}))
+    assert c.gateway_address("ns") == "http://127.0.0.1:4000"

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
+import os
 import shutil
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -24,7 +27,8 @@ from typing import Any
 import httpx
 import yaml
 
-from v41flash_bench.procs import cpu_seconds
+from v41flash_bench.local_cluster import ClusterRecords
+from v41flash_bench.procs import Proc, cpu_seconds, free_port, proc_start_ticks, spawn, stop_procs
 from v41flash_bench.routing import engine_stats as obs
 from v41flash_bench.routing import runner as R
 from v41flash_bench.routing.sessions import Trace
@@ -32,6 +36,8 @@ from v41flash_bench.routing.sessions import Trace
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "manifests" / "examples" / "aggregated-h200.yaml"
 GATEWAY_NAME = "e2e-gateway"  # e2e/gateway.py programs the Gateways of this name
+VENV_BIN = REPO / ".venv" / "bin"
+OPERATOR_TIMER_S = 3.0  # the operator's periodic tick, as the e2e suite's operators run (e2e.kit.TIMER_INTERVAL_S)
 POD_SIM_ARGS_ENV = "V41F_SIM_ARGS"  # read by e2e/supervisor.py from the engine container's env
 # GB300 (one NVL72 rack of 18 trays x 4 GPUs in the harness): 18 TP4 replicas fit, so 8 and 16 engines run
 # on the same kind of node (4 H200 nodes hold 8 TP4 replicas only).
@@ -96,31 +102,81 @@ def _wait(pred: Callable[[], Any], timeout: float, what: str, interval: float = 
     raise RuntimeError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
-def _pods_ready(handle: Any, ns: str, name: str, engines: int) -> bool:
-    pods = [p for p in handle.core.list_namespaced_pod(ns, label_selector=f"v41flash.io/deployment={name}").items
+class LocalCluster(ClusterRecords):
+    """The running harness cluster as this benchmark uses it: through its state directory and commands (kubectl,
+    `v41flash operator`, `python -m e2e.gateway`), never by importing e2e. The processes it starts are registered in
+    the cluster's pids.json, so `python -m e2e.harness down` stops them if this run cannot."""
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+        r = subprocess.run([str(VENV_BIN / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args], input=input,
+                           capture_output=True, text=True, timeout=120)
+        if check and r.returncode:
+            raise RuntimeError(f"kubectl {' '.join(args)} exited {r.returncode}: {r.stderr.strip() or r.stdout.strip()}")
+        return r
+
+    def core(self) -> Any:
+        from kubernetes import client, config
+        return client.CoreV1Api(config.new_client_from_config(str(self.kubeconfig)))
+
+    def supervised_now(self, namespace: str, kind: str) -> list[dict[str, Any]]:
+        """The supervisor's sims.json entries of one namespace and kind whose process runs now."""
+        return [s for s in self.supervised() if s["namespace"] == namespace and s["kind"] == kind
+                and proc_start_ticks(s["pid"]) == s["start"]]
+
+    def start(self, name: str, argv: list[str], **kw: Any) -> Proc:
+        proc = spawn(name, argv, self.logs / f"{name}.log", **kw)
+        self.register(proc)
+        return proc
+
+    def stop(self, proc: Proc) -> None:
+        stop_procs([proc], timeout=15)
+        self.unregister(proc.name)
+
+    def start_operator(self, namespace: str) -> Proc:
+        """`v41flash operator` watching one namespace, on its own loopback ports, as the e2e suite runs it."""
+        argv = [str(VENV_BIN / "v41flash"), "operator", "--kubeconfig", str(self.kubeconfig), "--bind-address",
+                "127.0.0.1", "--metrics-port", str(free_port()), "--health-port", str(free_port()),
+                "--leader-election-id", f"bench-operator-{namespace}", "--timer-interval-seconds",
+                f"{OPERATOR_TIMER_S:g}", "--namespace", namespace]
+        return self.start(f"operator-{namespace}", argv, env={k: v for k, v in os.environ.items() if k != "KUBECONFIG"})
+
+    def start_gateway(self, name: str = GATEWAY_NAME) -> Proc:
+        """The e2e Gateway's data plane (`python -m e2e.gateway`: Envoy programmed from the HTTPRoutes)."""
+        return self.start(f"gateway-{name}", [str(VENV_BIN / "python"), "-m", "e2e.gateway", "--state",
+                                              str(self.state), "--name", name],
+                          cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+    def gateway_address(self, namespace: str, name: str = GATEWAY_NAME) -> str | None:
+        """http://127.0.0.1:PORT of Gateway <namespace>/<name> once a route attached to it is programmed."""
+        try:
+            info = json.loads((self.state / "gateway" / "gateway.json").read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+        addr = (info.get("gateways") or {}).get(f"{namespace}/{name}")
+        return f"http://{addr}" if addr else None
+
+
+def _pods_ready(core: Any, ns: str, name: str, engines: int) -> bool:
+    pods = [p for p in core.list_namespaced_pod(ns, label_selector=f"v41flash.io/deployment={name}").items
             if not p.metadata.deletion_timestamp]
     ready = [p for p in pods if any(c.type == "Ready" and c.status == "True" for c in (p.status.conditions or []))]
     roles = [p.metadata.labels.get("v41flash.io/role") for p in ready]
     return roles.count("decode") == engines and roles.count("epp") >= 1
 
 
-def _sim_urls(handle: Any, ns: str) -> dict[str, str]:
+def _sim_urls(cluster: LocalCluster, ns: str) -> dict[str, str]:
     """pod name -> the URL of its simulator (the engine itself, read directly: not through the Gateway)."""
-    return {s["pod"]: f"http://{s['ip']}:{s['port']}" for s in handle.supervised(ns, kind="sim")}
+    return {s["pod"]: f"http://{s['ip']}:{s['port']}" for s in cluster.supervised_now(ns, kind="sim")}
 
 
 def run_gateway(cfg: R.BenchConfig, trace: Trace, oracle_rates: dict[int, float], mode: str, variant: R.Variant,
                 log_dir: Path, progress: Callable[[str], None] = print) -> R.RunResult:
     """One Gateway-mode row: deploy, wait Ready, start Envoy, replay through it, scrape the engine pods, clean up."""
-    from e2e.gateway import GatewayProcess
-    from e2e.harness import Cluster
-    from e2e.kit import ClusterHandle, OperatorProcess
-
-    cluster = Cluster()
+    cluster = LocalCluster()
     if not cluster.is_up():
         raise ClusterMissing("the Gateway variant runs on the local cluster: start it with `python -m e2e.harness "
                              "up` (make up), and `python -m e2e.harness down` after")
-    handle = ClusterHandle(cluster, started_here=False)
+    core = cluster.core()
     sc = cfg.scenario
     n = sc.engines
     ns = f"rbench-{uuid.uuid4().hex[:6]}"
@@ -132,27 +188,27 @@ def run_gateway(cfg: R.BenchConfig, trace: Trace, oracle_rates: dict[int, float]
     op = gw = None
     notes: list[str] = [f"namespace {ns}; one seed for all engines ({sc.seed}): the pods share one env"]
     try:
-        handle.kubectl("create", "namespace", ns)
-        op = OperatorProcess(handle, ["--namespace", ns], name=f"operator-{ns}").start()
-        handle.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(doc))
+        cluster.kubectl("create", "namespace", ns)
+        op = cluster.start_operator(ns)
+        cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(doc))
         t0 = time.monotonic()
-        _wait(lambda: _pods_ready(handle, ns, name, n), 300, f"{n} decode pods and the picker Ready")
+        _wait(lambda: _pods_ready(core, ns, name, n), 300, f"{n} decode pods and the picker Ready")
         progress(f"  {n} engine pods and the endpoint picker Ready in {time.monotonic() - t0:.0f}s")
-        gw = GatewayProcess(cluster, name=GATEWAY_NAME).start()
-        base = _wait(lambda: gw.address(ns), 120, f"Gateway {ns}/{GATEWAY_NAME} programmed")
-        urls = _wait(lambda: (lambda u: u if len(u) == n else None)(_sim_urls(handle, ns)), 60,
+        gw = cluster.start_gateway()
+        base = _wait(lambda: cluster.gateway_address(ns), 120, f"Gateway {ns}/{GATEWAY_NAME} programmed")
+        urls = _wait(lambda: (lambda u: u if len(u) == n else None)(_sim_urls(cluster, ns)), 60,
                      f"{n} simulators in sims.json")
-        epp = [e["pid"] for e in handle.supervised(ns, kind="epp")]
+        epp = [e["pid"] for e in cluster.supervised_now(ns, kind="epp")]
         return asyncio.run(_measure(cfg, trace, oracle_rates, mode, variant, base, urls, doc, notes, progress,
                                     epp[0] if len(epp) == 1 else None))
     finally:
         for f in cluster.logs.glob(f"epp-{ns}-*.log"):  # the picker's log, before `harness down` removes it
             shutil.copy(f, log_dir / f.name)
         if gw is not None:
-            gw.stop()
+            cluster.stop(gw)
         if op is not None:
-            op.stop()
-        handle.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+            cluster.stop(op)
+        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
 async def _measure(cfg: R.BenchConfig, trace: Trace, oracle_rates: dict[int, float], mode: str, variant: R.Variant,

@@ -609,7 +609,7 @@ def run_bench(cfg: BenchConfig, out_dir: Path, command: str,
         for v in cfg.variants:
             t0 = time.monotonic()
             if v.gateway:
-                from v41flash_bench.routing.gateway_mode import run_gateway  # needs the e2e package and a cluster
+                from v41flash_bench.routing.gateway_mode import run_gateway  # needs a running local cluster
                 r = run_gateway(cfg, trace, oracle_rates, mode, v, log_dir / f"{mode}-{v.name}", progress)
             else:
                 r = asyncio.run(run_with_retry(cfg, trace, oracle_rates, mode, v, sim, router, log_dir, progress,
