@@ -27,8 +27,9 @@ unit-tools: ## build (or reuse cached) only what the unit tests need
 up: venv tools ## start the local real control plane with simulated GPU nodes
 	$(PY) -m e2e.harness up
 
-down: ## stop every process the harness started and remove its state
+down: ## stop every process the harness started and remove its state (the e2e shards' clusters too)
 	$(PY) -m e2e.harness down
+	for d in e2e/.state-shard*/; do [ ! -d "$$d" ] || V41F_STATE="$$d" $(PY) -m e2e.harness down; done
 
 status:
 	$(PY) -m e2e.harness status
@@ -39,10 +40,11 @@ demo: venv tools ## the main job: cluster + operator + example deployment Ready 
 unit: venv unit-tools ## unit tests (with CI=true a test whose tool is missing fails instead of skipping)
 	$(VENV)/bin/pytest -q -rs tests
 
-e2e: venv tools
-	$(VENV)/bin/pytest -q -m e2e --durations=30 e2e
+e2e: venv ## the e2e suite (builds the tools first), in E2E_SHARDS pytest processes, each on its own cluster
+	$(PY) -m e2e.make_test --only e2e
 
-test: unit e2e ## every test: unit tests, then e2e on the real control plane
+test: venv ## every test: the tools, then the unit suite beside the e2e suite (e2e/make_test.py); prints phase times
+	$(PY) -m e2e.make_test --unit-tools "$(UNIT_TOOLS)"
 
 crd: venv ## regenerate crds/ from the API models
 	$(VENV)/bin/v41flash crd
