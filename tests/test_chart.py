@@ -20,7 +20,7 @@ from prereq import require_tool
 from v41flash.api import v1alpha1 as api
 from v41flash.cli.main import build_parser
 from v41flash.cli.operator import flag, tunables
-from v41flash.controller.config import OperatorConfig, floats
+from v41flash.controller.config import OperatorConfig, floats, strings
 from v41flash.controller.kube import CHILD_KINDS
 from v41flash.render import render
 
@@ -80,7 +80,10 @@ def camel(field_name: str) -> str:
 TUNED = OperatorConfig(timer_interval_seconds=3, drift_every=6, drift_recent_ticks=2, pass_workers=8, urgent_workers=2,
                        pass_deadline_seconds=30, backoff_seconds=(1, 2.5), rollout_pass_seconds=2, planner_workers=4,
                        planner_deadline_seconds=10, apply_workers=6, urgent_apply_workers=16, connection_pool=48,
-                       request_timeout_seconds=(2, 10))
+                       request_timeout_seconds=(2, 10), weight_cache_host_paths=("/mnt/nvme/v41flash", "/data/w"),
+                       weight_cache_shared_host_paths=("/mnt/shared",),
+                       prometheus_endpoints=("http://prometheus-operated.monitoring:9090",),
+                       prometheus_namespaces=("monitoring", "observability"))
 
 VALUE_SETS = {
     "defaults": [],
@@ -325,7 +328,7 @@ def test_every_tunable_reaches_the_operator_as_its_flag(helm):
 
 def test_the_values_schema_has_every_tunable_and_only_those():
     schema = json.loads((CHART / "values.schema.json").read_text())["properties"]["controller"]["properties"]
-    types = {int: "integer", float: "number", floats: "array"}
+    types = {int: "integer", float: "number", floats: "array", strings: "array"}
     assert {key: s["type"] for key, s in schema.items()} == \
         {camel(f.name): types[f.metadata["parse"]] for f in fields(OperatorConfig)}
     described = (CHART / "values.yaml").read_text()

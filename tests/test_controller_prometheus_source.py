@@ -15,6 +15,7 @@ import pytest
 from fake_kube import FakeKube
 from prom_replay import META, NAMESPACE, WINDOW_S, Replay
 from v41flash.api import v1alpha1 as api
+from v41flash.controller import config as operator_config
 from v41flash.controller.autoscale import METRICS_UNAVAILABLE, Autoscaler
 from v41flash.controller.status import _planner_conditions
 from v41flash.planner.datatypes import PlannerConfig
@@ -63,16 +64,42 @@ BODY = {"metadata": {"name": "x", "namespace": NAMESPACE, "uid": "u1"}, "status"
 EAGER = PlannerConfig.for_spec(30, 0)  # no scale-down stabilization: a quiet window with good data shrinks at once
 
 
+UNREACHABLE = "http://127.0.0.1:9"  # nothing listens there
+
+
 @pytest.fixture
-def prom():
+def prom(monkeypatch):
+    """Replayed Prometheus servers, each on a loopback port the operator's administrator allows by name (the
+    default operator queries nothing: test_the_default_operator_queries_nothing)."""
     fakes = []
+
+    def allow() -> None:
+        monkeypatch.setattr(operator_config, "_installed", operator_config.OperatorConfig(
+            prometheus_endpoints=(UNREACHABLE, *(f.url for f in fakes))))
 
     def start(*args, **kw):
         fakes.append(Replay(*args, **kw))
+        allow()
         return fakes[-1]
+    allow()
     yield start
     for f in fakes:
         f.close()
+
+
+def test_the_default_operator_queries_nothing():
+    """No allowlist (the chart's default): a loopback URL is refused before any query, naming the field; the planner
+    holds with the PrometheusRefused condition."""
+    fake = Replay(shift=True)
+    try:
+        out = Autoscaler(cluster(), config=EAGER).step(BODY, spec(fake.url, ttft_target=5.0))
+    finally:
+        fake.close()
+    assert fake.seen == []
+    [(type_, reason, message)] = out.conditions
+    assert (type_, reason) == (METRICS_UNAVAILABLE, "PrometheusRefused") and out.desired == {"prefill": 2, "decode": 2}
+    assert message.startswith("prefill: spec.autoscaling.metrics.prometheus.url: Prometheus at " + fake.url)
+    assert "allows" in message and out.status["lastDecision"]["action"] == "hold"
 
 
 def test_the_planner_scales_on_prometheus_figures_and_scrapes_no_pod(prom):
@@ -102,7 +129,7 @@ def test_a_pod_that_only_copied_our_labels_is_not_queried(prom):
 ])
 def test_prometheus_trouble_holds_says_why_once_and_never_scales_down(prom, fault, reason, says):
     if fault == "unreachable":
-        url = "http://127.0.0.1:9"
+        url = UNREACHABLE
     else:
         url = prom({"stale": "ok"}.get(fault, fault), shift=True, age_s=300 if fault == "stale" else 0).url
     # a quiet target: with good data this window is a scale-down from 2 (the control below)

@@ -10,12 +10,20 @@ import pytest
 import yaml
 
 from e2e.hostile_corpus import hostile_cases
+from v41flash.api import endpoints, host_paths
 from v41flash.api import v1alpha1 as api
+from v41flash.api.admin import AdminPolicy
 from v41flash.api.validation import validate
 from v41flash.render import render
 from v41flash.render.checks import operator_checks
 
 CASES = hostile_cases()
+# The operator the corpus meets: its administrator opted in to a weight cache directory (one per namespace), a shared
+# one, and the cluster's Prometheus (issue 39); what is refused here is refused with those allowed (the default
+# operator allows neither: tests/test_admin_policy.py).
+ADMIN = AdminPolicy(host_paths.HostPathAllowlist(private=("/mnt/nvme/v41flash",), shared=("/mnt/shared-weights",)),
+                    endpoints.EndpointAllowlist(urls=("http://prometheus-operated.monitoring:9090",),
+                                                namespaces=("monitoring",)))
 
 
 def _doc(case):
@@ -112,9 +120,51 @@ def default_is_locked_down(doc, objs):
     assert router == ["session-proxy", "router"]  # clients meet the proxy's path allowlist first
 
 
+def _weight_cache_mounts(objs):
+    """(kind, container, hostPath, readOnly) of every weight-cache mount the rendered pods have."""
+    for o in objs:
+        if o["kind"] not in ("Deployment", "LeaderWorkerSet", "DaemonSet"):
+            continue
+        t = o["spec"].get("template") or o["spec"]["leaderWorkerTemplate"]["leaderTemplate"]
+        paths = {v["name"]: v["hostPath"]["path"] for v in t["spec"].get("volumes", []) if "hostPath" in v}
+        for c in t["spec"]["containers"] + t["spec"].get("initContainers", []):
+            for m in c.get("volumeMounts", []):
+                if m["name"] in paths:
+                    yield o["kind"], c["name"], paths[m["name"]], m.get("readOnly", False)
+
+
+def _weight_cache_read_only(objs, node_dir):
+    mounts = list(_weight_cache_mounts(objs))
+    assert mounts and {path for _, _, path, _ in mounts} == {node_dir}, mounts
+    writers = [(kind, c) for kind, c, _, read_only in mounts if not read_only]
+    assert writers in ([], [("DaemonSet", "download")]), writers  # only the prefetcher writes
+    assert any(kind == "Deployment" for kind, *_ in mounts)
+
+
+def weight_cache_namespaced_read_only(doc, objs):
+    cache = doc["spec"]["startup"]["weightCache"]
+    _weight_cache_read_only(objs, f"{cache['hostPath']}/{doc['metadata']['namespace']}")
+    assert validate(doc, operator_checks(AdminPolicy()))  # the default operator refuses it
+
+
+def weight_cache_shared_read_only(doc, objs):
+    _weight_cache_read_only(objs, doc["spec"]["startup"]["weightCache"]["hostPath"])
+    assert validate(doc, operator_checks(AdminPolicy()))
+
+
+def prometheus_selects_scrape_labels(doc, objs):
+    from v41flash.metrics.promapi import PromSource, selector
+    obj = api.V41FlashDeployment.model_validate(doc)
+    src = PromSource.from_spec(obj.spec.autoscaling.metrics.prometheus, "ns", ADMIN.endpoints)
+    sel = selector(src, ["hostile-decode-0"])
+    assert sel.startswith(r'namespace="ns",pod=~"hostile\\-decode\\-0"'), sel  # set by the scrape, not the target
+    assert validate(doc, operator_checks(AdminPolicy()))  # the default operator queries nothing
+
+
 CHECKS = {f.__name__: f for f in (tolerations_noschedule_only, probes_int32, kv_transfer_config_is_json,
                                   extra_args_hidden, extra_env_hidden, gpu_limit_kept, api_key_from_secret,
-                                  default_is_locked_down)}
+                                  default_is_locked_down, weight_cache_namespaced_read_only,
+                                  weight_cache_shared_read_only, prometheus_selects_scrape_labels)}
 
 
 def test_the_corpus_is_big_and_well_formed():
@@ -129,7 +179,7 @@ def test_the_corpus_is_big_and_well_formed():
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.expect == "refused"], ids=lambda c: c.name)
 def test_refused_with_the_field_named(case):
-    problems = validate(_doc(case), operator_checks())  # never raises: a traceback fails this test
+    problems = validate(_doc(case), operator_checks(ADMIN))  # never raises: a traceback fails this test
     assert problems, f"{case.name} was accepted"
     assert any(p.path == case.field or p.path.startswith((case.field + ".", case.field + "["))
                for p in problems), [str(p) for p in problems]
@@ -139,7 +189,7 @@ def test_refused_with_the_field_named(case):
 @pytest.mark.parametrize("case", [c for c in CASES if c.expect == "harmless"], ids=lambda c: c.name)
 def test_accepted_and_harmless(case):
     doc = _doc(case)
-    assert validate(doc, operator_checks()) == []
+    assert validate(doc, operator_checks(ADMIN)) == []
     objs = _render(doc)
     CHECKS[case.check](doc, objs)
 

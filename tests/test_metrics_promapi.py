@@ -65,7 +65,8 @@ def test_missing_partial_and_restarted_pods_from_per_pod_answers():
     assert not w.complete and any("p-new: appeared or vanished" in n for n in w.notes)
     # series of pods nobody expects (not ours) do not count as observed
     w = role_figures(src, a, END, WINDOW_S, ["p-other"], 0.9)
-    assert w.pods_observed == 0 and w.error.startswith("Prometheus at http://p:9090 has no vllm:num_requests_running")
+    assert w.pods_observed == 0 and w.error.startswith("spec.autoscaling.metrics.prometheus: Prometheus at http://p:9090 has no "
+                                                        "vllm:num_requests_running")
 
 
 def test_stale_newest_sample_ends_the_window_early():
@@ -114,10 +115,12 @@ def test_a_query_error_and_an_unreachable_server_are_window_errors_naming_them()
     finally:
         fake.close()
     assert rt is None
-    assert "HTTP 400" in windows["decode"].error and "parse error" in windows["decode"].error
+    # the status and Prometheus' own error type, never the answer's text
+    assert "HTTP 400 (bad_data)" in windows["decode"].error and "parse error" not in windows["decode"].error
     windows, _ = asyncio.run(prometheus_windows(PromSource("http://127.0.0.1:9", "ai", timeout_s=1), END, WINDOW_S,
                                                 {"decode": ["p-b"]}))
-    assert windows["decode"].error.startswith("Prometheus at http://127.0.0.1:9 unreachable: ConnectError")
+    assert windows["decode"].error == ("spec.autoscaling.metrics.prometheus.url: Prometheus at http://127.0.0.1:9 "
+                                       "unreachable: ConnectError")
     assert windows["decode"].missing_pods == ("p-b",) and not windows["decode"].complete
 
 
@@ -149,7 +152,7 @@ def _serve(body: bytes, content_type: str = "application/json", declared: bool =
 
 
 @pytest.mark.parametrize("body,declared,says", [
-    (b"x" * (promapi.MAX_ANSWER_BYTES + 1), True, "answered too much: answer of"),
+    (b"x" * (promapi.MAX_ANSWER_BYTES + 1), True, "answered too much: a declared answer over"),
     (b"x" * (promapi.MAX_ANSWER_BYTES + 1), False, "answered too much: answer over"),
     (b"<html>502 Bad Gateway</html>", True, "answered HTTP 200 with no JSON"),
     (b'{"status": "success", "data": {"resultType": "matrix", "result": []}}', True, "not a vector"),
@@ -171,3 +174,7 @@ def test_error_kinds_read_the_phrase_after_the_url_not_the_servers_text():
     assert promapi.error_kind("Prometheus at http://p:9090 has no vllm:num_requests_running series ...") == "NoData"
     # the server's own words cannot pick the kind
     assert promapi.error_kind("Prometheus at http://p:9090 answered HTTP 422: it has no unreachable data") == "Error"
+    field = "spec.autoscaling.metrics.prometheus.url: "
+    assert promapi.error_kind(field + "Prometheus at http://p:9090 refused: it is loopback") == "Refused"
+    assert promapi.error_kind(field + "Prometheus at http://p:9090 cannot be resolved (gaierror)") == "Unreachable"
+    assert promapi.error_kind(field + "Prometheus at http://p:9090 answered HTTP 500 (internal): ...") == "Error"

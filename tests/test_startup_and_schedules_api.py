@@ -98,8 +98,11 @@ def test_a_weight_cache_is_mounted_as_hf_home_and_prefetched_by_a_daemonset():
     objs = render(api.V41FlashDeployment.model_validate(doc(spec)))
     engine = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == "x-decode")
     engine = engine["spec"]["template"]["spec"]
-    assert {"name": "weight-cache", "hostPath": {"path": "/mnt/nvme/v41flash", "type": "DirectoryOrCreate"}} in \
+    # the namespace's own directory, read-only in the engines (issue 39)
+    assert {"name": "weight-cache", "hostPath": {"path": "/mnt/nvme/v41flash/n", "type": "DirectoryOrCreate"}} in \
         engine["volumes"]
+    assert {"name": "weight-cache", "mountPath": "/weight-cache", "readOnly": True} in \
+        engine["containers"][0]["volumeMounts"]
     assert {"name": "HF_HOME", "value": "/weight-cache/huggingface"} in engine["containers"][0]["env"]
     (ds,) = [o for o in objs if o["kind"] == "DaemonSet"]
     pod = ds["spec"]["template"]["spec"]
@@ -109,6 +112,9 @@ def test_a_weight_cache_is_mounted_as_hf_home_and_prefetched_by_a_daemonset():
     assert any(e["name"] == "HF_TOKEN" for e in init["env"])
     assert all("nvidia.com/gpu" not in c["resources"]["limits"] for c in pod["containers"] + pod["initContainers"])
     assert pod["volumes"] == [engine["volumes"][-1]]
+    # the prefetcher is the one writer
+    assert init["volumeMounts"] == [{"name": "weight-cache", "mountPath": "/weight-cache"}]
+    assert all("volumeMounts" not in c for c in pod["containers"])
     off = render(api.V41FlashDeployment.model_validate(doc({"startup": {"weightCache": {
         "hostPath": "/mnt/nvme/v41flash", "prefetch": False}}})))
     assert not [o for o in off if o["kind"] == "DaemonSet"]

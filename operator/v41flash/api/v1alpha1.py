@@ -24,6 +24,7 @@ from ..facts import (
 from ..roles import ROLES
 from . import escape_hatch as eh
 from . import formats as F
+from . import host_paths
 
 GROUP = "v41flash.io"
 VERSION = "v1alpha1"
@@ -178,14 +179,26 @@ class ModelSpec(Model):
 
 
 class WeightCacheSpec(Model):
+    model_config = ConfigDict(json_schema_extra=validations(
+        *(cel(rule, message, field_path=".hostPath") for rule, message in host_paths.CEL_RULES),
+    ))
     host_path: str = Field(
-        min_length=2, max_length=1024, pattern=r"^/[^$:]*[^/$:]$",
+        min_length=2, max_length=host_paths.MAX_PATH, pattern=host_paths.PATTERN,
         description="A directory on every GPU node (a local NVMe) that keeps the hub checkpoint: the engines read "
-                    "the weights from it (HF_HOME) instead of downloading ~511 GB at each start. Needs a hostPath "
-                    "volume to be allowed in the namespace (Pod Security 'privileged').")
+                    "the weights from it (HF_HOME, mounted read-only) instead of downloading ~511 GB at each start; "
+                    "only the prefetcher writes. Host paths are the administrator's: the operator accepts one of "
+                    "the directories its configuration allows (none by default: Stalled until then) and mounts "
+                    "<hostPath>/<namespace>. Absolute, plain ASCII components, no '.' or '..', not in or above "
+                    "system, runtime or kubelet directories. Needs hostPath volumes to be allowed in the namespace "
+                    "(Pod Security 'privileged').")
+    shared_across_namespaces: bool = Field(
+        False, description="Mount hostPath itself (or a directory below it), shared with every namespace that names "
+                           "it, instead of <hostPath>/<namespace>: only under a directory the administrator lists "
+                           "as shared (any namespace there can overwrite the weights the others load).")
     prefetch: bool = Field(
-        True, description="Render a DaemonSet <name>-weight-prefetch that downloads the checkpoint into hostPath on "
-                          "every node the engines may run on, before any engine needs it (no GPU; it then idles).")
+        True, description="Render a DaemonSet <name>-weight-prefetch that downloads the checkpoint into the node's "
+                          "directory on every node the engines may run on, before any engine needs it (no GPU; it "
+                          "then idles). false: the directory is filled by you (the engines only read it).")
 
 
 class StartupSpec(Model):
@@ -701,11 +714,22 @@ class PrometheusMetricsSpec(Model):
             "scrapedBy must name the Prometheus pods (namespaceLabels and/or podLabels): the engines' "
             "NetworkPolicy admits them to /metrics, and an empty selector would admit every pod of the namespace",
             field_path=".scrapedBy"),
+        cel("!self.url.matches('^[a-zA-Z]+://[^/?#]*@')",
+            "url may not carry userinfo (user:password@): it would be shown in status and Events, and the operator "
+            "sends no credentials; put Prometheus behind a Service the operator may reach", field_path=".url"),
+        *(cel(f"!self.{key}.startsWith('exported_') && !self.{key}.startsWith('__')",
+              f"{key} must be a label Prometheus attaches from the Kubernetes API (e.g. {default}), never exported_* "
+              f"(what a target's own labels are renamed to: any scraped pod sets it) or a reserved __ label",
+              field_path=f".{key}")
+          for key, default in (("podLabel", "pod"), ("namespaceLabel", "namespace"))),
     ))
     url: str = Field(
         min_length=1, max_length=2048, pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$",
         description="Base URL of the Prometheus HTTP API (…/api/v1/query is appended), e.g. "
-                    "http://prometheus-operated.monitoring:9090; Thanos Query or any Prometheus-compatible API works.")
+                    "http://prometheus-operated.monitoring:9090; Thanos Query or any Prometheus-compatible API works. "
+                    "Only what the operator's administrator allows (URL prefixes or Services of allowed namespaces; "
+                    "none by default) is queried, never loopback, link-local or cloud metadata addresses unless named "
+                    "there; no userinfo.")
     pod_label: str = Field(
         "pod", max_length=128, pattern=PROMQL_LABEL_NAME,
         description="Label on every vLLM and router series holding the name of the pod it was scraped from, "

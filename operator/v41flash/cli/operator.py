@@ -18,7 +18,7 @@ import threading
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from ..controller.config import OperatorConfig
+from ..controller.config import OperatorConfig, install, strings
 
 log = logging.getLogger("v41flash.operator")
 
@@ -79,6 +79,11 @@ def cmd_operator(args: argparse.Namespace) -> int:
     except ValueError as exc:
         log.error("invalid tunable: %s", exc)
         return 2
+    install(config)  # the passes read its AdminPolicy (what the administrator allows specs to reach)
+    policy = config.admin_policy()
+    log.info("weight cache host paths allowed: %s (shared: %s); Prometheus endpoints allowed: %s, namespaces: %s",
+             ", ".join(policy.host_paths.private) or "none", ", ".join(policy.host_paths.shared) or "none",
+             ", ".join(policy.endpoints.urls) or "none", ", ".join(policy.endpoints.namespaces) or "none")
     api_client = load_config(args.kubeconfig, config)  # the path is passed, never left to $KUBECONFIG
     runtime = Runtime(kube=Kube(api_client, config), config=config)
     if args.metrics_port:
@@ -148,10 +153,11 @@ def add_tunables(p: argparse.ArgumentParser) -> None:
     group = p.add_argument_group("controller tunables (lists: comma-separated)")
     for f in dataclasses.fields(OperatorConfig):
         default = f.default
-        shown = ",".join(f"{x:g}" for x in default) if isinstance(default, tuple) else \
-            f"{default:g}" if isinstance(default, float) else default
-        group.add_argument(flag(f.name), dest=f.name, type=f.metadata["parse"], default=None,
-                           metavar="N" if f.metadata["parse"] is int else "SECONDS",
+        parse = f.metadata["parse"]
+        shown = ",".join(str(x) if isinstance(x, str) else f"{x:g}" for x in default) or "none" \
+            if isinstance(default, tuple) else f"{default:g}" if isinstance(default, float) else default
+        group.add_argument(flag(f.name), dest=f.name, type=parse, default=None,
+                           metavar="N" if parse is int else "LIST" if parse is strings else "SECONDS",
                            help=f.metadata["help"] + ("" if default is None else f" (default: {shown})"))
 
 

@@ -40,6 +40,7 @@ from ..roles import ROLES
 from ..vllm import args as vargs
 from ..vllm import features as vfeatures
 from ..rollout import progress
+from .config import admin_policy
 from .kube import KubeAPI
 from .observation import (  # noqa: F401  (observed_slo_status: re-exported)
     METRICS_UNAVAILABLE, Measured, Observed, PodView, metrics_trouble, observe, observed_slo_status, owned_pod,
@@ -333,8 +334,8 @@ class Autoscaler:
             expected, router_pods = prometheus_pods(pods, name, enabled)
             t0 = time.monotonic()
             windows, router = asyncio.run(prometheus_windows(
-                PromSource.from_spec(prom, ns), now, spec.slo.window_seconds, expected, router_pods,
-                spec.slo.ttft.percentile / 100))
+                PromSource.from_spec(prom, ns, admin_policy().endpoints), now, spec.slo.window_seconds, expected,
+                router_pods, spec.slo.ttft.percentile / 100))
             self.metrics.record_prometheus(ns, name, {r: windows[r] for r in enabled}, time.monotonic() - t0)
             measured = Measured(windows, router)
             trouble = metrics_trouble(windows, enabled, now, config.max_metrics_age_s)

@@ -3,6 +3,10 @@
 It is the single home of their names, defaults and descriptions: `v41flash operator` derives one flag per
 field from it (cli/operator.py; ``--timer-interval-seconds`` for ``timer_interval_seconds``) and the chart's
 ``controller`` values pass those flags (charts/v41flash-operator). Made once at startup; nothing changes it.
+
+Four of them are the administrator's security decisions (issue 39), empty by default: the host directories a
+weight cache may use and the Prometheus endpoints the planner may query (``admin_policy``). The running process
+installs its configuration (``install``) so that a pass reads that policy (``admin_policy()``).
 """
 from __future__ import annotations
 
@@ -10,10 +14,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..api.admin import AdminPolicy
+from ..api.endpoints import EndpointAllowlist
+from ..api.host_paths import HostPathAllowlist
+
 
 def floats(text: str) -> tuple[float, ...]:
     """A comma-separated list of numbers, as a flag gives it: "2,4,8"."""
     return tuple(float(x) for x in text.split(",") if x.strip())
+
+
+def strings(text: str) -> tuple[str, ...]:
+    """A comma-separated list of words, as a flag gives it: "/mnt/a,/mnt/b"."""
+    return tuple(x.strip() for x in text.split(",") if x.strip())
 
 
 def _tunable(default: Any, help: str, parse: Callable[[str], Any]) -> Any:
@@ -55,6 +68,21 @@ class OperatorConfig:
         96, "connections to the apiserver, shared by both call pools and the passes' status writes", int)
     request_timeout_seconds: tuple[float, ...] = _tunable(
         (5.0, 30.0), "connect and read deadline of every apiserver call (kopf's watches have their own)", floats)
+    # the administrator's allowlists (api/admin.py): nothing by default
+    weight_cache_host_paths: tuple[str, ...] = _tunable(
+        (), "host directories a spec.startup.weightCache.hostPath may name; each namespace gets <directory>/<namespace>, "
+            "mounted read-only in its engines and written by its prefetcher; none: the feature is off",
+        strings)
+    weight_cache_shared_host_paths: tuple[str, ...] = _tunable(
+        (), "host directories (and those below) that weight caches with sharedAcrossNamespaces: true use as written, "
+            "shared by every namespace naming them: any of them can overwrite the weights the others load",
+        strings)
+    prometheus_endpoints: tuple[str, ...] = _tunable(
+        (), "URL prefixes (scheme://host[:port][/path]) spec.autoscaling.metrics.prometheus.url may name; a loopback, "
+            "link-local or metadata address only where an entry names it", strings)
+    prometheus_namespaces: tuple[str, ...] = _tunable(
+        (), "namespaces whose Services (http(s)://<service>.<namespace>[.svc[.cluster.local]][:port]) "
+            "spec.autoscaling.metrics.prometheus.url may name", strings)
 
     def __post_init__(self) -> None:
         if self.drift_recent_ticks is None:
@@ -74,3 +102,23 @@ class OperatorConfig:
         if len(self.request_timeout_seconds) != 2 or min(self.request_timeout_seconds) <= 0:
             raise ValueError(f"request_timeout_seconds: {self.request_timeout_seconds}: connect and read seconds, "
                              f"each more than 0")
+        self.admin_policy()  # ValueError naming a host path or an endpoint the allowlists cannot hold
+
+    def admin_policy(self) -> AdminPolicy:
+        """What this operator's administrator allows specs to reach (render/checks.py, metrics/promapi.py)."""
+        return AdminPolicy(HostPathAllowlist(self.weight_cache_host_paths, self.weight_cache_shared_host_paths),
+                           EndpointAllowlist(self.prometheus_endpoints, self.prometheus_namespaces))
+
+
+_installed = OperatorConfig()
+
+
+def install(config: OperatorConfig) -> None:
+    """The running operator's configuration (cli/operator.py, once at startup)."""
+    global _installed
+    _installed = config
+
+
+def admin_policy() -> AdminPolicy:
+    """The running operator's AdminPolicy (the default one's, allowing nothing, until install)."""
+    return _installed.admin_policy()

@@ -13,6 +13,7 @@ from ..api.validation import validate
 from ..render import render
 from ..render.checks import operator_checks
 from ..roles import ROLES
+from .config import admin_policy
 from .memory import DeploymentMemory
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,8 @@ def prepare(mem: DeploymentMemory, body: dict[str, Any], previous: dict[str, Any
     if hit is not None and hit[0] == key:
         return hit[1]
     doc = {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": meta, "spec": body.get("spec") or {}}
-    problems = validate(doc, extra_checks=operator_checks())
+    # with what this operator's administrator allows (weight cache host paths, Prometheus endpoints)
+    problems = validate(doc, extra_checks=operator_checks(admin_policy()))
     obj = api.V41FlashDeployment.model_validate(doc) if not problems else None
     desired_objs: list[dict[str, Any]] = []
     failure: str | None = None

@@ -12,6 +12,15 @@ PodMonitor/ServiceMonitor does; with kubernetes_sd_configs relabel ``__meta_kube
 ``__meta_kubernetes_pod_name``); a label a pod exports itself is renamed ``exported_pod`` by Prometheus
 (honor_labels: false), so a foreign pod cannot pass its series off as ours.
 
+Where it may connect (issue 39): only to what the operator's administrator allows (api/endpoints.py: URL
+prefixes, or Services of allowed namespaces). The host name is resolved here and every address checked (no
+loopback, link-local or cloud metadata address unless the allowlist names it); the query then goes to that
+checked address (Host header and TLS server name kept), so a name that resolves again differently is never
+followed. Nothing of an answer but its status code and Prometheus' own error type reaches a window's error (which
+status, Events and logs show), and the URL is shown without userinfo: a URL that is no Prometheus (a metadata
+service, a secret store) gets its answer counted, never copied. Every failure, a malformed URL and a failed name
+lookup included, is a window error naming the field; nothing raises into the planner.
+
 Data quality is reported the way the scraper reports it: an expected pod without series is missing, one
 with fewer samples than the others over the window (appeared/vanished) or a counter reset is partial. A
 Prometheus that cannot be reached, fails a query, or holds no series at all for a role's pods gives that
@@ -21,21 +30,33 @@ window's end, so old data reads as stale.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+import socket
+import ssl
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import httpx
 
+from v41flash.api import endpoints as E
+
 from v41flash.metrics import parse as m
-from v41flash.metrics.figures import RouterFigures, WindowFigures
+from v41flash.figures import RouterFigures, WindowFigures
 from v41flash.metrics.window import PROXY_ARRIVALS, PROXY_NEW_SESSIONS, PROXY_PROMPT_TOKENS, ROUTER_DURATIONS, ROUTER_ERRORS
 
 MAX_CONCURRENT_QUERIES = 4  # one planner pass sends one instant query per role, one for all pods, one for the router
 FIGURE_LABEL = "v41flash_figure"  # which figure a sample of a combined query answers (label_replace'd onto it)
 MAX_ANSWER_BYTES = 8 << 20  # one answer: a vector of at most a few hundred pods is tens of KiB
+URL_FIELD = E.FIELD  # spec.autoscaling.metrics.prometheus.url: every error about reaching it names it
+FIELD = "spec.autoscaling.metrics.prometheus"
+# Prometheus' own errorType values (its HTTP API): the one part of an error answer a window's error repeats
+ERROR_TYPES = ("bad_data", "timeout", "canceled", "execution", "internal", "unavailable", "not_found",
+               "not_acceptable")
+RESULT_TYPES = ("matrix", "vector", "scalar", "string")
+Resolver = Callable[[str, int], Awaitable[list[str]]]  # host, port -> addresses
 
 
 class PrometheusError(RuntimeError):
@@ -50,20 +71,78 @@ class PromSource:
     namespace_label: str = "namespace"
     match_labels: tuple[tuple[str, str], ...] = ()  # more exact matchers (cluster, job, ...)
     timeout_s: float = 10.0
+    # what the administrator allows (the operator always passes it); None: no check (tests, a checked caller)
+    allow: E.EndpointAllowlist | None = None
 
     @classmethod
-    def from_spec(cls, spec, namespace: str) -> PromSource:
-        """From spec.autoscaling.metrics.prometheus (api.PrometheusMetricsSpec)."""
+    def from_spec(cls, spec, namespace: str, allow: E.EndpointAllowlist) -> PromSource:
+        """From spec.autoscaling.metrics.prometheus (api.PrometheusMetricsSpec) and the operator's allowlist."""
         return cls(url=spec.url, namespace=namespace, pod_label=spec.pod_label, namespace_label=spec.namespace_label,
-                   match_labels=tuple(sorted(spec.match_labels.items())), timeout_s=spec.timeout_seconds)
+                   match_labels=tuple(sorted(spec.match_labels.items())), timeout_s=spec.timeout_seconds, allow=allow)
+
+    @property
+    def shown(self) -> str:
+        """The URL as errors show it (no userinfo)."""
+        return E.redact(self.url)
+
+
+def _at(src: PromSource, what: str, field: str = URL_FIELD) -> str:
+    """A window error: the field, then 'Prometheus at <url> <what>' (error_kind reads <what>)."""
+    return f"{field}: Prometheus at {src.shown} {what}"
 
 
 def error_kind(error: str) -> str:
-    """'Unreachable' | 'NoData' | 'Error' of a window error this module wrote ('Prometheus at <url> <what>...')."""
-    what = error.split(" ", 3)[3] if error.startswith("Prometheus at ") and error.count(" ") >= 3 else ""
-    if what.startswith(("unreachable", "did not answer")):
+    """'Unreachable' | 'Refused' | 'NoData' | 'Error' of a window error this module wrote
+    ('<field>: Prometheus at <url> <what>...'): read from the phrase after the URL, never the server's text."""
+    head, sep, rest = error.partition("Prometheus at ")
+    what = rest.split(" ", 1)[1] if sep and " " in rest and not head.strip(": ").count(" ") else ""
+    if what.startswith(("unreachable", "did not answer", "cannot be resolved")):
         return "Unreachable"
+    if what.startswith("refused"):
+        return "Refused"
     return "NoData" if what.startswith("has no ") else "Error"
+
+
+async def _resolve(host: str, port: int) -> list[str]:
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return sorted({info[4][0] for info in infos})
+
+
+async def checked_target(src: PromSource, resolver: Resolver = _resolve) -> tuple[E.Endpoint, str]:
+    """The endpoint and the one address the query goes to, every address of the host checked against the
+    administrator's allowlist; PrometheusError (naming why, never userinfo) otherwise."""
+    try:
+        ep = E.parse(src.url)
+    except ValueError as exc:
+        raise PrometheusError(_at(src, f"refused: {exc}")) from None
+    if src.allow is not None:
+        why = E.static_problem(src.url, src.allow)
+        if why:
+            raise PrometheusError(_at(src, f"refused: {why.removeprefix(str(ep)).lstrip(': ')}"))
+    literal = None
+    try:
+        literal = ipaddress.ip_address(ep.host)
+    except ValueError:
+        pass
+    if literal is not None:
+        addresses = [str(literal)]
+    else:
+        try:
+            addresses = await resolver(ep.host, ep.port)
+        except (OSError, UnicodeError, ValueError) as exc:
+            raise PrometheusError(_at(src, f"cannot be resolved ({type(exc).__name__})")) from None
+        if not addresses:
+            raise PrometheusError(_at(src, "cannot be resolved (no address)"))
+    if src.allow is not None:
+        entry = src.allow.match(ep)
+        for a in addresses:
+            try:
+                why = E.address_problem(ep, ipaddress.ip_address(a.split("%")[0]), entry)
+            except ValueError:
+                why = f"{ep} resolves to an address the operator cannot read"
+            if why:
+                raise PrometheusError(_at(src, f"refused: {why.removeprefix(str(ep)).lstrip(': ')}"))
+    return ep, addresses[0]
 
 
 def _quote(value: str) -> str:
@@ -153,12 +232,13 @@ def _by_pod(result: list[dict], pod_label: str) -> dict[str, float]:
     return {s["metric"].get(pod_label, ""): float(s["value"][1]) for s in result}
 
 
-async def _post(client: httpx.AsyncClient, url: str, form: dict[str, str]) -> tuple[int, bytes]:
+async def _post(client: httpx.AsyncClient, url: str, form: dict[str, str], headers: dict[str, str] | None = None,
+                extensions: dict[str, str] | None = None) -> tuple[int, bytes]:
     """POST, reading at most MAX_ANSWER_BYTES (the URL is the CR author's: an endless body must not fill memory)."""
-    async with client.stream("POST", url, data=form) as resp:
+    async with client.stream("POST", url, data=form, headers=headers, extensions=extensions) as resp:
         declared = resp.headers.get("Content-Length")
         if declared and declared.isdigit() and int(declared) > MAX_ANSWER_BYTES:
-            raise PrometheusError(f"answer of {declared} bytes, over {MAX_ANSWER_BYTES}")
+            raise PrometheusError(f"a declared answer over {MAX_ANSWER_BYTES} bytes")
         chunks, size = [], 0
         async for chunk in resp.aiter_bytes():
             size += len(chunk)
@@ -168,27 +248,66 @@ async def _post(client: httpx.AsyncClient, url: str, form: dict[str, str]) -> tu
         return resp.status_code, b"".join(chunks)
 
 
-async def _query(client: httpx.AsyncClient, src: PromSource, promql: str, at: float, sem: asyncio.Semaphore
-                 ) -> list[dict]:
-    """One instant query (POST: a selector of many pod names would not fit a URL)."""
+def _transport_failure(exc: BaseException) -> str:
+    """What went wrong reaching the server, by exception type only: an exception's text can hold what the server
+    sent (a status line, a certificate's names)."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ssl.SSLError):
+            return f"unreachable: TLS handshake failed ({type(cause).__name__})"
+        cause = cause.__cause__ or cause.__context__
+    return f"unreachable: {type(exc).__name__}"
+
+
+def _pinned(ep: E.Endpoint, address: str) -> tuple[str, dict[str, str], dict[str, str]]:
+    """The query URL at the checked address, with the Host header and the TLS server name of the URL's host."""
+    ip = ipaddress.ip_address(address.split("%")[0])
+    host = f"[{ip}]" if ip.version == 6 else str(ip)
+    named = f"[{ep.host}]" if ":" in ep.host else ep.host
+    default = ep.port == (443 if ep.scheme == "https" else 80)
+    extensions = {"sni_hostname": ep.host} if ep.scheme == "https" and ip != _literal_or_none(ep.host) else {}
+    return (f"{ep.scheme}://{host}:{ep.port}{ep.path}/api/v1/query",
+            {"Host": named if default else f"{named}:{ep.port}"}, extensions)
+
+
+def _literal_or_none(host: str):
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
+
+
+async def _query(client: httpx.AsyncClient, src: PromSource, target: tuple[E.Endpoint, str], promql: str, at: float,
+                 sem: asyncio.Semaphore) -> list[dict]:
+    """One instant query (POST: a selector of many pod names would not fit a URL) to the checked address."""
+    url, headers, extensions = _pinned(*target)
     async with sem:
         try:
-            status, raw = await _post(client, f"{src.url.rstrip('/')}/api/v1/query", {"query": promql, "time": f"{at:.3f}"})
+            status, raw = await _post(client, url, {"query": promql, "time": f"{at:.3f}"}, headers, extensions)
         except httpx.HTTPError as exc:
-            raise PrometheusError(f"Prometheus at {src.url} unreachable: {type(exc).__name__}: {exc}") from exc
+            raise PrometheusError(_at(src, _transport_failure(exc))) from None
         except PrometheusError as exc:
-            raise PrometheusError(f"Prometheus at {src.url} answered too much: {exc}") from exc
+            raise PrometheusError(_at(src, f"answered too much: {exc}")) from None
+        except Exception as exc:  # noqa: BLE001 - an invalid URL, a codec error: a window error, never a crash
+            raise PrometheusError(_at(src, f"failed: {type(exc).__name__}")) from None
     try:
         body = json.loads(raw)
-    except ValueError as exc:
-        raise PrometheusError(f"Prometheus at {src.url} answered HTTP {status} with no JSON: {raw[:200]!r}") from exc
+    except (ValueError, RecursionError):
+        raise PrometheusError(_at(src, f"answered HTTP {status} with no JSON (its answer is not shown)")) from None
     if status != 200 or not isinstance(body, dict) or body.get("status") != "success":
-        err = body.get("error", body) if isinstance(body, dict) else body
-        raise PrometheusError(f"Prometheus at {src.url} answered HTTP {status}: {str(err)[:300]}")
-    data = body.get("data") or {}
-    if data.get("resultType") != "vector":
-        raise PrometheusError(f"Prometheus at {src.url} answered a {data.get('resultType')!r}, not a vector")
-    return data.get("result") or []
+        kind = body.get("errorType") if isinstance(body, dict) else None
+        shown = f" ({kind})" if kind in ERROR_TYPES else ""
+        raise PrometheusError(_at(src, f"answered HTTP {status}{shown}: not a successful query answer (its answer is "
+                                       f"not shown)"))
+    data = body.get("data")
+    kind = data.get("resultType") if isinstance(data, dict) else None
+    if kind != "vector":
+        shown = repr(kind) if kind in RESULT_TYPES else "another type"
+        raise PrometheusError(_at(src, f"answered a {shown}, not a vector"))
+    result = data.get("result") or []
+    if not isinstance(result, list) or not all(isinstance(r, dict) for r in result):
+        raise PrometheusError(_at(src, "answered a vector of no samples it can read"))
+    return result
 
 
 def combined(queries: Mapping[str, str]) -> str:
@@ -210,9 +329,9 @@ def split(result: list[dict], keys: Iterable[str]) -> dict[str, list[dict]]:
     return out
 
 
-async def _run(client: httpx.AsyncClient, src: PromSource, queries: Mapping[str, str], at: float,
-               sem: asyncio.Semaphore) -> dict[str, list[dict]]:
-    return split(await _query(client, src, combined(queries), at, sem), queries)
+async def _run(client: httpx.AsyncClient, src: PromSource, target: tuple[E.Endpoint, str], queries: Mapping[str, str],
+               at: float, sem: asyncio.Semaphore) -> dict[str, list[dict]]:
+    return split(await _query(client, src, target, combined(queries), at, sem), queries)
 
 
 def role_figures(src: PromSource, r: Mapping[str, list[dict]], end: float, window_s: float,
@@ -227,9 +346,10 @@ def role_figures(src: PromSource, r: Mapping[str, list[dict]], end: float, windo
     if not seen:
         return WindowFigures(start=end - window_s, end=end, pods_expected=len(want), missing_pods=tuple(sorted(want)),
                              ttft_percentile=ttft_percentile,
-                             error=(f"Prometheus at {src.url} has no {m.RUNNING} series of the {len(want)} pod(s) "
-                                    f"({src.namespace_label}={src.namespace}, {src.pod_label}={', '.join(sorted(want)[:3])}"
-                                    f"{', ...' if len(want) > 3 else ''}): does it scrape them and attach those labels?"))
+                             error=_at(src, f"has no {m.RUNNING} series of the {len(want)} pod(s) "
+                                            f"({src.namespace_label}={src.namespace}, {src.pod_label}="
+                                            f"{', '.join(sorted(want)[:3])}{', ...' if len(want) > 3 else ''}): does "
+                                            f"it scrape them and attach those labels?", FIELD))
     most = max(samples[p] for p in seen)
     missing = sorted(want - seen)
     short = {p for p in seen if samples[p] < 0.75 * most}
@@ -316,35 +436,55 @@ async def prometheus_windows(
     groups = {role: list(pods) for role, pods in expected.items()}
     groups["overall"] = sorted({p for pods in expected.values() for p in pods})
     own = client is None
-    client = client or httpx.AsyncClient(timeout=httpx.Timeout(src.timeout_s), follow_redirects=False)
+    client = client or httpx.AsyncClient(timeout=httpx.Timeout(src.timeout_s), follow_redirects=False, trust_env=False)
     sem = asyncio.Semaphore(MAX_CONCURRENT_QUERIES)
+    target: tuple[E.Endpoint, str] | None = None
 
     async def one(pods: list[str]) -> WindowFigures:
         if not pods:  # nothing Ready to measure: the same empty window the scraper gives
             return WindowFigures(start=end - window_s, end=end, ttft_percentile=ttft_percentile)
         try:
-            r = await _run(client, src, _queries(selector(src, pods), w, ttft_percentile, src.pod_label), end, sem)
+            r = await _run(client, src, target, _queries(selector(src, pods), w, ttft_percentile, src.pod_label), end,
+                           sem)
+            return role_figures(src, r, end, window_s, pods, ttft_percentile)
         except PrometheusError as exc:
             return _failed(pods, end, window_s, ttft_percentile, str(exc))
-        return role_figures(src, r, end, window_s, pods, ttft_percentile)
+        except Exception as exc:  # noqa: BLE001 - samples no figure can be read from: an error window, not a crash
+            return _failed(pods, end, window_s, ttft_percentile,
+                           _at(src, f"answered samples the planner cannot read ({type(exc).__name__})"))
 
     async def router() -> RouterFigures | None:
         if not router_pods:
             return None
         try:
-            r = await _run(client, src, _router_queries(selector(src, router_pods), w, src.pod_label), end, sem)
-        except PrometheusError:
-            return None  # the engine roles carry the error; the planner falls back to their figures
-        return router_figures(r, end, window_s, router_pods)
+            r = await _run(client, src, target, _router_queries(selector(src, router_pods), w, src.pod_label), end,
+                           sem)
+            return router_figures(r, end, window_s, router_pods)
+        except Exception:  # noqa: BLE001 - the engine roles carry the error; the planner falls back to their figures
+            return None
 
     async def everything():
+        nonlocal target
+        target = await checked_target(src)  # once a round: every query goes to this checked address
         return await asyncio.gather(*(one(p) for p in groups.values()), router())
 
+    def failed(why: str):
+        return [_failed(p, end, window_s, ttft_percentile, why) if p else
+                WindowFigures(start=end - window_s, end=end, ttft_percentile=ttft_percentile)
+                for p in groups.values()], None
+
     try:
-        *figs, rt = await asyncio.wait_for(everything(), src.timeout_s)
+        if not any(groups.values()):
+            # nothing Ready to measure: no query, no name lookup
+            figs, rt = [WindowFigures(start=end - window_s, end=end, ttft_percentile=ttft_percentile) for _ in groups], None
+        else:
+            *figs, rt = await asyncio.wait_for(everything(), src.timeout_s)
     except asyncio.TimeoutError:
-        why = f"Prometheus at {src.url} did not answer within {src.timeout_s:g} s"
-        figs, rt = [_failed(p, end, window_s, ttft_percentile, why) for p in groups.values()], None
+        figs, rt = failed(_at(src, f"did not answer within {src.timeout_s:g} s"))
+    except PrometheusError as exc:
+        figs, rt = failed(str(exc))
+    except Exception as exc:  # noqa: BLE001 - never raises into the planner (it would fail every pass)
+        figs, rt = failed(_at(src, f"failed: {type(exc).__name__}"))
     finally:
         if own:
             await client.aclose()

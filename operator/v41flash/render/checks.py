@@ -6,7 +6,10 @@
 - a canary can start (rollout_problems) and vLLM's KV handshake check stays on;
 - each engine pod's host memory holds what it pins: the Engram tables when they are in host memory, the
   host KV tier of every DP rank in the pod, /dev/shm, and a headroom (host_memory_problems).
-- the rendered children pass what the apiserver checks of names, labels and int32s (render/preflight.py).
+- the rendered children pass what the apiserver checks of names, labels and int32s (render/preflight.py);
+- with the operator's configuration (``AdminPolicy``; `v41flash validate` has none and skips these): a weight
+  cache's host path is one the administrator allows (api/host_paths.py), and the Prometheus URL is an endpoint
+  the administrator allows and no metadata, loopback or link-local address unless named (api/endpoints.py).
 """
 from __future__ import annotations
 
@@ -16,6 +19,8 @@ from kubernetes.utils.quantity import parse_quantity
 from pydantic.alias_generators import to_camel
 
 from .. import cron
+from ..api import endpoints, host_paths
+from ..api.admin import AdminPolicy
 from ..api import v1alpha1 as api
 from ..api.validation import Problem
 from ..vllm import args as vargs
@@ -192,6 +197,28 @@ def host_memory_problems(obj: api.V41FlashDeployment) -> list[Problem]:
     return problems
 
 
-def operator_checks() -> list[Callable[[api.V41FlashDeployment], list[Problem]]]:
-    return [engine_problems, gpu_budget_problems, schedule_problems, host_memory_problems, rollout_problems,
-            node_selector_problems, rendered_problems]
+def admin_problems(admin: AdminPolicy) -> Callable[[api.V41FlashDeployment], list[Problem]]:
+    """A weight cache or Prometheus URL the administrator does not allow, naming the field."""
+    def check(obj: api.V41FlashDeployment) -> list[Problem]:
+        spec = obj.spec
+        out: list[Problem] = []
+        cache = spec.startup.weight_cache
+        if cache is not None:
+            why = admin.host_paths.problem(cache.host_path, cache.shared_across_namespaces)
+            if why:
+                out.append(Problem(host_paths.FIELD, why))
+        prom = spec.autoscaling.metrics.prometheus
+        if spec.autoscaling.metrics.source == "Prometheus" and prom is not None:
+            why = endpoints.static_problem(prom.url, admin.endpoints)
+            if why:
+                out.append(Problem(endpoints.FIELD, why))
+        return out
+    check.__name__ = "admin_problems"
+    return check
+
+
+def operator_checks(admin: AdminPolicy | None = None) -> list[Callable[[api.V41FlashDeployment], list[Problem]]]:
+    """The operator's checks; with ``admin`` (the running operator's policy) also what it allows."""
+    checks = [engine_problems, gpu_budget_problems, schedule_problems, host_memory_problems, rollout_problems,
+              node_selector_problems, rendered_problems]
+    return checks if admin is None else [admin_problems(admin), *checks]

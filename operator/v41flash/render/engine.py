@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..api import host_paths
 from ..api import v1alpha1 as api
 from ..defaults import PROGRESS_MARGIN_SECONDS
 from ..vllm import args as vargs
@@ -21,7 +22,9 @@ from .timing import DRAIN_CONFIG_KEY, DRAIN_MOUNT_DIR, PodTiming, pre_stop_scrip
 
 MODELS_DIR = "/models"
 CACHE_DIR = "/cache"
-WEIGHT_CACHE_DIR = "/weight-cache"  # spec.startup.weightCache.hostPath, mounted in engines and the prefetcher
+# spec.startup.weightCache: the node's directory (api/host_paths.node_path), read-only in the engines, written only by
+# the prefetcher
+WEIGHT_CACHE_DIR = "/weight-cache"
 WEIGHT_CACHE_HF_HOME = f"{WEIGHT_CACHE_DIR}/huggingface"
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 LWS_GROUP_KEY = "leaderworkerset.sigs.k8s.io/group-key"
@@ -135,7 +138,7 @@ def _env(cmd: vargs.EngineCommand, spec: api.V41FlashDeploymentSpec) -> list[dic
     return list(by_name.values())
 
 
-def _volumes(cr_name: str, spec: api.V41FlashDeploymentSpec,
+def _volumes(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec,
              role_spec: api.RoleSpec) -> tuple[list[dict], list[dict]]:
     volumes: list[dict[str, Any]] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": role_spec.resources.shm_size}},
@@ -158,13 +161,16 @@ def _volumes(cr_name: str, spec: api.V41FlashDeploymentSpec,
                         "persistentVolumeClaim": {"claimName": pvc.claim_name, "readOnly": True}})
         mounts.append({"name": "weights", "mountPath": MODELS_DIR, "readOnly": True})
     if spec.startup.weight_cache is not None:
-        volumes.append(weight_cache_volume(spec.startup.weight_cache))
-        mounts.append({"name": "weight-cache", "mountPath": WEIGHT_CACHE_DIR})
+        volumes.append(weight_cache_volume(spec.startup.weight_cache, namespace))
+        # engines only read the node's copy: a compromised engine cannot poison the weights the next one loads
+        mounts.append({"name": "weight-cache", "mountPath": WEIGHT_CACHE_DIR, "readOnly": True})
     return volumes, mounts
 
 
-def weight_cache_volume(cache: api.WeightCacheSpec) -> dict[str, Any]:
-    return {"name": "weight-cache", "hostPath": {"path": cache.host_path, "type": "DirectoryOrCreate"}}
+def weight_cache_volume(cache: api.WeightCacheSpec, namespace: str) -> dict[str, Any]:
+    """The node's directory: <hostPath>/<namespace> unless shared (api/host_paths.py; the operator allows it)."""
+    path = host_paths.node_path(cache.host_path, namespace, cache.shared_across_namespaces)
+    return {"name": "weight-cache", "hostPath": {"path": path, "type": "DirectoryOrCreate"}}
 
 
 def _ports(cfg: vargs.EngineConfig, serving: bool) -> list[dict[str, Any]]:
@@ -248,13 +254,14 @@ def _tolerations(spec: api.V41FlashDeploymentSpec) -> list[dict[str, Any]]:
 
 
 def pod_template(cr_name: str, spec: api.V41FlashDeploymentSpec, res: Resolved, role: str,
-                 cmd: vargs.EngineCommand, cfg: vargs.EngineConfig, *, serving: bool, timing: PodTiming) -> dict[str, Any]:
+                 cmd: vargs.EngineCommand, cfg: vargs.EngineConfig, *, serving: bool, timing: PodTiming,
+                 namespace: str) -> dict[str, Any]:
     rs: api.RoleSpec = getattr(spec, role)
     rr = res.roles[role]
     pod_labels = L.common_labels(cr_name, role)
     if serving:
         pod_labels[L.SERVING_LABEL] = "true"
-    volumes, mounts = _volumes(cr_name, spec, rs)
+    volumes, mounts = _volumes(cr_name, namespace, spec, rs)
     limits = {"cpu": rs.resources.cpu, "memory": rs.resources.memory, res.gpu.resource_name: str(rr.gpus_per_pod)}
     if res.gpu.rdma_resource:
         limits[res.gpu.rdma_resource] = "1"
@@ -308,7 +315,8 @@ def engine_workload(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSp
     cfg = engine_config(spec, res, role)
     commands = vargs.build_replica(cfg)
     name = L.child_name(cr_name, role)
-    leader = pod_template(cr_name, spec, res, role, commands.leader, cfg, serving=True, timing=timing)
+    leader = pod_template(cr_name, spec, res, role, commands.leader, cfg, serving=True, timing=timing,
+                          namespace=namespace)
     if rr.workload_kind != LEADER_WORKER_SET:
         return {
             "apiVersion": "apps/v1",
@@ -324,7 +332,8 @@ def engine_workload(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSp
             },
         }
     assert commands.worker is not None
-    worker = pod_template(cr_name, spec, res, role, commands.worker, cfg, serving=False, timing=timing)
+    worker = pod_template(cr_name, spec, res, role, commands.worker, cfg, serving=False, timing=timing,
+                          namespace=namespace)
     return {
         "apiVersion": LWS_API_VERSION,
         "kind": "LeaderWorkerSet",

@@ -1,4 +1,4 @@
-"""The weight prefetcher: a DaemonSet that copies the hub checkpoint into spec.startup.weightCache.hostPath on every
+"""The weight prefetcher: a DaemonSet that copies the hub checkpoint into the weight cache's node directory on every
 node the engines may run on, so that a new replica reads ~511 GB from the node's disk instead of the network.
 
 Its init container downloads (huggingface_hub's snapshot_download, in the vLLM image the engines run: the same
@@ -57,7 +57,7 @@ def weight_prefetch(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSp
             "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}},
             "securityContext": security,
         }],
-        "volumes": [weight_cache_volume(cache)],
+        "volumes": [weight_cache_volume(cache, namespace)],  # the one writer of the node's copy
     }
     if spec.gpu.node_selector:
         pod_spec["nodeSelector"] = dict(sorted(spec.gpu.node_selector.items()))
