@@ -7,29 +7,80 @@ what the operator wires, not a user who may already create pods.
 """
 from __future__ import annotations
 
-# vllm serve flags the operator sets or whose effect it must know, with the reason shown on refusal.
+from ..vllm.flags import dests_of, spelling_pattern
+
+# vllm serve settings the operator sets, a field owns, or that change which weights load or what the engine is, with
+# the reason (naming the field that owns it) shown on refusal. Each key lists one option string per setting; every
+# other spelling vLLM 0.33.0's parser accepts for it (aliases such as -tp, --no-/--disable- forms, '_' for '-',
+# `=value`, dotted JSON keys, abbreviations, `-n2`) is refused too: arg_rule() derives them from the parser snapshot
+# (vllm/flags.spelling_pattern). tests/test_escape_hatch.py checks that every flag the builder renders is here or in
+# RECIPE_FLAGS.
 REFUSED_ARGS: dict[tuple[str, ...], str] = {
     ("--host",): "the operator binds engines to the pod IP the router discovers; another host makes the pod "
                  "unreachable",
     ("--port",): "the Service, probes, router discovery and NetworkPolicy use port 8000",
+    ("--uds",): "a Unix socket instead of TCP makes the engine unreachable for probes and the router",
+    ("--ssl-keyfile", "--ssl-certfile", "--ssl-ca-certs", "--ssl-cert-reqs", "--ssl-ciphers", "--enable-ssl-refresh",
+     "--grpc", "--grpc-port"):
+        "engines serve plain HTTP on port 8000: probes, the router, the endpoint picker and the operator's scraper "
+        "speak it",
     ("--headless",): "a headless engine serves no HTTP: probes fail and the router finds no worker (the "
                      "operator sets it on LeaderWorkerSet workers itself)",
-    ("--data-parallel-size", "-dp"): "the GPU request is sized from dataParallelSize: set that field instead",
-    ("--data-parallel-size-local", "-dpl"): "derived from nodesPerReplica: set that field instead",
-    ("--tensor-parallel-size", "-tp"): "the GPU request is sized from tensorParallelSize: set that field instead",
-    ("--pipeline-parallel-size", "-pp"): "the operator requests GPUs for TP x DP only: pipeline stages would "
-                                         "need GPUs the pod does not have",
-    ("--data-parallel-address", "-dpa", "--data-parallel-rpc-port", "-dpp", "--data-parallel-start-rank",
-     "-dpr"): "multi-node wiring is the operator's (LeaderWorkerSet leader address and ranks)",
+    ("--data-parallel-size",): "the GPU request is sized from dataParallelSize: set that field instead",
+    ("--data-parallel-size-local",): "derived from nodesPerReplica: set that field instead",
+    ("--tensor-parallel-size",): "the GPU request is sized from tensorParallelSize: set that field instead",
+    ("--pipeline-parallel-size", "--prefill-context-parallel-size"):
+        "the operator requests GPUs for TP x DP only: pipeline stages or prefill context ranks would need GPUs the "
+        "pod does not have",
+    ("--data-parallel-address", "--data-parallel-rpc-port", "--data-parallel-start-rank", "--data-parallel-rank",
+     "--data-parallel-external-lb", "--data-parallel-hybrid-lb", "--data-parallel-multi-port-external-lb",
+     "--nnodes", "--node-rank", "--master-addr", "--master-port"):
+        "multi-node wiring is the operator's (LeaderWorkerSet leader address and ranks): set nodesPerReplica",
     ("--api-key",): "the router is not given the key, so every request it forwards would be refused; use "
                     "spec.routing.apiKeySecretRef for client authentication at the proxy",
     ("--config",): "a config file hides arguments from the operator's checks against vLLM's parser",
     ("--kv-transfer-config",): "set by the operator from spec.kvTransfer (P/D needs the NIXL connector it wires)",
     ("--kv-events-config",): "set by the operator from spec.routing.kvEvents",
     ("--served-model-name",): "set spec.model.servedModelName: the router and clients use that name",
-    ("--model",): "set spec.model.checkpoint (the operator passes the model path itself)",
-    ("--uds",): "a Unix socket instead of TCP makes the engine unreachable for probes and the router",
+    ("--model", "--tokenizer", "--tokenizer-revision", "--tokenizer-mode", "--hf-config-path", "--code-revision",
+     "--hf-overrides", "--quantization", "--runner", "--convert"):
+        "the engine serves spec.model.checkpoint (the operator passes it, with its tokenizer and config) as the "
+        "router, the planner's capacity profiles and clients know it: set spec.model.checkpoint",
+    ("--revision",): "set spec.model.revision: the weight cache, the prefetcher and the serving revision's hash "
+                     "follow it",
+    ("--hf-token",): "set spec.model.source.hub.tokenSecretRef: a token in the arguments sits in the pod spec and "
+                     "the CR",
+    ("--load-format", "--model-loader-extra-config"):
+        "set spec.startup.loadFormat: which loader reads which weights is the field's (--load-format dummy serves "
+        "random weights), and the planner's measured cold start follows it",
+    ("--download-dir",): "where weights are kept is the operator's (spec.model.cache, spec.startup.weightCache): "
+                         "another directory bypasses the weight cache",
+    ("--speculative-config", "--spec-method", "--spec-model", "--spec-tokens"):
+        "set spec.features.speculativeDecoding: the planner sizes decode from it (tokens per step)",
+    ("--tool-call-parser", "--enable-auto-tool-choice", "--tool-parser-plugin"): "set spec.features.toolCalling",
+    ("--reasoning-parser", "--reasoning-parser-plugin"): "set spec.features.reasoning",
+    ("--language-model-only",): "set spec.features.textOnly",
+    ("--kv-offloading-backend", "--kv-offloading-size"):
+        "set this role's kvOffload: vLLM 0.33.0 would replace the NIXL connector with its offloading one, and the "
+        "planner counts the host tier as KV capacity",
+    ("--max-num-seqs",): "set this role's maxNumSeqs: the planner's capacity follows it",
+    ("--max-num-batched-tokens",): "set this role's maxNumBatchedTokens",
+    ("--max-model-len",): "set this role's maxModelLen",
+    ("--gpu-memory-utilization",): "set this role's gpuMemoryUtilization: the planner's KV capacity follows it",
+    ("--enable-expert-parallel",): "set this role's expertParallel (or the profile): EPLB and the GPU layout "
+                                   "follow it",
+    ("--enable-eplb", "--eplb-config"): "set this role's eplb",
 }
+
+# Flags the recipe rows render with no field of their own (vllm/args.py): a copy in extraArgs where one is rendered
+# is refused by the parser check as a repeat ("vLLM silently keeps only the last one"); where none is rendered it is
+# the escape hatch's to tune.
+RECIPE_FLAGS = (
+    "--attention-config", "--block-size", "--compilation-config", "--enable-ep-weight-filter", "--engram-config",
+    "--kernel-config", "--kv-cache-dtype", "--long-prefill-token-threshold", "--max-cudagraph-capture-size",
+    "--moe-backend", "--monokernel", "--no-enable-prefix-caching", "--numa-bind", "--prefill-schedule-interval",
+)
+
 
 # Environment the operator sets (or that subverts every process in the container), with why.
 REFUSED_ENV: dict[tuple[str, ...], str] = {
@@ -59,9 +110,8 @@ def _cel_str(s: str) -> str:
 
 
 def arg_rule(flags: tuple[str, ...]) -> str:
-    """CEL over self.extraArgs: none is one of flags, alone or as flag=value."""
-    parts = " && ".join(f"a != {_cel_str(f)} && !a.startsWith({_cel_str(f + '=')})" for f in flags)
-    return f"self.extraArgs.all(a, {parts})"
+    """CEL over self.extraArgs: no token sets what one of flags sets, in any spelling vLLM 0.33.0 accepts."""
+    return f"self.extraArgs.all(a, !a.matches({_cel_str(spelling_pattern(dests_of(flags)))}))"
 
 
 def env_rule(names: tuple[str, ...]) -> str:

@@ -348,3 +348,79 @@ def _check_eplb_model_rules(option: str, value: dict) -> list[str]:
             "(use_async defaults to true); use 'nixl' or 'torch_gloo', or leave it unset"
         )
     return problems
+
+
+# ------------------------------------------------------------------ every spelling of a flag
+# What vLLM 0.33.0's parser does with one argv token before argparse matches it to an option
+# (FlexibleArgumentParser.parse_args): in a `--` token, '_' becomes '-' up to the first '.'; a token with a '.'
+# before any '=' is a dotted key (`--kv-events-config.topic x`, `-sc.method=...`) merged into one JSON value of
+# the option named before the dot. argparse (allow_abbrev is left True) then takes the exact option, or
+# `option=value`, or a prefix that starts only one option ("--load-f dummy"), or a one-letter option glued to its
+# value (`-n2`). spelling_pattern() turns a set of option dests into one regular expression (RE2 and Python
+# alike, for the CRD's CEL rules) that matches every token setting one of them; tests/test_vllm_flags.py checks
+# it against argparse's own matcher over every option of the snapshot.
+
+def dests_of(flags_: tuple[str, ...] | list[str]) -> set[str]:
+    """The option dests (settings) the given option strings set."""
+    return {options()[f]["dest"] for f in flags_}
+
+
+def spellings(dest: str) -> list[str]:
+    """Every option string of the snapshot that sets dest (aliases, --no-/--disable- forms, short options)."""
+    return sorted(o for o, spec in options().items() if spec["dest"] == dest)
+
+
+def _lit(text: str) -> str:
+    out = ""
+    for ch in text:
+        if ch in "-_":
+            out += "[-_]"  # FlexibleArgumentParser makes '_' a '-' in a long option's name
+        elif ch.isascii() and ch.isalnum():
+            out += ch
+        else:
+            raise ValueError(f"unexpected character {ch!r} in a vLLM option name")
+    return out
+
+
+def _owned_prefix(option: str, same_kind: list[str], owned: set[str]) -> int:
+    """Length of the shortest prefix of option that only options setting an owned dest start with: argparse
+    resolves any token starting with it to one of those, or to none (an error). len(option) if there is none."""
+    start = 2 if option.startswith("--") else 1
+    for n in range(start + 1, len(option)):
+        prefix = option[:n]
+        if all(options()[c]["dest"] in owned for c in same_kind if c.startswith(prefix)):
+            return n
+    return len(option)
+
+
+def spelling_pattern(dests: set[str]) -> str:
+    """A regular expression matching every argv token with which vLLM 0.33.0's parser sets one of dests (and
+    tokens it refuses anyway: a name that starts like only owned options but is none of them)."""
+    unknown = dests - {spec["dest"] for spec in options().values()}
+    if unknown:
+        raise ValueError(f"not a vLLM {snapshot()['header']['vllm_version']} option dest: {sorted(unknown)}")
+    longs = sorted(o for o in options() if o.startswith("--"))
+    shorts = sorted(o for o in options() if not o.startswith("--"))
+    long_alts: set[str] = set()
+    short_alts: set[str] = set()
+    glued: set[str] = set()
+    for option in sorted(o for d in dests for o in spellings(d)):
+        if option.startswith("--"):
+            n = _owned_prefix(option, longs, dests)
+            long_alts.add(_lit(option[2:n]) + ("[-_a-z0-9]*" if n < len(option) else ""))
+        elif len(option) == 2:  # -n: argparse reads `-n2` as -n 2, so every token starting -n sets it
+            others = [s for s in shorts if s != option and s.startswith(option)]
+            if others:
+                raise ValueError(f"{option} is also the start of {others}: no regular expression for it")
+            glued.add(option[1])
+        else:
+            n = _owned_prefix(option, shorts, dests)
+            short_alts.add(_lit(option[1:n]) + ("[a-z0-9]*" if n < len(option) else ""))
+    parts = []
+    if long_alts:
+        parts.append(f"--(?:{'|'.join(sorted(long_alts))})(?:[=.]|$)")
+    if short_alts:
+        parts.append(f"-(?:{'|'.join(sorted(short_alts))})(?:[=.]|$)")
+    if glued:
+        parts.append(f"-[{''.join(sorted(glued))}]")
+    return "^(?:" + "|".join(parts) + ")"
