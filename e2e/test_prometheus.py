@@ -10,6 +10,8 @@ condition and a Warning Event.
 """
 from __future__ import annotations
 
+import contextlib
+import json
 import threading
 import time
 
@@ -43,10 +45,25 @@ def test_planner_scales_on_prometheus_and_holds_when_it_is_gone(cluster, operato
                    name=f"prometheus-{ns}")
     cluster.cluster.register(prom)  # `make down` stops it too, should this test die
     try:
-        _run(cluster, ns, prom)
+        with allowed(operator_process, "--prometheus-endpoints", P.url(prom)):  # the admin allows this Prometheus
+            _run(cluster, ns, prom)
     finally:
         stop_procs([prom])
         cluster.cluster.unregister(prom.name)
+
+
+@contextlib.contextmanager
+def allowed(operator_process, *flags: str):
+    """The operator restarted with an administrator's allowlist flags (issue 39: it queries nothing by default),
+    restarted as it was afterwards."""
+    before = list(operator_process.extra_args)
+    operator_process.extra_args = [*before, *flags]
+    operator_process.restart()
+    try:
+        yield
+    finally:
+        operator_process.extra_args = before
+        operator_process.restart()
 
 
 def _run(cluster, ns: str, prom) -> None:
@@ -106,3 +123,77 @@ def _run(cluster, ns: str, prom) -> None:
     assert all(e["type"] == "Warning" for e in events) and any(P.url(prom) in e["message"] for e in events)
     load_thread.join(LOAD_MAX_S + 60)
     assert load.ok > 0 and not load.failed, f"failed requests: {load.failed[:5]}"
+
+SECRET = "AKIA-E2E-METADATA-SECRET"
+
+
+class _MetadataLike(threading.Thread):
+    """A loopback server shaped like a cloud metadata service: every request gets credentials back."""
+
+    def __init__(self):
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        outer = self
+        self.requests = 0
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self):
+                outer.requests += 1
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                body = json.dumps({"Code": "Success", "AccessKeyId": SECRET, "errorType": SECRET}).encode()
+                self.send_response(401)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            do_GET = do_POST = _answer
+
+            def log_message(self, *args):
+                pass
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        super().__init__(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_metadata_like_url_gets_a_condition_and_none_of_its_answer(cluster, operator_process, ns):
+    """Issue 39: spec.autoscaling.metrics.prometheus.url at a loopback server answering credentials. The default
+    operator never contacts it: Stalled naming the field. An administrator who allows that very address (a
+    mistake) gets the queries sent, a MetricsUnavailable condition naming the field, and nothing of the answer in
+    status, Events or the operator's log."""
+    server = _MetadataLike()
+    server.start()
+    try:
+        cluster.kubectl("create", "configmap", "sim-capacity-profile", "-n", ns, f"--from-file=profile.yaml={PROFILE}")
+        doc = deployment()
+        doc["spec"]["autoscaling"].update({"intervalSeconds": INTERVAL_S, "metrics": {"source": "Prometheus", "prometheus": {
+            "url": server.url, "timeoutSeconds": 2, "scrapedBy": {"podLabels": {"app.kubernetes.io/name": "prometheus"}}}}})
+        cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(doc))
+        field = "spec.autoscaling.metrics.prometheus.url"
+
+        def condition(type_: str):
+            c = next((c for c in _status(cluster, ns).get("conditions", []) if c["type"] == type_), None)
+            return c if c and c["status"] == "True" else None
+        stalled = wait_for(lambda: condition("Stalled"), 60, f"{NAME} Stalled on a URL the operator does not allow")
+        assert stalled["reason"] == "InvalidSpec" and field in stalled["message"]
+        assert server.requests == 0
+
+        with allowed(operator_process, "--prometheus-endpoints", server.url):
+            cond = wait_for(lambda: condition("MetricsUnavailable"), 240,
+                            "MetricsUnavailable once the planner queried the metadata-like server", interval=1)
+            assert server.requests > 0
+            assert cond["reason"] == "PrometheusError" and field in cond["message"] and "HTTP 401" in cond["message"]
+            events = wait_for(lambda: cluster.kubectl_json("get", "events", "-n", ns, "--field-selector",
+                                                           "reason=MetricsUnavailable")["items"], 30, "its Event")
+            everything = json.dumps([cluster.kubectl_json("get", "v41f", NAME, "-n", ns),
+                                     cluster.kubectl_json("get", "events", "-n", ns)])
+            print(f"\n[e2e] {server.requests} queries answered with credentials; condition: {cond['message']}")
+            assert events and SECRET not in everything and SECRET not in operator_process.log_text()
+    finally:
+        cluster.kubectl("delete", "v41f", NAME, "-n", ns, "--wait=false", check=False)
+        server.close()

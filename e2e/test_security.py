@@ -200,3 +200,83 @@ def test_the_operator_identity_writes_only_what_a_v41flashdeployment_owns(cluste
         for kind, name in cluster_scoped:
             cluster.kubectl("delete", kind, name, "--ignore-not-found", check=False)
         cluster.kubectl("delete", "namespace", user_ns, "--wait=false", check=False)
+
+
+def _as(kubeconfig, *args, input=None):
+    import subprocess
+    return subprocess.run([str(REPO / ".venv" / "bin" / "kubectl"), f"--kubeconfig={kubeconfig}", *args],
+                          input=input, capture_output=True, text=True)
+
+
+def _host_paths(cluster, ns: str) -> dict[str, tuple[str, bool | None]]:
+    """'Kind/name container' -> (hostPath, readOnly) of every weight-cache mount in the namespace's workloads."""
+    out = {}
+    for kind in ("deployments", "daemonsets"):
+        for o in cluster.kubectl_json("get", kind, "-n", ns)["items"]:
+            pod = o["spec"]["template"]["spec"]
+            paths = {v["name"]: v["hostPath"]["path"] for v in pod.get("volumes", []) if "hostPath" in v}
+            for c in pod["containers"] + pod.get("initContainers", []):
+                for m in c.get("volumeMounts", []):
+                    if m["name"] in paths:
+                        out[f"{o['kind']}/{o['metadata']['name']} {c['name']}"] = (paths[m["name"]], m.get("readOnly"))
+    return out
+
+
+def test_a_namespace_user_gets_no_host_path_the_admin_did_not_allow(cluster, operator_process, ns, tmp_path):
+    """Issue 39: a user with only the CR's verbs in a namespace (no pods, no DaemonSets) cannot get a host directory
+    mounted that the operator's administrator did not allow: a dangerous one is refused at admission, a plain one
+    Stalls naming the field with nothing applied; once the admin allows a directory, the namespace gets its own
+    subdirectory, read-only in the engines, and another namespace's is still refused."""
+    from e2e.test_install import sa_kubeconfig
+    cluster.kubectl("create", "serviceaccount", "cr-author", "-n", ns)
+    cluster.kubectl("create", "role", "cr-author", "-n", ns, "--resource=v41flashdeployments.v41flash.io",
+                    "--verb=get,list,watch,create,update,patch,delete")
+    cluster.kubectl("create", "rolebinding", "cr-author", "-n", ns, "--role=cr-author",
+                    f"--serviceaccount={ns}:cr-author")
+    kc = sa_kubeconfig(cluster, ns, "cr-author", tmp_path / "cr-author.kubeconfig")
+    assert _as(kc, "auth", "can-i", "create", "v41flashdeployments", "-n", ns).stdout.strip() == "yes"
+    for what in ("pods", "daemonsets", "deployments"):
+        assert _as(kc, "auth", "can-i", "create", what, "-n", ns).stdout.strip() == "no", what
+
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    name = doc["metadata"]["name"]
+    field = "spec.startup.weightCache.hostPath"
+    # in or above the kubelet's directory, the host root by another spelling: refused by the apiserver
+    for path in ("/var/lib/kubelet", "/mnt/..", "/ETC", "/proc/1/root"):
+        doc["spec"]["startup"] = {"weightCache": {"hostPath": path}}
+        r = _as(kc, "apply", "-n", ns, "-f", "-", input=yaml.safe_dump(doc))
+        assert r.returncode != 0 and field in r.stderr, (path, r.stderr)
+    # a plain directory the default operator does not allow: admitted, Stalled naming the field, nothing applied
+    doc["spec"]["startup"] = {"weightCache": {"hostPath": "/mnt/nvme/v41flash"}}
+    r = _as(kc, "apply", "-n", ns, "-f", "-", input=yaml.safe_dump(doc))
+    assert r.returncode == 0, r.stderr
+
+    def stalled():
+        c = _condition(cluster.kubectl_json("get", "v41f", name, "-n", ns), "Stalled")
+        return c if c and c["status"] == "True" else None
+    c = wait_for(stalled, 60, f"{name} Stalled on the host path")
+    assert c["reason"] == "InvalidSpec" and field in c["message"] and "allows no weight cache host path" in c["message"]
+    assert _host_paths(cluster, ns) == {}
+    assert not cluster.kubectl_json("get", "deployments,daemonsets", "-n", ns)["items"]  # nothing half-applied
+
+    # the administrator opts in: the namespace's own directory, read-only in the engines, written by the prefetcher
+    before = list(operator_process.extra_args)
+    operator_process.extra_args = [*before, "--weight-cache-host-paths", "/mnt/nvme/v41flash"]
+    operator_process.restart()
+    try:
+        mine = f"/mnt/nvme/v41flash/{ns}"
+        mounts = wait_for(lambda: (lambda m: m if len(m) >= 3 else None)(_host_paths(cluster, ns)), 90,
+                          "the engines and the prefetcher rendered with the allowed directory")
+        assert {path for path, _ in mounts.values()} == {mine}, mounts
+        writers = [k for k, (_, read_only) in mounts.items() if not read_only]
+        assert writers == [f"DaemonSet/{name}-weight-prefetch download"], mounts
+        # reaching into another namespace's directory: Stalled again, what runs keeps its own directory
+        doc["spec"]["startup"] = {"weightCache": {"hostPath": "/mnt/nvme/v41flash/other-team"}}
+        assert _as(kc, "apply", "-n", ns, "-f", "-", input=yaml.safe_dump(doc)).returncode == 0
+        c = wait_for(stalled, 60, f"{name} Stalled on another namespace's directory")
+        assert field in c["message"] and "is not a weight cache directory the operator allows" in c["message"]
+        assert {path for path, _ in _host_paths(cluster, ns).values()} == {mine}
+    finally:
+        cluster.kubectl("delete", "v41f", name, "-n", ns, "--wait=false", check=False)
+        operator_process.extra_args = before
+        operator_process.restart()
