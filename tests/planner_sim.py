@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from v41flash.metrics.figures import WindowFigures
+from v41flash.figures import WindowFigures
 from v41flash.planner import capacity
 from v41flash.planner.plan import plan
 from v41flash.planner.profile import profile_from_dict
@@ -38,7 +38,7 @@ PROFILE = profile_from_dict({
 SLO = Slo(ttft_s=1.5, e2e_p95_s=20.0, ttft_percentile=0.9, window_s=60.0)
 ISL, HIT, OSL, OSL95 = 12000.0, 0.5, 400.0, 1200.0
 CAP = 600.0  # an overloaded queue's latency within one window: large, finite
-CV2 = PlannerConfig().service_cv2  # this world's prefill queues have the tail shape the planner assumes
+CV2 = PlannerConfig().size.service_cv2  # this world's prefill queues have the tail shape the planner assumes
 
 
 def truth(rate: float, prefill_ready: int, decode_ready: int, kp: float = 1.0, kd: float = 1.0) -> dict:
@@ -132,8 +132,8 @@ def ideal(rate: float, kp: float, kd: float, config: PlannerConfig = PlannerConf
     itl_budget = (SLO.e2e_p95_s - SLO.ttft_s) / OSL95
     handover = PROFILE.kv_transfer.seconds(ISL) + itl_budget
     p = capacity.prefill_replicas_needed(
-        PROFILE.prefill, rate, new, cached, SLO.ttft_s - handover, SLO.ttft_percentile, kp, config.target_utilization,
-        cs2=config.service_cv2,
+        PROFILE.prefill, rate, new, cached, SLO.ttft_s - handover, SLO.ttft_percentile, kp, config.size.target_utilization,
+        cs2=config.size.service_cv2,
     )
-    d = capacity.decode_replicas_needed(PROFILE.decode, rate, OSL, ISL + OSL / 2, itl_budget, kd, config.target_utilization)
+    d = capacity.decode_replicas_needed(PROFILE.decode, rate, OSL, ISL + OSL / 2, itl_budget, kd, config.size.target_utilization)
     return math.ceil(p.replicas - 1e-9), math.ceil(d.replicas - 1e-9)

@@ -536,8 +536,8 @@ def test_the_planner_runs_with_the_spec_s_autoscaling_knobs(servers, monkeypatch
     Autoscaler(cluster()).step(BODY, spec)
     assert len(seen) == 1
     cfg = seen[0]
-    assert (cfg.interval_s, cfg.scale_up_stabilization_s, cfg.scale_down_stabilization_s,
-            cfg.moved_sessions_hold_s) == (45, 30, 240, 900)
+    assert (cfg.interval_s, cfg.act.scale_up_stabilization_s, cfg.act.scale_down_stabilization_s,
+            cfg.act.moved_sessions_hold_s) == (45, 30, 240, 900)
     default = api.AutoscalingSpec()
     assert default.moved_sessions_hold_seconds == 3600  # defaults.MOVED_SESSIONS_HOLD_SECONDS
     with pytest.raises(ValueError, match="movedSessionsHoldSeconds"):

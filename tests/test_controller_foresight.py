@@ -17,9 +17,9 @@ def test_spec_autoscaling_sets_the_schedules_and_the_forecast_quantile():
         {"name": "batch", "cron": "0 2 * * *", "durationSeconds": 3600, "requestsPerSecond": 40}],
         "forecast": {"quantile": 0.95}})
     cfg = planner_config(a)
-    assert cfg.schedules == (Window("bh", "0 9 * * 1-5", 32400.0, "Europe/Berlin", (("decode", 6),)),
+    assert cfg.foresight.schedules == (Window("bh", "0 9 * * 1-5", 32400.0, "Europe/Berlin", (("decode", 6),)),
                              Window("batch", "0 2 * * *", 3600.0, "UTC", (), 40.0))
-    assert cfg.forecast_quantile == 0.95
+    assert cfg.foresight.forecast_quantile == 0.95
     assert planner_config(api.AutoscalingSpec()) == PlannerConfig.for_spec(30, 600)  # the defaults: as before
 
 
@@ -27,7 +27,7 @@ def test_the_season_survives_a_restart_through_status_within_its_byte_cap():
     rates = [10.0 + (i % 96) / 7 for i in range(3 * 672)]  # three weeks of 15-min buckets
     state = PlannerState(season=seasonal.seeded(900.0, 1_700_000_000.0, rates))
     status = json.loads(json.dumps(durable_state(state)))
-    assert len(json.dumps(status["season"], separators=(",", ":"))) <= PlannerConfig.season_status_bytes
+    assert len(json.dumps(status["season"], separators=(",", ":"))) <= PlannerConfig.foresight.season_status_bytes
     back = PlannerState.from_dict(status)
     assert back.season.last == state.season.last and back.season.bucket_s == 900.0
     assert len(back.season.values) == len(state.season.values)  # 2,016 buckets at 3 digits fit the cap

@@ -87,7 +87,7 @@ def test_idle_scales_down_slowly_after_stabilization():
     decisions, _ = run([0.0] * 40, cluster, interval=30.0)
     prefill = [d.prefill.desired for d in decisions]
     first_down = next(i for i, d in enumerate(decisions) if d.prefill.action == "scale_down")
-    assert first_down * 30.0 >= PlannerConfig().scale_down_stabilization_s
+    assert first_down * 30.0 >= PlannerConfig().act.scale_down_stabilization_s
     assert all(d.prefill.action != "scale_up" for d in decisions)
     downs = [i for i, d in enumerate(decisions) if d.prefill.action == "scale_down"]
     assert all(b - a >= 2 for a, b in zip(downs, downs[1:]))  # ≥ 60 s apart at 30 s cadence
@@ -110,13 +110,13 @@ def test_replicas_still_starting_are_cancelled_once_the_need_has_fallen(rate, ca
     # 5 prefill replicas ordered are still starting; the need has been below the fleet for a whole window
     ds = _decide_each([observe(rate, prefill=3, decode=1, prefill_starting=5, t=T + 30 * i) for i in range(30)])
     downs = [d for d in ds if d.prefill.action == "scale_down"]
-    assert downs and ds.index(downs[0]) * 30.0 >= PlannerConfig().scale_down_stabilization_s
+    assert downs and ds.index(downs[0]) * 30.0 >= PlannerConfig().act.scale_down_stabilization_s
     # all the surplus at once (they hold no sessions), never a Ready replica
     assert downs[0].prefill.desired == 8 - cancelled >= 3
     assert f"cancelling {cancelled} replica(s) not serving yet (5 starting, 0 unschedulable)" in downs[0].prefill.reason
     # without it the planner waits for them (and scales down Ready replicas later, one at a time)
     off = _decide_each([observe(rate, prefill=3, decode=1, prefill_starting=5, t=T + 30 * i) for i in range(30)],
-                       config=replace(PlannerConfig(), cancel_starting=False))
+                       config=PlannerConfig().with_knobs(cancel_starting=False))
     assert all(d.prefill.action == "hold" for d in off) and "waiting for 5 starting replica(s)" in off[-1].prefill.reason
 
 
@@ -163,7 +163,7 @@ def test_no_scrape_answered_holds():
 def test_partial_metrics_never_scale_down_but_may_scale_up():
     # idle for long enough to scale down, but one pod's data is partial: hold
     state = PlannerState()
-    steps = int(PlannerConfig().scale_down_stabilization_s // 30) + 1
+    steps = int(PlannerConfig().act.scale_down_stabilization_s // 30) + 1
     for i in range(steps):
         d = decide(observe(0.0, prefill=4, decode=3, t=T + 30 * i), state, now=T + 30 * i)
         state = d.state
@@ -232,13 +232,13 @@ def test_noisy_metrics_do_not_flap(seed):
 @pytest.mark.parametrize("kp,kd,rate", [(1.3, 1.3, 14.0), (0.7, 0.7, 14.0), (1.3, 0.7, 30.0), (0.7, 1.3, 40.0)])
 def test_wrong_profile_converges(kp, kd, rate):
     # two stabilization windows (a scale-down each, at most) and 20 decisions to settle
-    steps = 20 + 2 * int(PlannerConfig().scale_down_stabilization_s // 30)
+    steps = 20 + 2 * int(PlannerConfig().act.scale_down_stabilization_s // 30)
     decisions, state = run([rate] * steps, Cluster(prefill=2, decode=1, cold_steps=2), kp=kp, kd=kd)
     assert state.prefill.correction == pytest.approx(kp, rel=0.03)
     assert state.decode.correction == pytest.approx(kd, rel=0.03)
     want_p, want_d = ideal(rate, kp, kd)
     last = decisions[-1]
-    margin, tol = 1 + PlannerConfig().down_margin, 1 + PlannerConfig().up_tolerance
+    margin, tol = 1 + PlannerConfig().act.down_margin, 1 + PlannerConfig().act.up_tolerance
     # the converged need is the ideal one; the replicas cover it up to the up-tolerance (the SLO holds
     # there: checked below) and never exceed the scale-down margin
     assert math.ceil(last.prefill.needed - 1e-9) == want_p and math.ceil(last.decode.needed - 1e-9) == want_d
@@ -300,7 +300,7 @@ def test_one_miss_storm_window_is_sized_at_the_smoothed_hit_rate():
 def test_correction_is_bounded():
     # a profile wrong by 5×: the correction stops at its bound and the breach guard adds replicas
     decisions, state = run([8.0] * 20, Cluster(prefill=2, decode=2), kp=5.0)
-    assert state.prefill.correction == PlannerConfig().correction_max
+    assert state.prefill.correction == PlannerConfig().learn.correction_max
     assert any("correction limit" in d.prefill.reason for d in decisions)
 
 
@@ -309,7 +309,7 @@ def test_rising_trend_scales_ahead_of_the_observed_rate():
     decisions, _ = run([4.0, 6.0, 8.0, 10.0, 12.0], Cluster(prefill=3, decode=1))
     last = decisions[-1]
     assert last.prefill.demand_rate > 12.0
-    assert last.prefill.demand_rate <= 12.0 * PlannerConfig().max_forecast_growth
+    assert last.prefill.demand_rate <= 12.0 * PlannerConfig().forecast.max_forecast_growth
 
 
 def test_state_round_trips_through_json():
@@ -335,7 +335,7 @@ def test_aggregated_deployment_sizes_one_role_for_both_phases():
 
 
 def test_router_latency_is_the_observed_e2e_when_it_has_samples():
-    from v41flash.metrics.figures import RouterFigures
+    from v41flash.figures import RouterFigures
 
     obs = observe(8, prefill=3, decode=1)
     quiet = decide(obs)
@@ -385,7 +385,7 @@ def test_full_kv_cache_scales_decode_even_when_compute_suffices():
 
 def test_experimental_queue_growth_and_saturation_learning():
     # 2 prefill replicas saturated: completions 16 req/s, the queue grows by 120 requests per 30 s
-    cfg = PlannerConfig(arrivals_from_queue_growth=True, saturation_learning=True)
+    cfg = PlannerConfig().with_knobs(arrivals_from_queue_growth=True, saturation_learning=True)
     state = decide(observe(16, prefill=2, pw={"waiting": 100.0}), config=cfg).state
     d = decide(observe(16, prefill=2, t=T + 30, pw={"waiting": 220.0}), state, now=T + 30, config=cfg)
     # arrivals = 16 + 120/30 = 20 req/s (raw, since the SLO is breached) plus the backlog drain 220/60
@@ -400,5 +400,5 @@ def test_a_demand_jump_scales_up_even_during_a_rollout():
     obs = observe(11, prefill=2, rolling=True, pw={"waiting": 900.0})
     assert truth(11, 2, 1)["ttft"] < SLO.ttft_s  # the SLO still holds
     d = decide(obs)
-    assert d.prefill.needed > 2 * PlannerConfig().rollout_override_ratio
+    assert d.prefill.needed > 2 * PlannerConfig().act.rollout_override_ratio
     assert d.prefill.action == "scale_up"

@@ -10,12 +10,14 @@ from statistics import NormalDist
 
 import pytest
 
-from planner_sim import PROFILE, SLO
-from test_planner_steps import BUDGETS, CFG, demand, observe
+from planner_sim import PROFILE, SLO, truth
+from planner_kit import BUDGETS, CFG, T, demand, observe
 from v41flash.planner import capacity
 from v41flash.planner.datatypes import PlannerState
+from v41flash.planner.judge import judge
 from v41flash.planner.profile import find_profile, for_rendered_engines
-from v41flash.planner.steps import Learned, size
+from v41flash.planner.learn import Learned
+from v41flash.planner.size import size
 
 H200 = for_rendered_engines(find_profile("low-latency", "H200"), 5, 0, 32).decode  # as P/D renders it
 OSL, CTX, ITL = 1000.0, 100_000.0, 0.03
@@ -54,16 +56,13 @@ def sized_decode(rate: float, cfg=CFG, disagg=True):
 
 
 def test_planner_decode_need_is_the_larger_of_the_two_and_the_knob_turns_slots_off():
-    on, off = sized_decode(2.0), sized_decode(2.0, cfg=replace(CFG, decode_slot_staffing=False))
+    on, off = sized_decode(2.0), sized_decode(2.0, cfg=CFG.with_knobs(decode_slot_staffing=False))
     assert on > off > 0
     assert sized_decode(2.0, disagg=False) == pytest.approx(
-        sized_decode(2.0, cfg=replace(CFG, decode_slot_staffing=False), disagg=False))  # aggregated: unchanged
+        sized_decode(2.0, cfg=CFG.with_knobs(decode_slot_staffing=False), disagg=False))  # aggregated: unchanged
 
 
 # ------------------------------------------------------------------ whose TTFT breach it is
-from planner_sim import truth  # noqa: E402
-from test_planner_steps import T  # noqa: E402
-from v41flash.planner.steps import judge  # noqa: E402
 
 
 def test_a_ttft_breach_made_by_decode_s_first_token_is_decode_s_to_fix_too():
@@ -72,7 +71,7 @@ def test_a_ttft_breach_made_by_decode_s_first_token_is_decode_s_to_fix_too():
     assert obs.prefill.window.ttft_s + BUDGETS.handover_s < SLO.ttft_s < obs.prefill.window.ttft_s + 1.2
     j = judge(obs, PROFILE, SLO, BUDGETS, T, CFG)
     assert j.decode.breached and j.prefill.breached  # prefill stays on guard as before (no scale-down)
-    assert not judge(obs, PROFILE, SLO, BUDGETS, T, replace(CFG, decode_owns_its_ttft=False)).decode.breached
+    assert not judge(obs, PROFILE, SLO, BUDGETS, T, CFG.with_knobs(decode_owns_its_ttft=False)).decode.breached
     # the control: the same prefill with decode's first token at its nominal step is no breach at all
     calm = judge(observe(8, prefill=3), PROFILE, SLO, BUDGETS, T, CFG)
     assert not calm.decode.breached and not calm.prefill.breached

@@ -11,6 +11,7 @@ from v41flash.planner import seasonal
 from v41flash.planner.datatypes import (
     Bounds, Observation, PlannerConfig, PlannerState, RoleBounds, RoleObservation, RoleReplicas,
 )
+from v41flash.planner.caps import foreseen_cap
 from v41flash.planner.plan import plan
 from v41flash.planner.schedule import Window
 
@@ -18,7 +19,7 @@ WIDE = Bounds(prefill=RoleBounds(1, 40), decode=RoleBounds(1, 20))
 MONDAY_9 = datetime(2026, 12, 7, 9, 0, tzinfo=timezone.utc).timestamp()
 COLD = 600.0
 WINDOW = Window("business-hours", "0 9 * * 1-5", 3600, "UTC", (("prefill", 6), ("decode", 5)))
-CFG = PlannerConfig(schedules=(WINDOW,), headroom_quantile=0.0, scale_down_stabilization_s=60.0,
+CFG = PlannerConfig().with_knobs(schedules=(WINDOW,), headroom_quantile=0.0, scale_down_stabilization_s=60.0,
                     scale_down_cooldown_s=0.0, scale_down_interval_s=0.0)
 
 
@@ -58,20 +59,20 @@ def test_a_restarted_planner_keeps_the_floor_mid_window():
 
 def test_a_capacity_window_sizes_for_its_request_rate():
     w = Window("launch", "0 9 * * *", 3600, "UTC", requests_per_second=20.0)
-    cfg = PlannerConfig(schedules=(w,), headroom_quantile=0.0)
+    cfg = PlannerConfig().with_knobs(schedules=(w,), headroom_quantile=0.0)
     d = decide(MONDAY_9 + 60, cfg=cfg)
     assert d.prefill.demand_rate >= 20.0 and d.decode.demand_rate >= 20.0
     assert d.prefill.desired > decide(MONDAY_9 - 3600, cfg=cfg).prefill.desired
 
 
 def test_the_simulator_clock_maps_onto_the_wall_clock_by_epoch():
-    cfg = PlannerConfig(schedules=(WINDOW,), epoch_s=MONDAY_9 - 10_000, headroom_quantile=0.0)
+    cfg = PlannerConfig().with_knobs(schedules=(WINDOW,), epoch_s=MONDAY_9 - 10_000, headroom_quantile=0.0)
     assert decide(10_000 + 60, cfg=cfg).prefill.desired == 6  # planner time 10 060 s = Monday 09:01
 
 
 # ------------------------------------------------------------------ the learned season
 DAY = 1800.0
-SEASON_CFG = PlannerConfig(season_bucket_s=60.0, season_periods_s=(DAY,), season_keep=400, headroom_quantile=0.0)
+SEASON_CFG = PlannerConfig().with_knobs(season_bucket_s=60.0, season_periods_s=(DAY,), season_keep=400, headroom_quantile=0.0)
 
 
 def daily(t):
@@ -93,7 +94,7 @@ def test_a_season_in_the_history_orders_the_coming_rise_a_cold_start_ahead():
 
 def test_the_forecast_can_be_turned_off():
     d = decide(0.0, seeded_state(), rate=daily(0.0),
-               cfg=PlannerConfig(season_bucket_s=60.0, season_periods_s=(DAY,), season_keep=400,
+               cfg=PlannerConfig().with_knobs(season_bucket_s=60.0, season_periods_s=(DAY,), season_keep=400,
                                  headroom_quantile=0.0, forecast_quantile=0.0))
     assert "forecast" not in d.prefill.reason and d.prefill.demand_rate < 4.0
 
@@ -116,7 +117,7 @@ def test_a_history_of_another_bucket_size_starts_again():
 
 
 def test_a_season_replaces_the_hour_scale_headroom_it_would_count_twice():
-    cfg = replace(SEASON_CFG, headroom_quantile=0.9, headroom_min_samples=2)
+    cfg = SEASON_CFG.with_knobs(headroom_quantile=0.9, headroom_min_samples=2)
     state = seeded_state()
     for i in range(40):  # bursts within the last 20 minutes: the hour-scale headroom learns a rise
         state = decide(30.0 * i - 1200.0, state, rate=30.0 if i % 8 < 2 else 10.0, cfg=cfg).state
@@ -127,7 +128,6 @@ def test_a_season_replaces_the_hour_scale_headroom_it_would_count_twice():
 
 
 def test_foreseen_cap_scales_what_holds_by_the_seasons_rise_and_steps_up_in_a_modest_foreseen_breach():
-    from v41flash.planner.steps import foreseen_cap
     cfg = PlannerConfig()
     # the SLO holds at 10 req/s with 8 Ready; the season says 15 comes: 8 × 1.5 × 1.2 = 14.4 → 15
     assert foreseen_cap(8, None, (10.0, 15.0), cfg)[0] == 15
@@ -137,12 +137,12 @@ def test_foreseen_cap_scales_what_holds_by_the_seasons_rise_and_steps_up_in_a_mo
     assert foreseen_cap(8, 1.3, (13.0, 12.0), cfg)[0] is None  # above the forecast: a surprise
     assert foreseen_cap(8, 2.5, (10.0, 12.0), cfg)[0] is None  # a queue that grows: short of capacity
     assert foreseen_cap(0, 1.3, (10.0, 12.0), cfg)[0] is None  # nothing Ready proves anything
-    off = replace(cfg, foreseen_margin=0.0, foreseen_breach_up_ratio=0.0)
+    off = cfg.with_knobs(foreseen_margin=0.0, foreseen_breach_up_ratio=0.0)
     assert foreseen_cap(8, None, (10.0, 15.0), off)[0] is None and foreseen_cap(8, 1.3, (10.0, 12.0), off)[0] is None
 
 
 def test_a_season_caps_a_prefill_scale_up_only_where_the_ready_replicas_prove_something():
-    loose = replace(SEASON_CFG, foreseen_margin=0.0, foreseen_breach_up_ratio=0.0)
+    loose = SEASON_CFG.with_knobs(foreseen_margin=0.0, foreseen_breach_up_ratio=0.0)
     # while the SLO holds, 3 Ready replicas at the observed demand × the season's rise × 1.2 is more than the need
     for t, p in ((0.0, 2), (DAY / 2 - 600, 3)):
         free = decide(t, seeded_state(), p=p, rate=daily(t), cfg=loose)

@@ -81,8 +81,8 @@ def run_pattern(rates, cfg=PlannerConfig(), cold_start_s=None):
 def test_recurring_bursts_keep_standing_headroom_through_the_gaps():
     burst = [6.0] * 16 + [12.0] * 4  # 2-minute bursts to 2× every 10 minutes
     quick = dict(learn_down_margin=False, scale_down_stabilization_s=300.0)  # sheds within one gap without headroom
-    with_headroom = run_pattern(burst * 6, PlannerConfig(**quick))
-    without = run_pattern(burst * 6, PlannerConfig(headroom_quantile=0.0, **quick))
+    with_headroom = run_pattern(burst * 6, PlannerConfig().with_knobs(**quick))
+    without = run_pattern(burst * 6, PlannerConfig().with_knobs(headroom_quantile=0.0, **quick))
     # late in the run, between bursts: the learning planner keeps the burst's capacity, the other sheds it
     gap = [d.prefill.desired for d in with_headroom[-8:-4]]
     assert min(gap) >= max(d.prefill.desired for d in without[-8:-4]) + 1
@@ -109,11 +109,11 @@ def test_unschedulable_replicas_do_not_block_either_role():
 
 
 def test_scale_up_stabilization_scales_to_the_lowest_need_of_the_window():
-    cfg = PlannerConfig(scale_up_stabilization_s=120.0, headroom_quantile=0.0)
+    cfg = PlannerConfig().with_knobs(scale_up_stabilization_s=120.0, headroom_quantile=0.0)
     out = run_pattern([6.0] * 4 + [14.0] * 6, cfg)
     first_up = next(i for i, d in enumerate(out) if d.prefill.action == "scale_up")
     assert first_up == 4 + 3  # the lower need of t-120 s has left the window only at the 4th decision
-    immediate = run_pattern([6.0] * 4 + [14.0] * 6, PlannerConfig(headroom_quantile=0.0))
+    immediate = run_pattern([6.0] * 4 + [14.0] * 6, PlannerConfig().with_knobs(headroom_quantile=0.0))
     assert next(i for i, d in enumerate(immediate) if d.prefill.action == "scale_up") == 4
 
 
@@ -138,7 +138,7 @@ def test_a_restarted_planner_keeps_the_learned_headroom_until_its_new_history_ha
     from v41flash.controller.autoscale import durable_state
 
     burst = [6.0] * 16 + [12.0] * 4  # 2-minute bursts to 2× every 10 minutes
-    cfg = PlannerConfig(learn_down_margin=False, scale_down_stabilization_s=300.0)
+    cfg = PlannerConfig().with_knobs(learn_down_margin=False, scale_down_stabilization_s=300.0)
     learned = run_pattern(burst * 5, cfg)
     carried = PlannerState.from_dict(durable_state(learned[-1].state))
     assert carried.prefill.demand_history == ()  # the history itself is not in status (it would write every bucket)

@@ -7,11 +7,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from planner_sim import PROFILE, SLO
-from test_planner_steps import BUDGETS, CFG, OK, STABLE, T, act_on, demand
+from planner_kit import BUDGETS, CFG, OK, STABLE, T, act_on, demand, observe
 from v41flash.planner import capacity
 from v41flash.planner.datatypes import PlannerState, RoleBounds, RoleState, Slo
-from v41flash.planner.steps import Learned, Sizing, act, moved_sessions_checks
-from test_planner_steps import observe
+from v41flash.planner.act import ActContext, Verdict, act, remember
+from v41flash.planner.learn import Learned
+from v41flash.planner.size import Sizing, moved_sessions_checks, size
 
 LONG = 150_000.0  # an agent context whose full prefill (~2.9 s on the test profile) exceeds the 1.48 s budget
 
@@ -59,7 +60,7 @@ def test_no_scale_down_whose_moved_turns_the_replicas_left_cannot_prefill():
 def test_decode_in_p_d_moves_no_prefix_and_an_aggregated_role_does():
     assert guard(5, role="decode") == ""
     assert guard(5, role="decode", disagg=False) != ""
-    assert guard(5, cfg=replace(CFG, guard_moved_sessions=False)) == ""
+    assert guard(5, cfg=CFG.with_knobs(guard_moved_sessions=False)) == ""
     assert guard(1) == ""  # nothing to remove
 
 
@@ -69,8 +70,9 @@ def test_act_holds_the_scale_down_the_guard_names_and_scales_up_as_before():
     why = guard(5)
 
     def run(need, g, state=rs):
-        return act("prefill", obs, RoleBounds(1, 10), OK, 10.0, Sizing(capacity.Need(need, True), down_guard=g),
-                   learned(LONG), True, SLO, BUDGETS, state, T, CFG)
+        return act(ActContext("prefill", obs, RoleBounds(1, 10), OK, 10.0,
+                              Sizing(capacity.Need(need, True), down_guard=g), learned(LONG), True, SLO, BUDGETS,
+                              state, T, CFG))
 
     held = run(1.0, why)
     assert held.verdict.action == "hold" and why in held.verdict.why
@@ -80,7 +82,6 @@ def test_act_holds_the_scale_down_the_guard_names_and_scales_up_as_before():
 
 
 def test_sizing_sets_the_guard_from_the_role_s_current_replicas():
-    from v41flash.planner.steps import size
     obs = observe(10, prefill=5)
     s = size("prefill", 10.0, obs.prefill, True, learned(LONG), BUDGETS, PROFILE, SLO, CFG)
     assert s.down_guard == guard(5) != ""
@@ -90,15 +91,16 @@ def test_sizing_sets_the_guard_from_the_role_s_current_replicas():
 def _hold_run(state: RoleState, now: float, cfg=CFG, need: float = 1.0, g: str | None = None, judged=OK,
               overload: bool = False):
     obs = observe(10, prefill=5).prefill
-    return act("prefill", obs, RoleBounds(1, 10), judged, 10.0,
-               Sizing(capacity.Need(need, True), down_guard=guard(5) if g is None else g, down_guard_overload=overload),
-               learned(LONG), True, SLO, BUDGETS, state, now, cfg)
+    return act(ActContext("prefill", obs, RoleBounds(1, 10), judged, 10.0,
+                          Sizing(capacity.Need(need, True), down_guard=guard(5) if g is None else g,
+                                 down_guard_overload=overload),
+                          learned(LONG), True, SLO, BUDGETS, state, now, cfg))
 
 
 def test_the_guard_holds_a_scale_down_for_moved_sessions_hold_s_then_removes_one_replica_and_holds_again():
     """Holding for ever keeps a fleet sized for a peak through every trough (fewer than 1 / (1 − p) replicas
     never shrink): after the hold, one replica goes, and the hold starts again from there."""
-    cfg = replace(CFG, moved_sessions_hold_s=3600.0)
+    cfg = CFG.with_knobs(moved_sessions_hold_s=3600.0)
     rs = RoleState(recommendations=((T - 200, 2),), tracking_since=T - STABLE - 10)
     first = _hold_run(rs, T, cfg)
     assert first.verdict.action == "hold" and "(held 0/3600s)" in first.verdict.why
@@ -114,7 +116,7 @@ def test_the_guard_holds_a_scale_down_for_moved_sessions_hold_s_then_removes_one
 
 
 def test_the_hold_restarts_whenever_the_guard_is_not_what_holds_and_zero_holds_for_ever():
-    cfg = replace(CFG, moved_sessions_hold_s=3600.0)
+    cfg = CFG.with_knobs(moved_sessions_hold_s=3600.0)
     rs = RoleState(recommendations=((T - 200, 2),), tracking_since=T - STABLE - 10, guard_held_since=T - 3000)
     # a breach: the SLO holds the scale-down, not the guard; the hold begins again afterwards
     assert _hold_run(rs, T, cfg, judged=replace(OK, breached=True)).state.guard_held_since is None
@@ -123,26 +125,24 @@ def test_the_hold_restarts_whenever_the_guard_is_not_what_holds_and_zero_holds_f
     # the guard no longer applies (say, more replicas): a plain scale-down, not one that moves sessions past it
     plain = _hold_run(rs, T, cfg, g="")
     assert plain.verdict.action == "scale_down" and not plain.verdict.moves_sessions
-    never = _hold_run(replace(rs, guard_held_since=T - 10 * 86400), T, replace(cfg, moved_sessions_hold_s=0.0))
+    never = _hold_run(replace(rs, guard_held_since=T - 10 * 86400), T, cfg.with_knobs(moved_sessions_hold_s=0.0))
     assert never.verdict.action == "hold" and "held" not in never.verdict.why.rsplit(":", 1)[-1]
 
 
 def test_a_breach_after_a_scale_down_past_the_guard_teaches_no_scale_down_margin():
     """That breach was expected (the moved sessions' re-prefill), not the model's error: learning a margin from it
     (replicas before ÷ need, up to ×2) would stop every later scale-down."""
-    from v41flash.planner.steps import Verdict, remember
     past = remember(RoleState(), Verdict(4, "scale_down", "", moves_sessions=True), 5, 1.0, T)
     assert (past.last_action, past.last_scale_time, past.last_down_from, past.last_down_need) == ("scale_down", T, 5, None)
     plain = remember(RoleState(), Verdict(4, "scale_down", ""), 5, 1.0, T)
     assert plain.last_down_need == 1.0  # the control: an ordinary scale-down is judged by the breach after it
     rs = RoleState(last_action="scale_down", last_scale_time=T - 60, last_down_from=5, last_down_need=None)
-    breach = _hold_run(rs, T, replace(CFG, moved_sessions_hold_s=3600.0), judged=replace(OK, breached=True), need=4.8)
+    breach = _hold_run(rs, T, CFG.with_knobs(moved_sessions_hold_s=3600.0), judged=replace(OK, breached=True), need=4.8)
     assert breach.state.down_margin_learned == 0.0 and "scale-down margin" not in breach.verdict.why
 
 
 def test_a_scale_down_whose_moved_turns_would_overload_the_replicas_left_is_held_however_long():
-    from v41flash.planner.steps import size
-    cfg = replace(CFG, moved_sessions_hold_s=3600.0)
+    cfg = CFG.with_knobs(moved_sessions_hold_s=3600.0)
     rs = RoleState(recommendations=((T - 200, 2),), tracking_since=T - STABLE - 10, guard_held_since=T - 86400)
     held = _hold_run(rs, T, cfg, g=guard(21, rate=45.0), overload=True)
     assert held.verdict.action == "hold" and "busy while" in held.verdict.why and "(held" not in held.verdict.why

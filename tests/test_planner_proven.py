@@ -9,11 +9,11 @@ import pytest
 from planner_sim import PROFILE, SLO, truth
 from test_planner import T, decide, observe
 from v41flash.controller.autoscale import durable_state
-from v41flash.metrics.figures import RouterFigures
+from v41flash.figures import RouterFigures
 from v41flash.planner.datatypes import PlannerConfig, PlannerState
 
 # a queueing model far more pessimistic than the crafted world: it asks for 7 prefill replicas where 3 hold
-PESSIMIST = PlannerConfig(service_cv2=30.0)
+PESSIMIST = PlannerConfig().with_knobs(service_cv2=30.0)
 
 
 def run(windows, config=PESSIMIST, state=PlannerState()):
@@ -27,7 +27,7 @@ def run(windows, config=PESSIMIST, state=PlannerState()):
 
 
 def test_three_windows_that_held_cap_the_models_scale_up():
-    assert truth(10, 3, 2)["ttft"] <= PESSIMIST.proven_ttft_margin * SLO.ttft_s  # the world holds it with room
+    assert truth(10, 3, 2)["ttft"] <= PESSIMIST.act.proven_ttft_margin * SLO.ttft_s  # the world holds it with room
     ds = run([observe(10, prefill=3, decode=2)] * 4)
     # no proof yet: the model's need, however pessimistic, is what the planner asks
     assert ds[0].prefill.desired == ds[1].prefill.desired == 8 and ds[0].prefill.needed > 7
@@ -40,7 +40,7 @@ def test_three_windows_that_held_cap_the_models_scale_up():
 
 
 def test_the_cap_scales_with_the_prompt_work_of_the_demand():
-    assert truth(15, 4, 2)["ttft"] <= PESSIMIST.proven_ttft_margin * SLO.ttft_s
+    assert truth(15, 4, 2)["ttft"] <= PESSIMIST.act.proven_ttft_margin * SLO.ttft_s
     ds = run([observe(10, prefill=3, decode=2)] * 3 + [observe(15, prefill=4, decode=2)])
     # 1.5× the requests of the same mix: 1.5 × 3 proven replicas, rounded up (the model asks for more still)
     assert ds[-1].prefill.needed > 7
@@ -48,7 +48,7 @@ def test_the_cap_scales_with_the_prompt_work_of_the_demand():
 
 
 def test_windows_too_close_to_the_target_prove_nothing():
-    edge = PESSIMIST.proven_ttft_margin * SLO.ttft_s * 1.05  # held the SLO, but without the margin
+    edge = PESSIMIST.act.proven_ttft_margin * SLO.ttft_s * 1.05  # held the SLO, but without the margin
     obs = observe(10, prefill=3, decode=2, pw={"ttft_s": edge})
     ds = run([obs] * 4)
     assert all(not d.prefill.slo_breached for d in ds)
@@ -89,14 +89,14 @@ def test_windows_after_a_scale_down_prove_nothing():
 
 
 def test_old_proofs_expire():
-    cfg = replace(PESSIMIST, proven_history_s=60.0)
+    cfg = PESSIMIST.with_knobs(proven_history_s=60.0)
     ds = run([observe(10, prefill=3, decode=2)] * 5, config=cfg)
     assert all(len(d.state.prefill.proven) <= 2 for d in ds)  # 30 s apart, 60 s kept: never three
     assert all("proven capacity" not in d.prefill.reason for d in ds)
 
 
 def test_zero_windows_turns_it_off():
-    ds = run([observe(10, prefill=3, decode=2)] * 4, config=replace(PESSIMIST, proven_min_windows=0))
+    ds = run([observe(10, prefill=3, decode=2)] * 4, config=PESSIMIST.with_knobs(proven_min_windows=0))
     assert all(d.prefill.desired == 8 for d in ds) and ds[-1].state.prefill.proven == ()
 
 
@@ -130,7 +130,7 @@ def test_a_wave_of_new_sessions_is_not_covered_by_proofs_made_without_one():
     # a share within the slack (0.02 × 1.25 + 0.01) is covered; slack 0 turns the gate off
     near = _with_new_sessions(observe(10, prefill=3, decode=2), 0.035)
     assert "proven capacity: 3" in run([calm] * 3 + [near])[3].prefill.reason
-    assert "proven capacity: 3" in run([calm] * 3 + [wave], config=replace(PESSIMIST, proven_share_slack=0.0)
+    assert "proven capacity: 3" in run([calm] * 3 + [wave], config=PESSIMIST.with_knobs(proven_share_slack=0.0)
                                        )[3].prefill.reason
     # proofs made during a wave cover calmer windows
     assert "proven capacity: 3" in run([wave] * 3 + [calm])[3].prefill.reason
@@ -146,9 +146,9 @@ def test_a_fleet_above_what_was_proven_comes_down_to_it():
     first = downs[0]
     # through every scale-down guard: after the full stabilization window, one replica per step
     assert first.prefill.desired == 7 and "scale-down to the proven capacity (3.0 × margin)" in first.prefill.reason
-    assert ds.index(first) * 30 >= PESSIMIST.scale_down_stabilization_s
+    assert ds.index(first) * 30 >= PESSIMIST.act.scale_down_stabilization_s
     # without it the model's own need holds the fleet
-    off = run([held] * 3 + big, config=replace(PESSIMIST, proven_down=False))
+    off = run([held] * 3 + big, config=PESSIMIST.with_knobs(proven_down=False))
     assert all(d.prefill.action != "scale_down" for d in off)
 
 

@@ -480,7 +480,7 @@ def test_every_status_field_the_machine_writes_is_in_the_crd_schema():
 
 
 def test_candidate_figures_from_its_own_windows():
-    from v41flash.metrics.figures import RouterFigures, WindowFigures
+    from v41flash.figures import RouterFigures, WindowFigures
     pre = WindowFigures(0, 10, requests=30, ttft_s=0.8)
     dec = WindowFigures(0, 10, requests=30, ttft_s=0.2, e2e_p95_s=9.0)
     router = RouterFigures(0, 10, requests=40, e2e_p95_s=12.0, errors=2)

@@ -65,15 +65,15 @@ def test_the_past_in_status_follows_the_shape_and_the_planner_finds_its_season()
     shape = _shape(sc.arrivals, sc.duration_s, None)(t)
     assert np.corrcoef(shape, state.season.values)[0, 1] > 0.7  # sessions outlive the target: the live count lags it
     cfg = scenario_config(sc)
-    assert cfg.season_bucket_s == 60.0 and cfg.season_periods_s == h.season_periods_s and cfg.epoch_s == sc.epoch_s
-    model = seasonal.fit(state.season, 600.0, cfg.season)
+    assert cfg.foresight.season_bucket_s == 60.0 and cfg.foresight.season_periods_s == h.season_periods_s and cfg.foresight.epoch_s == sc.epoch_s
+    model = seasonal.fit(state.season, 600.0, cfg.foresight.season)
     assert model is not None and model.period_s == h.season_periods_s[0]
 
 
 def test_a_batch_scenario_gives_ours_its_schedule_on_the_scenario_clock():
     _, sc = next((f, s) for f, s in (suite.draw_scenario(x, "heldout") for x in range(701, 731)) if f == "batch")
     cfg = scenario_config(sc)
-    (w,) = cfg.schedules
+    (w,) = cfg.foresight.schedules
     assert w.cron == sc.schedules[0].cron and w.requests_per_second == sc.schedules[0].requests_per_second
     assert scenario_state(sc).season.values == ()
 
@@ -81,7 +81,7 @@ def test_a_batch_scenario_gives_ours_its_schedule_on_the_scenario_clock():
 def test_scenarios_without_foresight_run_the_operator_defaults_as_before():
     _, sc = suite.draw_scenario(336, "heldout")
     cfg = scenario_config(sc)
-    assert cfg.schedules == () and cfg.season_bucket_s == 900.0 and scenario_state(sc).season.values == ()
+    assert cfg.foresight.schedules == () and cfg.foresight.season_bucket_s == 900.0 and scenario_state(sc).season.values == ()
 
 
 def test_policies_with_foresight_start_with_what_they_ordered_before_t0_and_the_rest_with_nothing():

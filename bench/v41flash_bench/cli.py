@@ -15,20 +15,18 @@ from pathlib import Path
 
 def planner_overrides(items: list[str]) -> dict:
     """['service_cv2=1.0', ...] → {'service_cv2': 1.0}; unknown fields and bad values are refused."""
-    import dataclasses
-
     import yaml
 
     from v41flash.planner.datatypes import PlannerConfig
 
-    fields = {f.name: f for f in dataclasses.fields(PlannerConfig)}
+    fields = PlannerConfig.knobs()  # by name, whatever step's group holds it
     out = {}
     for item in items:
         name, sep, raw = item.partition("=")
         if not sep or name not in fields:
             raise ValueError(f"{item!r}: expected FIELD=VALUE with FIELD one of {', '.join(sorted(fields))}")
         value = yaml.safe_load(raw)
-        default = getattr(PlannerConfig, name)
+        default = fields[name][1].default
         if isinstance(default, bool) and not isinstance(value, bool) or \
                 isinstance(default, (int, float)) and not isinstance(default, bool) and \
                 (isinstance(value, bool) or not isinstance(value, (int, float))):

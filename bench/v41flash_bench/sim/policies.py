@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -144,12 +144,12 @@ def scenario_config(sc, overrides: dict | None = None) -> PlannerConfig:
     """Ours for a scenario: the operator's config for its spec.autoscaling.schedules, on the scenario's clock (its
     epoch), with the season at the scenario's compressed day and week when it has a history (``overrides``: an
     ablation's PlannerConfig fields)."""
-    cfg = replace(operator_default_config(AutoscalingSpec(schedules=list(sc.schedules))), epoch_s=sc.epoch_s)
+    cfg = operator_default_config(AutoscalingSpec(schedules=list(sc.schedules))).with_knobs(epoch_s=sc.epoch_s)
     if sc.history is not None:
         h = sc.history
         keep = int(math.ceil((h.span_s + sc.duration_s) / h.bucket_s)) + 1
-        cfg = replace(cfg, season_bucket_s=h.bucket_s, season_periods_s=tuple(h.season_periods_s), season_keep=keep)
-    return replace(cfg, **(overrides or {}))
+        cfg = cfg.with_knobs(season_bucket_s=h.bucket_s, season_periods_s=tuple(h.season_periods_s), season_keep=keep)
+    return cfg.with_knobs(**(overrides or {}))
 
 
 def scenario_state(sc) -> PlannerState:
@@ -196,7 +196,7 @@ class PlannerPolicy:
         cfg = self.config
         h = self.state.season
         out: dict[str, list[float]] = {}
-        if cfg.forecast_quantile <= 0 or h.last is None:
+        if cfg.foresight.forecast_quantile <= 0 or h.last is None:
             return out
         b = h.bucket_s
         for r in ROLES:
@@ -208,9 +208,9 @@ class PlannerPolicy:
                 last = math.floor(t / b) - 1  # the buckets closed by t'
                 past = seasonal.History(b, last, h.values[:max(0, len(h.values) - (h.last - last))]) \
                     if last < h.last else h
-                model = seasonal.fit(past, horizon, cfg.season) if past.values else None
-                ahead = seasonal.peak(past, model, 0.0, t + horizon, cfg.season) if model else None
-                base = seasonal.peak(past, model, 0.0, cfg.interval_s, cfg.season) if model else None
+                model = seasonal.fit(past, horizon, cfg.foresight.season) if past.values else None
+                ahead = seasonal.peak(past, model, 0.0, t + horizon, cfg.foresight.season) if model else None
+                base = seasonal.peak(past, model, 0.0, cfg.interval_s, cfg.foresight.season) if model else None
                 if ahead is not None and base is not None and base[0] > 0:
                     want = self.ctx.clamp({**initial, r: math.ceil(initial[r] * ahead[0] / base[0] - 1e-9)})[r]
                     if want > have:

@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from v41flash.metrics.figures import RouterFigures, WindowFigures
+from v41flash.figures import RouterFigures, WindowFigures
 from v41flash.planner import headroom
 from v41flash.planner.datatypes import Observation, RoleObservation, RoleReplicas
 

@@ -123,7 +123,7 @@ def same_decision(a: dict[str, Any], b: dict[str, Any]) -> bool:
         _DIGITS.sub("#", a.get("reason", "")) == _DIGITS.sub("#", b.get("reason", ""))
 
 
-def durable_state(state: PlannerState, season_bytes: int = PlannerConfig.season_status_bytes) -> dict[str, Any]:
+def durable_state(state: PlannerState, season_bytes: int = PlannerConfig.foresight.season_status_bytes) -> dict[str, Any]:
     """What must survive an operator restart: the learned corrections, the last scale action, the
     headroom the demand history gave (coarse: it rarely changes, so status is not rewritten for it) and the
     seasonal forecaster's history (closed buckets only, 3 significant digits, at most ``season_bytes`` of JSON:
@@ -338,7 +338,7 @@ class Autoscaler:
                 router_pods, spec.slo.ttft.percentile / 100))
             self.metrics.record_prometheus(ns, name, {r: windows[r] for r in enabled}, time.monotonic() - t0)
             measured = Measured(windows, router)
-            trouble = metrics_trouble(windows, enabled, now, config.max_metrics_age_s)
+            trouble = metrics_trouble(windows, enabled, now, config.judge.max_metrics_age_s)
         observed = observe(spec, resolved, pods, history, status, now, measured)
         self.metrics.record_throughput(ns, name, observed.slo_status)
         previous = status.get("lastDecision") or {}

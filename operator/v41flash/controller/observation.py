@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..api import v1alpha1 as api
-from ..metrics.figures import RouterFigures, WindowFigures
+from ..figures import RouterFigures, WindowFigures
 from ..metrics.promapi import error_kind
 from ..metrics.scrape import ScrapeTarget, proxy_target, router_target, vllm_target
 from ..metrics.window import SnapshotHistory, compute_router_window, role_windows

@@ -5,7 +5,7 @@ from collections.abc import Mapping, Sequence
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
-from v41flash.metrics.figures import WindowFigures
+from v41flash.figures import WindowFigures
 from v41flash.metrics.window import PodSnapshot
 from v41flash.planner.datatypes import Decision
 

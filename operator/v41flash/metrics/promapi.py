@@ -43,8 +43,8 @@ import httpx
 
 from v41flash.api import endpoints as E
 
-from v41flash.metrics import parse as m
 from v41flash.figures import RouterFigures, WindowFigures
+from v41flash.metrics import parse as m
 from v41flash.metrics.window import PROXY_ARRIVALS, PROXY_NEW_SESSIONS, PROXY_PROMPT_TOKENS, ROUTER_DURATIONS, ROUTER_ERRORS
 
 MAX_CONCURRENT_QUERIES = 4  # one planner pass sends one instant query per role, one for all pods, one for the router

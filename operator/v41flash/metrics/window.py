@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from v41flash.figures import RouterFigures, WindowFigures
 from v41flash.metrics import parse as m
-from v41flash.metrics.figures import RouterFigures, WindowFigures
 from v41flash.metrics.parse import EMPTY_HISTOGRAM, EngineMetrics, Histogram
 
 

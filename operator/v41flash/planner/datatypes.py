@@ -7,11 +7,11 @@ Roles are ``prefill`` and ``decode``; an aggregated (non-disaggregated) deployme
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import Field, asdict, dataclass, field, fields, is_dataclass, replace
 from typing import Literal
 
 from v41flash import defaults
-from v41flash.metrics.figures import RouterFigures, WindowFigures
+from v41flash.figures import RouterFigures, WindowFigures
 from v41flash.planner import seasonal
 from v41flash.planner.schedule import Window
 from v41flash.roles import Role
@@ -73,11 +73,86 @@ class Bounds:
 
 
 @dataclass(frozen=True)
-class PlannerConfig:
-    """Knobs with defaults; the controller maps the CR's autoscaling fields onto these."""
+class JudgeConfig:
+    """How far a window's data is trusted, and when its latency is judged (``judge``)."""
 
-    interval_s: float = float(defaults.PLANNER_INTERVAL_SECONDS)  # expected time between decisions
     max_metrics_age_s: float = 120.0  # a window older than this is stale
+    min_requests_for_slo: float = 10.0  # fewer finished requests: latency percentiles are not judged
+    # a TTFT breach whose excess is decode's own first token (slot wait) counts as decode's breach too
+    decode_owns_its_ttft: bool = True
+
+
+@dataclass(frozen=True)
+class LearnConfig:
+    """What a trustworthy window teaches: latency corrections, the service time, the cache-hit level (``learn``)."""
+
+    correction_min: float = 0.5  # bounds of the learned latency correction (observed / predicted)
+    correction_max: float = 2.0
+    correction_smoothing: float = 0.4  # EWMA weight of a new correction sample (log space)
+    hit_smoothing: float = 0.2  # EWMA weight of a window's prefix-cache hit rate in the sizing level
+    service_smoothing: float = 0.1  # the same for the measured prefill service-time ratio (a hardware property)
+    min_requests_for_feedback: float = 20.0  # a window with fewer finished requests teaches nothing
+    # prefill sizing never assumes a prefill cheaper than this × the profile's while its service time is
+    # not measured (a low latency correction usually means the queueing tail is lighter than modelled,
+    # not that prefill is faster); a measured vllm:request_prefill_time ratio replaces it
+    min_throughput_correction: float = 1.0
+    saturation_learning: bool = False  # learn a lower bound of the correction from a backlog (experimental)
+    # prefill sizing never assumes prefill more than this × dearer than its measured service time (0: no cap)
+    max_tail_over_service: float = 1.3
+    # while the role that computes prompts is judged in breach, size prompts at this window's cache-hit level when it
+    # is lower than the smoothed one: a wave of new sessions misses the cache for as long as it lasts, and the tail fit
+    # was learned on this window's own work (docs/decisions/2026-12-01-autoscale-suite.md, thirteenth pass)
+    breach_hit_level: bool = True
+    # ... except within down_breach_window_s of the role's scale-down when the window's share of new sessions is
+    # no wave (learn.sizing_hit_level): the misses are the moved sessions' one-turn re-prefills. Off: in any breach
+    breach_share_gate: bool = True
+
+
+@dataclass(frozen=True)
+class ForecastConfig:
+    """The demand to size for over a cold start: trend, backlog and the learned headroom (``forecast``)."""
+
+    trend_alpha: float = 0.5  # Holt level smoothing of the request rate
+    trend_beta: float = 0.1  # Holt trend smoothing (low: one noisy window must not look like a trend)
+    forecast_horizon_s: float | None = None  # None: the role's cold start (what a new replica misses)
+    backlog_drain_s: float = 60.0  # waiting requests should be absorbed within this many seconds
+    trend_damping: float = 0.8  # damped-trend factor per interval (caps extrapolation at ~4 intervals)
+    max_forecast_growth: float = 1.5  # a forecast never exceeds this × the smoothed level
+    arrivals_from_queue_growth: bool = False  # demand = completions + queue growth (experimental)
+    # prompt demand ≥ the session proxy's arrival rate (a leading signal), when known; off: in the closed-loop
+    # simulator arrivals track completions and it cost the shipped diurnal scenario a window (suite doc)
+    use_arrivals: bool = False
+    # Headroom from the deployment's own demand (planner/headroom.py): size for this quantile of the
+    # demand rises seen over one cold start (+ one interval), times the current demand; 0 turns it off
+    headroom_quantile: float = 0.9
+    headroom_bucket_s: float = 60.0  # demand history resolution
+    headroom_history_s: float = 4 * 3600.0  # how far back rises are learned from
+    headroom_min_samples: int = 10  # fewer past moments than this: no learned headroom yet (one rise is no quantile)
+    headroom_max: float = 2.0  # the learned rise is capped at this (a forecast, not a panic)
+
+
+@dataclass(frozen=True)
+class SizeConfig:
+    """The queueing model's targets: replicas for a demand (``size``, and ``learn`` and ``predict`` with it)."""
+
+    target_utilization: float = 0.9  # plan replicas so the model's capacity is used at most this much
+    kv_cache_target: float = 0.85  # decode KV-cache usage above this asks for replicas (memory-bound)
+    # P/D decode also keeps enough sequence slots that a request rarely waits for one (square-root staffing
+    # at the TTFT percentile, capacity.decode_slots_needed): max-num-seqs caps a rank's batch (32 rendered)
+    decode_slot_staffing: bool = True
+    # squared coefficient of variation of prefill service times in the queueing tail: 1.2 measured in a
+    # steady agent run; 2.0 also covers the re-prefill storms of moved sessions
+    # (docs/decisions/2026-11-30-autoscale-bench.md)
+    service_cv2: float = 2.0
+    # no scale-down of a role that computes prompts when the sessions it moves (1/N) are more than the TTFT
+    # percentile's tail and one full-context re-prefill exceeds the TTFT budget (size.moved_sessions_checks)
+    guard_moved_sessions: bool = True
+
+
+@dataclass(frozen=True)
+class ActConfig:
+    """When the need becomes a scale-up or a scale-down, and how far (``act``'s rules)."""
+
     # scale down to the max recommendation of this long
     scale_down_stabilization_s: float = float(defaults.SCALE_DOWN_STABILIZATION_SECONDS)
     scale_down_cooldown_s: float = 300.0  # no scale-down this soon after a scale-up of the role
@@ -87,16 +162,6 @@ class PlannerConfig:
     prompt_scale_down_fraction: float = 0.0  # the same for replicas that hold prefix caches (prefill, aggregated)
     down_margin: float = 0.15  # scale down only if need × (1 + margin) fits in fewer replicas
     up_tolerance: float = 0.1  # while the SLO holds, a need within this share above the current count is not a scale-up
-    target_utilization: float = 0.9  # plan replicas so the model's capacity is used at most this much
-    correction_min: float = 0.5  # bounds of the learned latency correction (observed / predicted)
-    correction_max: float = 2.0
-    correction_smoothing: float = 0.4  # EWMA weight of a new correction sample (log space)
-    hit_smoothing: float = 0.2  # EWMA weight of a window's prefix-cache hit rate in the sizing level
-    service_smoothing: float = 0.1  # the same for the measured prefill service-time ratio (a hardware property)
-    min_requests_for_feedback: float = 20.0  # a window with fewer finished requests teaches nothing
-    trend_alpha: float = 0.5  # Holt level smoothing of the request rate
-    trend_beta: float = 0.1  # Holt trend smoothing (low: one noisy window must not look like a trend)
-    forecast_horizon_s: float | None = None  # None: the role's cold start (what a new replica misses)
     rollout_override_ratio: float = 1.25  # need above this × current scales up even during a rollout
     # While a learned season forecasts the horizon, P/D prefill scales up from what Ready replicas do at the demand
     # observed now, not from the queueing model alone (which over-sizes 100k–450k-token contexts several times over):
@@ -109,34 +174,7 @@ class PlannerConfig:
     foreseen_margin: float = 0.2
     foreseen_breach_up_ratio: float = 1.5
     foreseen_breach_ttft_ratio: float = 2.0
-    backlog_drain_s: float = 60.0  # waiting requests should be absorbed within this many seconds
-    trend_damping: float = 0.8  # damped-trend factor per interval (caps extrapolation at ~4 intervals)
-    max_forecast_growth: float = 1.5  # a forecast never exceeds this × the smoothed level
-    min_requests_for_slo: float = 10.0  # fewer finished requests: latency percentiles are not judged
-    kv_cache_target: float = 0.85  # decode KV-cache usage above this asks for replicas (memory-bound)
-    # P/D decode also keeps enough sequence slots that a request rarely waits for one (square-root staffing
-    # at the TTFT percentile, capacity.decode_slots_needed): max-num-seqs caps a rank's batch (32 rendered)
-    decode_slot_staffing: bool = True
-    # a TTFT breach whose excess is decode's own first token (slot wait) counts as decode's breach too
-    decode_owns_its_ttft: bool = True
-    # prefill sizing never assumes a prefill cheaper than this × the profile's while its service time is
-    # not measured (a low latency correction usually means the queueing tail is lighter than modelled,
-    # not that prefill is faster); a measured vllm:request_prefill_time ratio replaces it
-    min_throughput_correction: float = 1.0
-    arrivals_from_queue_growth: bool = False  # demand = completions + queue growth (experimental)
-    saturation_learning: bool = False  # learn a lower bound of the correction from a backlog (experimental)
-    # squared coefficient of variation of prefill service times in the queueing tail: 1.2 measured in a
-    # steady agent run; 2.0 also covers the re-prefill storms of moved sessions
-    # (docs/decisions/2026-11-30-autoscale-bench.md)
-    service_cv2: float = 2.0
-    # Headroom from the deployment's own demand (planner/headroom.py): size for this quantile of the
-    # demand rises seen over one cold start (+ one interval), times the current demand; 0 turns it off
-    headroom_quantile: float = 0.9
-    headroom_bucket_s: float = 60.0  # demand history resolution
-    headroom_history_s: float = 4 * 3600.0  # how far back rises are learned from
-    headroom_min_samples: int = 10  # fewer past moments than this: no learned headroom yet (one rise is no quantile)
-    headroom_max: float = 2.0  # the learned rise is capped at this (a forecast, not a panic)
-    # Proven capacity (steps.proven_cap): while the SLO holds, P/D prefill's scale-up goes no further than the
+    # Proven capacity (caps.proven_cap): while the SLO holds, P/D prefill's scale-up goes no further than the
     # replicas per unit of prompt work (req/s × modelled seconds per request) that held the TTFT target with this
     # margin in at least ``proven_min_windows`` windows of the last ``proven_history_s`` — a need beyond what was seen
     # to suffice is the model's error; a breach at a proven ratio or above withdraws that proof. Off: 0 windows.
@@ -151,30 +189,22 @@ class PlannerConfig:
     proven_down: bool = True
     # a scale-down may first cancel replicas still starting or unschedulable (never a Ready one): they hold nothing
     cancel_starting: bool = True
-    # prefill sizing never assumes prefill more than this × dearer than its measured service time (0: no cap)
-    max_tail_over_service: float = 1.3
-    # prompt demand ≥ the session proxy's arrival rate (a leading signal), when known; off: in the closed-loop
-    # simulator arrivals track completions and it cost the shipped diurnal scenario a window (suite doc)
-    use_arrivals: bool = False
-    # while the role that computes prompts is judged in breach, size prompts at this window's cache-hit level when it
-    # is lower than the smoothed one: a wave of new sessions misses the cache for as long as it lasts, and the tail fit
-    # was learned on this window's own work (docs/decisions/2026-12-01-autoscale-suite.md, thirteenth pass)
-    breach_hit_level: bool = True
-    # ... except within down_breach_window_s of the role's scale-down when the window's share of new sessions is
-    # no wave (steps.learn): the misses are the moved sessions' one-turn re-prefills. Off: in any breach
-    breach_share_gate: bool = True
     # a scale-down followed by a breach within this long teaches a larger scale-down margin: the ratio of the
     # replicas before it to the need the model saw (re-prefill storms the queueing model does not see)
     learn_down_margin: bool = True
     down_breach_window_s: float = 300.0
     scale_up_stabilization_s: float = 0.0  # scale up only to the lowest need of this long (HPA semantics)
-    # no scale-down of a role that computes prompts when the sessions it moves (1/N) are more than the TTFT
-    # percentile's tail and one full-context re-prefill exceeds the TTFT budget (steps.moved_sessions_checks)
-    guard_moved_sessions: bool = True
-    # ... but not for longer than this: once the guard alone has held a scale-down this long, one replica goes
-    # (its sessions re-prefill elsewhere; the TTFT percentile may breach for about one turn) and the hold starts
-    # again. Without it a fleet of fewer than 1 / (1 − percentile) replicas never shrinks. 0: hold for ever
+    # the moved-sessions guard (SizeConfig.guard_moved_sessions) holds a scale-down no longer than this: once the
+    # guard alone has held it this long, one replica goes (its sessions re-prefill elsewhere; the TTFT percentile may
+    # breach for about one turn) and the hold starts again. Without it a fleet of fewer than 1 / (1 − percentile)
+    # replicas never shrinks. 0: hold for ever
     moved_sessions_hold_s: float = float(defaults.MOVED_SESSIONS_HOLD_SECONDS)
+
+
+@dataclass(frozen=True)
+class ForesightConfig:
+    """What the user says and the season learns the next cold start brings (``foresight``)."""
+
     # Foresight the user gives (planner/schedule.py): recurring windows with a floor per role or a request rate,
     # ordered one measured cold start (+ one interval) ahead; overlapping windows combine by maximum
     schedules: tuple[Window, ...] = ()
@@ -192,6 +222,42 @@ class PlannerConfig:
     def season(self) -> seasonal.Settings:
         return seasonal.Settings(periods_s=self.season_periods_s, quantile=self.forecast_quantile)
 
+
+@dataclass(frozen=True)
+class PlannerConfig:
+    """Knobs with defaults, grouped by the step that reads them (``cfg.judge``, ``cfg.learn``, ...); the controller
+    maps the CR's autoscaling fields onto these (``for_spec``). Knob names are unique across the groups:
+    ``knobs``/``with_knobs`` address them by name alone (the benchmark's ``--planner-set FIELD=VALUE``)."""
+
+    interval_s: float = float(defaults.PLANNER_INTERVAL_SECONDS)  # expected time between decisions
+    judge: JudgeConfig = JudgeConfig()
+    learn: LearnConfig = LearnConfig()
+    forecast: ForecastConfig = ForecastConfig()
+    size: SizeConfig = SizeConfig()
+    act: ActConfig = ActConfig()
+    foresight: ForesightConfig = ForesightConfig()
+
+    @classmethod
+    def knobs(cls) -> dict[str, tuple[str | None, Field]]:
+        """Every knob by name: (its group, None for the top level; its dataclass field, with the default)."""
+        out: dict[str, tuple[str | None, Field]] = {}
+        for f in fields(cls):
+            if is_dataclass(f.default):
+                out.update({g.name: (f.name, g) for g in fields(f.default)})
+            else:
+                out[f.name] = (None, f)
+        return out
+
+    def with_knobs(self, **changes) -> PlannerConfig:
+        """This config with knobs changed by name (each in its group); an unknown name is a TypeError."""
+        knobs, top, groups = self.knobs(), {}, {}
+        for name, value in changes.items():
+            if name not in knobs:
+                raise TypeError(f"PlannerConfig has no knob {name!r}")
+            group = knobs[name][0]
+            (top if group is None else groups.setdefault(group, {}))[name] = value
+        return replace(self, **top, **{g: replace(getattr(self, g), **c) for g, c in groups.items()})
+
     @classmethod
     def for_spec(cls, interval_s: float, scale_down_stabilization_s: float,
                  scale_up_stabilization_s: float = 0.0,
@@ -201,15 +267,16 @@ class PlannerConfig:
         """The knobs a V41FlashDeployment's spec.autoscaling sets (the operator and the benchmark both use it)."""
         return cls(
             interval_s=float(interval_s),
-            scale_up_stabilization_s=float(scale_up_stabilization_s),
-            scale_down_stabilization_s=float(scale_down_stabilization_s),
-            moved_sessions_hold_s=float(moved_sessions_hold_s),
-            schedules=tuple(schedules),
-            forecast_quantile=float(forecast_quantile),
-            # a user's shorter scaleDownStabilizationSeconds also shortens the post-scale-up cooldown and
-            # the spacing of scale-downs
-            scale_down_cooldown_s=min(cls.scale_down_cooldown_s, float(scale_down_stabilization_s)),
-            scale_down_interval_s=min(cls.scale_down_interval_s, float(scale_down_stabilization_s)),
+            act=ActConfig(
+                scale_up_stabilization_s=float(scale_up_stabilization_s),
+                scale_down_stabilization_s=float(scale_down_stabilization_s),
+                moved_sessions_hold_s=float(moved_sessions_hold_s),
+                # a user's shorter scaleDownStabilizationSeconds also shortens the post-scale-up cooldown and
+                # the spacing of scale-downs
+                scale_down_cooldown_s=min(ActConfig.scale_down_cooldown_s, float(scale_down_stabilization_s)),
+                scale_down_interval_s=min(ActConfig.scale_down_interval_s, float(scale_down_stabilization_s)),
+            ),
+            foresight=ForesightConfig(schedules=tuple(schedules), forecast_quantile=float(forecast_quantile)),
         )
 
 

@@ -28,10 +28,10 @@ def remember_demand(state: PlannerState, demand_rate: float | None, now: float, 
     """The demand sample of this decision in the season history (``demand_rate`` None: the window's data cannot be
     used, nothing recorded); a history of another bucket size starts again."""
     season = state.season
-    if season.bucket_s != cfg.season_bucket_s:
-        season = seasonal.History(cfg.season_bucket_s)
+    if season.bucket_s != cfg.foresight.season_bucket_s:
+        season = seasonal.History(cfg.foresight.season_bucket_s)
     if demand_rate is not None:
-        season = seasonal.record(season, now, demand_rate, cfg.season_keep)
+        season = seasonal.record(season, now, demand_rate, cfg.foresight.season_keep)
     return replace(state, season=season)
 
 
@@ -40,16 +40,16 @@ def foresee(state: PlannerState, role: Role, now: float, cold_start_s: float, cu
     """The schedules' floor and rate for ``role`` and the season's forecast over its next cold start (+ one
     interval), combined by maximum."""
     horizon = cold_start_s + cfg.interval_s
-    floor = schedule.role_floor(cfg.schedules, role, now + cfg.epoch_s, cold_start_s, cfg.interval_s, current) \
-        if cfg.schedules else schedule.Floor()
+    floor = schedule.role_floor(cfg.foresight.schedules, role, now + cfg.foresight.epoch_s, cold_start_s, cfg.interval_s, current) \
+        if cfg.foresight.schedules else schedule.Floor()
     rate, notes, season = floor.rate, [floor.why] if floor.why else [], False
-    if cfg.forecast_quantile > 0:
-        model = seasonal.fit(state.season, horizon, cfg.season)
-        got = seasonal.peak(state.season, model, now, horizon, cfg.season) if model is not None else None
+    if cfg.foresight.forecast_quantile > 0:
+        model = seasonal.fit(state.season, horizon, cfg.foresight.season)
+        got = seasonal.peak(state.season, model, now, horizon, cfg.foresight.season) if model is not None else None
         if got is not None:
             peak, level = got
             notes.append(f"forecast {peak:.2f} req/s within {horizon:.0f}s from a "
-                         f"{model.describe(cfg.forecast_quantile, level)}")
+                         f"{model.describe(cfg.foresight.forecast_quantile, level)}")
             rate = peak if rate is None else max(rate, peak)
             season = True
     return Foresight(rate=rate, replicas=floor.replicas, note="; ".join(notes), seasonal=season)

@@ -1,7 +1,8 @@
 """The SLO planner: observed window + capacity profile + SLO + bounds + state → desired replicas.
 
-One pure function, ``plan``, composed of the steps in ``steps.py`` (each a pure function with frozen data
-in and out, tested on its own). After measuring the demand and splitting the SLO between the phases
+One pure function, ``plan``, composed of the steps, each a pure function with frozen data in and out in a
+module of its own (``demand``, ``judge``, ``learn``, ``forecast``, ``size``, ``act``, ``clamp``, ``predict``),
+tested on its own. After measuring the demand and splitting the SLO between the phases
 (``workload_demand``, ``split_slo``), per decision and per role:
 
 1. ``judge``: judges the data (missing / stale / partial → no scale-down, no learning, say why);
@@ -27,10 +28,14 @@ from v41flash.planner.datatypes import (
 )
 from v41flash.planner.foresight import foresee, remember_demand
 from v41flash.planner.profile import CapacityProfile
-from v41flash.planner.steps import (
-    Claim, act, clamp, cold_start_of, forecast, judge, learn, new_session_share, predict, remember, size, split_slo,
-    workload_demand,
-)
+from v41flash.planner.act import ActContext, act, remember
+from v41flash.planner.clamp import Claim, clamp
+from v41flash.planner.demand import new_session_share, split_slo, workload_demand
+from v41flash.planner.forecast import forecast
+from v41flash.planner.judge import cold_start_of, judge
+from v41flash.planner.learn import learn
+from v41flash.planner.predict import predict
+from v41flash.planner.size import size
 from v41flash.roles import ROLES, Role
 
 
@@ -66,8 +71,8 @@ def plan(
         sizing = size(role, fc.demand_rate, obs, disagg, learned, budgets, profile, slo, config)
         observed_rate = demand.prefill_rate if role == "prefill" or not disagg else demand.decode_rate
         foreseen = (observed_rate, seen.rate) if seen.seasonal and seen.rate is not None else None
-        acted = act(role, obs, role_bounds, judged.role(role), fc.demand_rate, sizing, learned, disagg, slo, budgets,
-                    fc.state, now, config, fc.headroom_note, profile, new_share, foreseen)
+        acted = act(ActContext(role, obs, role_bounds, judged.role(role), fc.demand_rate, sizing, learned, disagg, slo,
+                               budgets, fc.state, now, config, fc.headroom_note, profile, new_share, foreseen))
         new_state = new_state.with_role(role, acted.state)
         rates[role] = fc.demand_rate
         # a schedule's floor bounds the answer (clamp), never the stabilization's recommendations: gone at its end
