@@ -12,7 +12,6 @@ from __future__ import annotations
 import atexit
 import os
 import signal
-import time
 import uuid
 
 import pytest
@@ -46,8 +45,7 @@ def cluster(request):
 @pytest.fixture(scope="session")
 def operator_process(cluster):
     op = OperatorProcess(cluster, os.environ.get("V41F_OPERATOR_ARGS", "").split()).start()
-    time.sleep(1.0)
-    op.assert_alive()
+    op.wait_serving()
     yield op
     op.stop()
 

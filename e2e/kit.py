@@ -254,6 +254,27 @@ class OperatorProcess:
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
+    def wait_serving(self, timeout: float = 60) -> None:
+        """Until it answers /healthz (standing by or leading); raises with its log as soon as it exits."""
+        import urllib.request
+
+        def serving() -> bool:
+            self.assert_alive()
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=2) as r:
+                return r.status == 200
+        t0 = time.monotonic()
+        while True:
+            try:
+                if serving():
+                    return
+            except AssertionError:
+                raise
+            except OSError:
+                if time.monotonic() - t0 > timeout:
+                    raise AssertionError(f"the operator's /healthz did not answer in {timeout:.0f} s; last log lines:\n"
+                                         f"{self.log_text()[-3000:]}") from None
+            time.sleep(0.1)
+
     def assert_alive(self) -> None:
         if not self.alive:
             raise AssertionError(f"operator is not running; last log lines:\n{self.log_text()[-3000:]}")
