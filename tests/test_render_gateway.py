@@ -222,10 +222,11 @@ def test_one_picker_without_leader_election():
 
 
 def test_scorer_weights_reach_the_config_and_a_zero_weight_drops_the_scorer():
-    objs = render(deployment({"gateway": {"prefixCacheWeight": 5, "queueWeight": 0, "kvCacheUtilizationWeight": 1.5}}))
+    objs = render(deployment({"gateway": {"prefixCacheWeight": 5, "queueWeight": 0, "kvCacheUtilizationWeight": 1.0}}))
     cfg = yaml.safe_load(one(objs, "ConfigMap", "demo-epp-0")["data"][gw.EPP_CONFIG_KEY])
     weights = {r["pluginRef"]: r.get("weight") for r in cfg["schedulingProfiles"][0]["plugins"]}
-    assert weights["prefix-cache-scorer"] == 5 and weights["kv-cache-utilization-scorer"] == 1.5
+    assert weights["prefix-cache-scorer"] == 5 and weights["kv-cache-utilization-scorer"] == 1
+    assert all(type(w) is int for n, w in weights.items() if n.endswith("-scorer"))  # "1", never "1.0"
     assert "queue-scorer" not in weights and "queue-scorer" not in [p["type"] for p in cfg["plugins"]]
 
 
@@ -261,13 +262,38 @@ def test_network_policies_admit_the_data_plane_and_the_picker_only_where_needed(
     assert epp["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
 
 
-def test_without_data_plane_pods_only_the_two_ports_open_to_everyone():
-    objs = render(deployment())
-    engines = _ingress(one(objs, "NetworkPolicy", "demo-engines"))
-    open_rules = [r for r in engines if "from" not in r]
-    assert open_rules == [{"ports": [{"protocol": "TCP", "port": ENGINE_PORT}]}]
-    epp_open = [r for r in _ingress(one(objs, "NetworkPolicy", "demo-epp-ingress")) if "from" not in r]
-    assert epp_open == [{"ports": [{"protocol": "TCP", "port": gw.EPP_GRPC_PORT}]}]
+def _peers(policy):
+    return [peer for rule in _ingress(policy) for peer in rule["from"]]
+
+
+@pytest.mark.parametrize("routing", [
+    None, {"gateway": {"httpRoute": {"name": "gw", "namespace": "infra"}}},
+    {"gateway": {"dataPlanePods": {"podLabels": {"app": "envoy"}}}}])
+def test_no_rule_admits_every_pod(routing):
+    """Issue 39: the engines' serving port was open to any pod of the cluster in mode Gateway, so the Gateway's
+    authentication could be walked around. Every rule now names its peers: the picker, the named data plane, the
+    deployment's own engines, the operator."""
+    objs = render(deployment(routing))
+    for policy in by_kind(objs, "NetworkPolicy"):
+        for rule in _ingress(policy):
+            assert rule.get("from"), (policy["metadata"]["name"], rule)
+            assert all(peer.get("podSelector", {}).get("matchLabels") for peer in rule["from"]), rule
+
+
+def test_without_data_plane_pods_the_gateway_named_by_the_route_or_no_pod():
+    engines = one(render(deployment()), "NetworkPolicy", "demo-engines")
+    epp_pods = {"podSelector": {"matchLabels": L.selector_labels("demo", gw.EPP)}}
+    assert epp_pods in _peers(engines)
+    assert all(p == epp_pods or L.DEPLOYMENT_LABEL in str(p) or "operator" in str(p) for p in _peers(engines))
+    assert _ingress(one(render(deployment()), "NetworkPolicy", "demo-epp-ingress"))[0]["ports"] == [
+        {"protocol": "TCP", "port": gw.EPP_METRICS_PORT}]  # the scrapers only
+    routed = render(deployment({"gateway": {"httpRoute": {"name": "gw", "namespace": "infra"}}}))
+    peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "infra"}},
+            "podSelector": {"matchLabels": {"gateway.networking.k8s.io/gateway-name": "gw"}}}
+    assert {"from": [peer], "ports": [{"protocol": "TCP", "port": ENGINE_PORT}]} in _ingress(
+        one(routed, "NetworkPolicy", "demo-engines"))
+    assert {"from": [peer], "ports": [{"protocol": "TCP", "port": gw.EPP_GRPC_PORT}]} in _ingress(
+        one(routed, "NetworkPolicy", "demo-epp-ingress"))
 
 
 # --- admission --------------------------------------------------------------------------------------
@@ -295,6 +321,12 @@ def _problems(routing: dict, **spec) -> list[str]:
     ({"mode": "Gateway", "gateway": {"httpRoute": {"name": "Bad_Name"}}}, {}, "spec.routing.gateway.httpRoute.name"),
     ({"mode": "Gateway", "gateway": {"eppImage": "has space"}}, {}, "spec.routing.gateway.eppImage"),
     ({"mode": "gateway"}, {}, "spec.routing.mode"),
+    # the pinned picker reads weights into a Go int: a fraction or a denormal crash-loops it (issue 39)
+    ({"mode": "Gateway", "gateway": {"queueWeight": 1.5}}, {}, "spec.routing.gateway.queueWeight"),
+    ({"mode": "Gateway", "gateway": {"prefixCacheWeight": 0, "queueWeight": 5e-324, "kvCacheUtilizationWeight": 0,
+                                     "activeRequestWeight": 0}}, {}, "spec.routing.gateway.queueWeight"),
+    ({"mode": "Gateway", "gateway": {"activeRequestWeight": "2"}}, {}, "spec.routing.gateway.activeRequestWeight"),
+    ({"mode": "Gateway", "gateway": {"dataPlanePods": {}}}, {}, "spec.routing.gateway.dataPlanePods"),
 ])
 def test_admission_refuses_naming_the_field(routing, spec, field):
     problems = _problems(routing, **spec)
@@ -388,6 +420,33 @@ def test_every_endpoint_picker_flag_exists_in_the_pinned_epp():
     args = containers(one(render(deployment()), "Deployment", "demo-epp-0"))["epp"]["args"]
     missing = [f for f in _flags(args) if f"-{f}" not in text]
     assert not missing, missing
+
+
+def _picker_config_types() -> str:
+    """The pinned picker's EndpointPickerConfig types (GIE's apix/config/v1alpha1), from the Go module cache the
+    tool build fills (e2e/build-tools.sh epp downloads llm-d-inference-scheduler's requirements)."""
+    gopath = tool_cache().parent / "gopath" / "pkg" / "mod" / "sigs.k8s.io"
+    module = require_tool(gopath / f"gateway-api-inference-extension@{V['GATEWAY_API_INFERENCE_EXTENSION_VERSION']}",
+                          "bash e2e/build-tools.sh epp")
+    found = [p.read_text() for p in sorted(module.rglob("*types.go"))
+             if "type SchedulingPlugin struct" in p.read_text()]
+    assert len(found) == 1, "the picker's SchedulingPlugin type moved"
+    return found[0]
+
+
+def test_scorer_weights_are_the_integers_the_pinned_picker_parses():
+    """The picker decodes a profile plugin's weight into a Go *int (encoding/json refuses 1.5 or 1e-300 there, and
+    the picker exits): the API takes whole numbers only and renders them as YAML integers."""
+    import re
+    source = _picker_config_types()
+    struct = re.search(r"type SchedulingPlugin struct \{(.*?)\n\}", source, re.S).group(1)
+    assert re.search(r"\bWeight\s+\*int\b", struct), struct
+    assert all(api.GatewayRoutingSpec.model_fields[f].annotation in (int, "int") for f in (
+        "prefix_cache_weight", "queue_weight", "kv_cache_utilization_weight", "active_request_weight"))
+    objs = render(deployment({"gateway": {"prefixCacheWeight": 7, "queueWeight": 1}}))
+    text = one(objs, "ConfigMap", "demo-epp-0")["data"][gw.EPP_CONFIG_KEY]
+    assert re.findall(r"weight: (\S+)", text) and all(re.fullmatch(r"[1-9][0-9]*", w)
+                                                      for w in re.findall(r"weight: (\S+)", text))
 
 
 def test_every_sidecar_flag_exists_in_the_pinned_sidecar():

@@ -8,8 +8,10 @@ validates with it, the planner plans with it (a leaf: it imports neither). Times
 from __future__ import annotations
 
 import math
+import re
 from datetime import datetime, timezone
 from functools import lru_cache
+from importlib import resources
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
@@ -17,6 +19,24 @@ from cronsim import CronSim, CronSimError
 CRON_FIELDS = 5  # minute hour day-of-month month day-of-week: the standard syntax, no seconds, no @macros
 # how far back/ahead a window's starts are looked for: a cron fires at least once every 4 years (Feb 29)
 SEARCH_DAYS = 4 * 366 + 1
+# The zones of the tz database the project pins (tzdata in pyproject.toml): its own list, never the machine's files
+# (zoneinfo would also open `localtime`, a directory such as `America`, or a path).
+TIME_ZONES: frozenset[str] = frozenset(
+    line.strip() for line in resources.files("tzdata").joinpath("zones").read_text().splitlines() if line.strip())
+TZDATA_VERSION = "2026.6"  # pyproject.toml's pin (a unit test ties the two)
+_ZONE_NAME = re.compile(r"[A-Za-z0-9_+\-]+(/[A-Za-z0-9_+\-]+)*")
+
+
+def time_zone_problem(name: str) -> str | None:
+    """Why name is not a zone of the pinned tz database, or None."""
+    if name in TIME_ZONES:
+        return None
+    shown = name[:64] if _ZONE_NAME.fullmatch(name[:64]) else repr(name[:64])
+    dirs = sorted({z.split("/")[0] for z in TIME_ZONES if z.startswith(name + "/")})
+    hint = f" ({shown} is a region of it: name a city, e.g. {min(z for z in TIME_ZONES if z.startswith(name + '/'))})" \
+        if dirs else ""
+    return (f"unknown time zone {shown}: an IANA zone of the tz database {TZDATA_VERSION} such as Europe/Berlin or "
+            f"UTC{hint}")
 
 
 def cron_problem(cron: str, time_zone: str = "UTC") -> str | None:
@@ -24,10 +44,10 @@ def cron_problem(cron: str, time_zone: str = "UTC") -> str | None:
     if len(cron.split()) != CRON_FIELDS:
         return (f"{cron!r} is not a 5-field cron expression (minute hour day-of-month month day-of-week; no "
                 "seconds field, no @macros)")
-    try:
-        tz = zone(time_zone)
-    except (ZoneInfoNotFoundError, ValueError):  # ValueError: not a key at all (a path, an empty part)
-        return f"unknown time zone {time_zone!r} (an IANA name such as Europe/Berlin, or UTC)"
+    problem = time_zone_problem(time_zone)
+    if problem:
+        return problem
+    tz = zone(time_zone)
     try:
         next(CronSim(cron, datetime(2026, 1, 1, tzinfo=tz)))
     except (CronSimError, StopIteration) as exc:  # cronsim refuses a day that never comes (Feb 30) by name
@@ -37,7 +57,13 @@ def cron_problem(cron: str, time_zone: str = "UTC") -> str | None:
 
 @lru_cache(maxsize=64)
 def zone(name: str):
-    return timezone.utc if name in ("UTC", "") else ZoneInfo(name)
+    """The pinned tz database's zone (ZoneInfoNotFoundError for any other name: never a file of the machine)."""
+    if name in ("UTC", ""):
+        return timezone.utc
+    if name not in TIME_ZONES:
+        raise ZoneInfoNotFoundError(name)
+    with resources.files("tzdata.zoneinfo").joinpath(*name.split("/")).open("rb") as f:
+        return ZoneInfo.from_file(f, key=name)
 
 
 def _starts(cron: str, time_zone: str, t: float, reverse: bool):

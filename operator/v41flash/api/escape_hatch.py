@@ -90,14 +90,26 @@ REFUSED_ENV: dict[tuple[str, ...], str] = {
     ("UCX_TLS",): "set spec.kvTransfer.ucxTls instead (the operator picks the fabric default)",
     ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
         "set spec.model.source.hub.tokenSecretRef: a plain value would sit in the pod spec and the CR",
-    ("HF_HOME", "VLLM_CACHE_ROOT"): "the cache volume's paths are the operator's",
+    # huggingface_hub's constants.py (every path it derives from an env variable), transformers' legacy caches,
+    # vLLM's envs.py data paths: where the checkpoint and the hub token are kept is the operator's
+    ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_ASSETS_CACHE", "HUGGINGFACE_ASSETS_CACHE", "HF_XET_CACHE",
+     "HF_TOKEN_PATH", "XDG_CACHE_HOME", "TRANSFORMERS_CACHE", "PYTORCH_TRANSFORMERS_CACHE",
+     "PYTORCH_PRETRAINED_BERT_CACHE", "HF_MODULES_CACHE", "VLLM_CACHE_ROOT", "VLLM_CONFIG_ROOT", "VLLM_ASSETS_CACHE",
+     "MODELSCOPE_CACHE"):
+        "the cache volume's paths are the operator's (spec.model.cache, spec.startup.weightCache): another one "
+        "bypasses the weight cache or reads weights and tokens someone else left there",
+    ("HF_ENDPOINT", "HUGGINGFACE_CO_STAGING", "VLLM_USE_MODELSCOPE", "VLLM_MODEL_REDIRECT_PATH"):
+        "where the weights come from is spec.model.source: the hub token (spec.model.source.hub.tokenSecretRef) goes "
+        "to the Hugging Face hub only, never to another endpoint, and the checkpoint is not redirected",
     ("LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME"):
         "loads foreign code into every process of the engine",
     ("VLLM_HOST_IP", "VLLM_PORT", "VLLM_DP_MASTER_IP", "VLLM_DP_MASTER_PORT"):
         "engine addressing is the operator's",
     ("LWS_LEADER_ADDRESS", "LWS_WORKER_INDEX", "LWS_GROUP_SIZE"): "set by the LeaderWorkerSet controller",
     ("VLLM_API_KEY",): "the router is not given the key: use spec.routing.apiKeySecretRef",
-    ("VLLM_SERVER_DEV_MODE",): "exposes unauthenticated development endpoints (sleep, reset, collective RPC)",
+    ("VLLM_SERVER_DEV_MODE", "VLLM_TORCH_PROFILER_DIR", "VLLM_ALLOW_RUNTIME_LORA_UPDATING"):
+        "exposes unauthenticated endpoints (sleep, reset, collective RPC, profiler, loading LoRA adapters) that change "
+        "what the engine serves",
 }
 
 # The one env value the operator parses: the startup probe is sized from it (int32 failureThreshold).

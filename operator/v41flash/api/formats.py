@@ -23,8 +23,17 @@ EXTENDED_RESOURCE = rf"^{_PREFIX}/{_NAME}$"
 # resource.Quantity, unsigned (requests, limits and emptyDir sizes may not be negative).
 QUANTITY = (r"^(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
             r"(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
-# A container image reference: no whitespace (the apiserver refuses leading/trailing blanks).
-IMAGE = r"^\S+$"
+# A container image reference as the distribution spec's grammar has it (distribution/reference regexp.go): ASCII
+# only, so a look-alike Unicode hyphen or slash (U+2010 in "vllm-openai") is refused instead of pulled from wherever it
+# resolves. Character classes are spelled out: \w would be Unicode in the offline (Rust/Python) engines.
+_ALNUM = r"[a-z0-9]+"
+_PATH_COMPONENT = rf"{_ALNUM}(?:(?:[._]|__|[-]+){_ALNUM})*"
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_HOST = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[a-fA-F0-9:]+\])"
+_IMAGE_NAME = rf"(?:{_HOST}(?::[0-9]+)?/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
+_TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
+_DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
+IMAGE = rf"^{_IMAGE_NAME}(?::{_TAG})?(?:@{_DIGEST})?$"
 INT32_MAX = 2**31 - 1
 
 # kvTransfer.extraConfig's bounds, enforced twice: by the CRD's schema (api/crd.bounded_json_schema: one

@@ -244,6 +244,11 @@ class EnvVar(Model):
     value: str = Field("", description="Value.")
 
 
+# A host KV tier of fewer bytes is none: vLLM's per-worker byte count (sizeGiB x 2^30 / TP, from a 6-digit rendering)
+# would round to 0.
+KV_OFFLOAD_MIN_GIB = 1 / 1024
+
+
 class KVOffloadSpec(Model):
     model_config = ConfigDict(json_schema_extra=validations(
         cel("self.backend == 'simple' || !self.lazy", "lazy offload is a SimpleCPUOffloadConnector setting: set "
@@ -254,8 +259,9 @@ class KVOffloadSpec(Model):
                               "native, b200_agentx_dep host-KV points). simple: SimpleCPUOffloadConnector (the "
                               "b300_agentx_dep host-KV points). In P/D either sits next to NIXL in a MultiConnector.")
     size_gib: float = Field(
-        alias="sizeGiB", gt=0, le=4096,
-        description="Host DRAM for KV per DP rank, GiB (the recipe's lanes: 32 native, 50 simple). Costs pod memory: "
+        alias="sizeGiB", ge=KV_OFFLOAD_MIN_GIB, le=4096,
+        description="Host DRAM for KV per DP rank, GiB (the recipe's lanes: 32 native, 50 simple; at least 1 MiB, "
+                    "1/1024: a smaller size rounds to 0 bytes per worker). Costs pod memory: "
                     "sizeGiB x DP ranks in the pod + Engram tables in host memory + shmSize + memoryHeadroom must fit "
                     "resources.memory. Frees HBM pressure: blocks evicted from HBM are reloaded instead of recomputed, "
                     "so more agent sessions keep their prefix; the planner counts it as KV capacity. GPU memory "
@@ -501,6 +507,16 @@ class KVTransferSpec(Model):
         return value
 
 
+def _whole_weight(value: Any) -> Any:
+    """A scorer weight as the picker reads it: a JSON number without a fraction (3 or 3.0), never a string."""
+    if isinstance(value, bool) or isinstance(value, str):
+        raise ValueError("a scorer weight is a whole number (the endpoint picker reads an integer)")
+    if isinstance(value, float) and not value.is_integer():
+        raise ValueError(f"{value!r} is not a whole number: the endpoint picker reads scorer weights as integers "
+                         "(and refuses to start on a fraction)")
+    return value
+
+
 class GatewayParentRef(Model):
     name: str = Field(min_length=1, max_length=253, pattern=F.DNS1123_SUBDOMAIN,
                       description="Name of the Gateway (gateway.networking.k8s.io) the HTTPRoute attaches to.")
@@ -516,9 +532,13 @@ class GatewayRoutingSpec(Model):
     """spec.routing.gateway: what mode Gateway renders (Gateway API Inference Extension, llm-d's endpoint picker)."""
     model_config = ConfigDict(json_schema_extra=validations(
         cel("self.prefixCacheWeight + self.queueWeight + self.kvCacheUtilizationWeight + self.activeRequestWeight "
-            "> 0.0",
+            "> 0",
             "with every scorer weight 0 the endpoint picker would pick at random: give one a weight",
-            field_path=".prefixCacheWeight")))
+            field_path=".prefixCacheWeight"),
+        cel("!has(self.dataPlanePods) || size(self.dataPlanePods.namespaceLabels) + size(self.dataPlanePods.podLabels) "
+            "> 0",
+            "dataPlanePods must name your Gateway's pods (namespaceLabels and/or podLabels): an empty selector would "
+            "admit every pod of the namespace to the engines", field_path=".dataPlanePods")))
     epp_image: str = Field(DEFAULT_EPP_IMAGE, min_length=1, max_length=1024, pattern=F.IMAGE,
                            description="Endpoint picker image (llm-d-inference-scheduler: the GIE ext-proc server "
                                        "with llm-d's P/D profile handler and scorers).")
@@ -526,15 +546,17 @@ class GatewayRoutingSpec(Model):
                                description="P/D routing sidecar image (llm-d pd-sidecar), run in each decode pod "
                                            "in front of vLLM when prefill is enabled: it sends the prompt to the "
                                            "prefill pod the endpoint picker chose, then decodes locally.")
-    prefix_cache_weight: float = Field(
-        3.0, ge=0, le=100, description="Weight of the prefix-cache scorer (the endpoint picker's own index of the "
-                                       "prompt prefixes it sent to each engine).")
-    queue_weight: float = Field(2.0, ge=0, le=100, description="Weight of the queue scorer (fewest waiting "
-                                                               "requests, from each engine's /metrics).")
-    kv_cache_utilization_weight: float = Field(
-        2.0, ge=0, le=100, description="Weight of the KV-cache utilization scorer (least-used KV cache).")
-    active_request_weight: float = Field(
-        2.0, ge=0, le=100,
+    # Whole numbers: the pinned picker reads a scorer's weight into a Go int (GIE v1.2.0 SchedulingPlugin.Weight) and
+    # refuses 1.5 at start (a crash loop); 0 leaves the scorer out.
+    prefix_cache_weight: int = Field(
+        3, ge=0, le=100, description="Weight of the prefix-cache scorer (the endpoint picker's own index of the "
+                                     "prompt prefixes it sent to each engine); a whole number, 0 = off.")
+    queue_weight: int = Field(2, ge=0, le=100, description="Weight of the queue scorer (fewest waiting "
+                                                           "requests, from each engine's /metrics); a whole number.")
+    kv_cache_utilization_weight: int = Field(
+        2, ge=0, le=100, description="Weight of the KV-cache utilization scorer (least-used KV cache); a whole number.")
+    active_request_weight: int = Field(
+        2, ge=0, le=100,
         description="Weight of the active-request scorer (fewest requests the picker has in flight to each engine). "
                     "Below saturation an engine's queue is empty and its KV cache mostly free, so the queue and "
                     "KV-cache scorers see no load and the prefix-cache scorer sends every session sharing a system "
@@ -545,11 +567,19 @@ class GatewayRoutingSpec(Model):
                     "this is prefilled by its decode pod, skipping the prefill pod; 0 = always prefill remotely.")
     data_plane_pods: PeerSelector | None = Field(
         None, description="The pods of your Gateway's data plane (e.g. Envoy Gateway's proxies): the NetworkPolicies "
-                          "admit them to the engines' serving port and the endpoint picker's ext-proc port. Unset = "
-                          "any pod may reach those two ports (the engines' other ports stay closed).")
+                          "admit them, besides the endpoint picker and the operator, to the engines' serving port and "
+                          "the endpoint picker's ext-proc port. Unset = the pods labelled "
+                          "gateway.networking.k8s.io/gateway-name: <httpRoute.name> in the Gateway's namespace (the "
+                          "label Gateway API implementations put on a Gateway's deployed pods; Envoy Gateway's "
+                          "proxies carry gateway.envoyproxy.io/owning-gateway-name instead: name them here), or, "
+                          "without httpRoute, no pod: name them, or no request reaches the engines where "
+                          "NetworkPolicies are enforced.")
     http_route: GatewayParentRef | None = Field(
         None, description="When set, an HTTPRoute (gateway.networking.k8s.io/v1) attaching the InferencePool "
                           "to this Gateway for the OpenAI paths. Unset = no HTTPRoute (write your own).")
+
+    _whole_weights = field_validator("prefix_cache_weight", "queue_weight", "kv_cache_utilization_weight",
+                                     "active_request_weight", mode="before")(_whole_weight)
 
 
 # Fields of spec.routing that configure vllm-router and its session proxy (mode VllmRouter) and their defaults (CEL
@@ -782,6 +812,7 @@ class ScheduleReplicas(Model):
 SCHEDULES_MAX = 32
 WINDOW_MAX_SECONDS = 7 * 86400
 _CRON_5_FIELDS = r"^\\S+(\\s+\\S+){4}$"  # CEL (RE2) in a CEL string: five blank-separated fields
+_TZDATA_VERSION = cron.TZDATA_VERSION  # (inside ScheduleWindow `cron` is the field)
 
 
 class ScheduleWindow(Model):
@@ -796,6 +827,9 @@ class ScheduleWindow(Model):
         cel(f"self.cron.matches('{_CRON_5_FIELDS}')",
             "cron must be 5 fields (minute hour day-of-month month day-of-week), e.g. '0 9 * * 1-5': no seconds "
             "field, no @macros", field_path=".cron"),
+        cel(f"self.timeZone in {cel_list(sorted(cron.TIME_ZONES))}",
+            f"timeZone must be a zone of the tz database {cron.TZDATA_VERSION} (tzdata), e.g. Europe/Berlin or UTC: "
+            "not a region such as America, not localtime, not a path", field_path=".timeZone"),
     ))
     name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
                       description="Names the window in status.lastDecision and Events (unique in the list).")
@@ -807,12 +841,22 @@ class ScheduleWindow(Model):
                                   description="How long each window runs, in elapsed seconds; shorter than the gap "
                                               "between two starts (a window that never ends is minReplicas).")
     time_zone: str = Field("UTC", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_+\-]+(/[A-Za-z0-9_+\-]+)*$",
-                           description="IANA time zone the cron is read in (Europe/Berlin, America/New_York, UTC).")
+                           description="IANA time zone the cron is read in (Europe/Berlin, America/New_York, UTC): "
+                                       f"a zone of the tz database {_TZDATA_VERSION} the operator pins (tzdata), "
+                                       "never a region, localtime or a path.")
     min_replicas: ScheduleReplicas | None = Field(
         None, description="Keep at least these replicas per role while the window runs (more if demand needs).")
     requests_per_second: float | None = Field(
         None, gt=0, le=1_000_000, description="Keep the capacity for this many requests/s while the window runs "
                                               "(sized like observed demand, at its prompt lengths and cache hits).")
+
+    @field_validator("time_zone")
+    @classmethod
+    def _pinned_zone(cls, value: str) -> str:
+        problem = cron.time_zone_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
     @model_validator(mode="after")
     def _starts_and_ends(self) -> ScheduleWindow:

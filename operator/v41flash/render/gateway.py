@@ -109,10 +109,6 @@ def pool_selector(cr_name: str, revision: str = "") -> dict[str, str]:
     return selector
 
 
-def _num(x: float) -> float | int:
-    return int(x) if float(x).is_integer() else float(x)
-
-
 def epp_config(spec: api.V41FlashDeploymentSpec, res: Resolved) -> dict[str, Any]:
     """The EPP's plugins config (EndpointPickerConfig): role filters on the operator's own role label, the
     prefix-cache, queue, KV-cache-utilization and active-request scorers, a max-score picker; P/D adds the prefill
@@ -131,7 +127,7 @@ def epp_config(spec: api.V41FlashDeploymentSpec, res: Resolved) -> dict[str, Any
     def profile(name: str, role: str) -> dict[str, Any]:
         return {"name": name, "plugins": [
             {"pluginRef": f"{role}-pods"},
-            *({"pluginRef": n, "weight": _num(w)} for n, w in scorers),
+            *({"pluginRef": n, "weight": int(w)} for n, w in scorers),  # the picker reads a Go int
             {"pluginRef": "max-score-picker"}]}
 
     plugins: list[dict[str, Any]] = [role_filter("decode")]

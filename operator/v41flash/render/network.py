@@ -6,6 +6,9 @@
   prompts to an engine directly, bypassing the proxy's API key, nor talk NIXL to it.
 - The router accepts clients on its Service port from anywhere (client authentication is the proxy's
   API key, spec.routing.apiKeySecretRef), and its metrics port only from the operator.
+- Mode Gateway: the engines admit only the endpoint picker's pods and the Gateway's data-plane pods on the serving
+  port (routing.gateway.dataPlanePods; unset, the pods of the Gateway httpRoute names; else none), their own engine
+  pods on any port, and the scrapers; the picker's ext-proc port only the same data plane. No rule admits every pod.
 - With spec.autoscaling.metrics.source: Prometheus the user's Prometheus pods (metrics.prometheus.scrapedBy)
   are admitted to the same metrics ports as the operator: the planner reads what Prometheus scraped.
 
@@ -47,8 +50,9 @@ def network_policies(cr_name: str, namespace: str, roles: list[str], owner: dict
     the deployment's router pods (the front's session proxy) may reach it there: its admin API has no
     authentication.
     ``gateway``: the api.GatewayRoutingSpec in mode Gateway, else None. Then the Gateway's data plane
-    (gateway.dataPlanePods, unset = any pod) reaches the engines' serving port and the endpoint picker's ext-proc
-    port, the endpoint picker scrapes the engines' serving port, and no router policy is rendered."""
+    (gateway.dataPlanePods; unset: the pods of the Gateway httpRoute names, else none) reaches the engines' serving
+    port and the endpoint picker's ext-proc port, the endpoint picker scrapes the engines' serving port, and no router
+    policy is rendered."""
     if gateway is not None:
         return _gateway_policies(cr_name, namespace, roles, owner, operator_namespace, prometheus_scraped_by,
                                  gateway)
@@ -98,26 +102,42 @@ def _scrapers(operator_namespace: str | None, prometheus_scraped_by: Any) -> lis
     return peers + [_prometheus_peer(prometheus_scraped_by)] if prometheus_scraped_by is not None else peers
 
 
+# The label Gateway API implementations put on the pods they deploy for a Gateway (GEP-1762: Istio, kgateway, ...).
+GATEWAY_NAME_LABEL = "gateway.networking.k8s.io/gateway-name"
+
+
+def _data_plane_peer(namespace: str, gateway: Any) -> dict[str, Any] | None:
+    """The Gateway's data-plane pods: gateway.dataPlanePods, else the pods of the Gateway that httpRoute names (by
+    the GEP-1762 label, in its namespace), else None (no pod)."""
+    if gateway.data_plane_pods is not None:
+        return _prometheus_peer(gateway.data_plane_pods)  # the same namespace/pod label shape
+    if gateway.http_route is not None:
+        return {"namespaceSelector": {"matchLabels": {
+                    "kubernetes.io/metadata.name": gateway.http_route.namespace or namespace}},
+                "podSelector": {"matchLabels": {GATEWAY_NAME_LABEL: gateway.http_route.name}}}
+    return None
+
+
 def _gateway_policies(cr_name: str, namespace: str, roles: list[str], owner: dict[str, Any] | None,
                       operator_namespace: str | None, prometheus_scraped_by: Any, gateway: Any) -> list[dict[str, Any]]:
+    """Engines: the Gateway's data plane and the endpoint picker on the serving port, the deployment's own engines
+    on any port, the scrapers on the serving port. Never any pod: without a named data plane no rule admits one."""
     def epp() -> dict[str, Any]:
         return {"matchLabels": L.selector_labels(cr_name, EPP)}
 
-    def data_plane(port: int) -> dict[str, Any]:
-        rule: dict[str, Any] = {"ports": [_tcp(port)]}
-        if gateway.data_plane_pods is not None:
-            rule["from"] = [_prometheus_peer(gateway.data_plane_pods)]  # the same namespace/pod label shape
-        return rule
+    def data_plane(port: int) -> list[dict[str, Any]]:
+        peer = _data_plane_peer(namespace, gateway)
+        return [] if peer is None else [{"from": [peer], "ports": [_tcp(port)]}]
 
     return [
         _policy(cr_name, namespace, owner, "engines", _engine_pods(cr_name, roles), [
-            data_plane(ENGINE_PORT),  # requests from the Gateway (the decode pod's sidecar, or vLLM)
+            *data_plane(ENGINE_PORT),  # requests from the Gateway (the decode pod's sidecar, or vLLM)
             {"from": [{"podSelector": epp()}], "ports": [_tcp(ENGINE_PORT)]},  # the picker scrapes /metrics
             {"from": [{"podSelector": _engine_pods(cr_name, roles)}]},  # P/D KV transfer, the sidecar's prefill call
             {"from": _scrapers(operator_namespace, prometheus_scraped_by), "ports": [_tcp(ENGINE_PORT)]},
         ]),
         _policy(cr_name, namespace, owner, "epp-ingress", epp(), [
-            data_plane(EPP_GRPC_PORT),  # the Gateway's ext-proc calls
+            *data_plane(EPP_GRPC_PORT),  # the Gateway's ext-proc calls
             {"from": _scrapers(operator_namespace, prometheus_scraped_by), "ports": [_tcp(EPP_METRICS_PORT)]},
         ]),
     ]
