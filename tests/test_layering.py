@@ -8,6 +8,7 @@ importing the modules (sys.modules: it also sees imports no statement spells, e.
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 import sys
 from collections import deque
@@ -25,7 +26,7 @@ BENCH = "v41flash_bench"
 # The fact modules the API may import: each a leaf (it imports nothing of the package), shared with the renderer,
 # the argument builder and the planner (v41flash/__init__.py lists what each holds).
 LEAF_FACTS = ("v41flash.defaults", "v41flash.roles", "v41flash.facts", "v41flash.gpus", "v41flash.lanes",
-              "v41flash.cron")
+              "v41flash.cron", "v41flash.figures")
 
 # Function-local imports of the package allowed, by module, each with its reason. Keep it tiny.
 LOCAL_IMPORTS_ALLOWED = {
@@ -156,6 +157,16 @@ def test_render_imports_neither_the_planner_nor_the_controller_nor_rollout():
 def test_planner_imports_neither_the_api_nor_render_nor_the_controller_nor_kubernetes():
     check_does_not_import(["v41flash.planner"],
                           ["v41flash.api", "v41flash.render", "v41flash.controller", "kopf", "kubernetes"])
+
+
+# The planner reads what a window observed (WindowFigures, RouterFigures) from the leaf v41flash.figures; metrics makes
+# them. Importing anything of v41flash.metrics runs its __init__, which loads the scraper's parser and prometheus_client:
+# the pure planner imports none of it (metrics may import the planner's types, never the reverse).
+METRICS_IO = ("v41flash.metrics", "prometheus_client", "httpx")
+
+
+def test_planner_never_imports_the_metrics_io_nor_prometheus_client():
+    check_does_not_import(["v41flash.planner"], METRICS_IO)
 
 
 def test_rollout_machine_is_pure():
@@ -325,3 +336,36 @@ def test_the_checks_catch_their_violations():
                                               "line 9: module-level state state", "line 10: module-level state lock"]
     assert _outside_api(Import("v41flash.api.v1alpha1", "v41flash.vllm.args", 1, "", False))
     assert not _outside_api(Import("v41flash.api.v1alpha1", "v41flash.gpus", 1, "", False))
+
+
+@pytest.fixture
+def planted_tree(tmp_path, monkeypatch):
+    """A copy of the package the checks read instead of the real one (plant a violation in it)."""
+    shutil.copytree(SOURCE / PACKAGE, tmp_path / PACKAGE, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(sys.modules[__name__], "SOURCE", tmp_path)
+    modules.cache_clear()
+    imports_of.cache_clear()
+    yield tmp_path / PACKAGE
+    modules.cache_clear()
+    imports_of.cache_clear()
+
+
+@pytest.mark.parametrize("module,planted,chain", [
+    # the cycle as it was: the planner's window figures from metrics (whose __init__ loads the parser)
+    ("planner/demand.py", "from v41flash.metrics.figures import WindowFigures\n",
+     "v41flash.planner.demand:1 `from v41flash.metrics.figures import WindowFigures`"),
+    # through another planner module, inside a function
+    ("planner/wording.py", "def f():\n    from ..metrics import parse\n",
+     "v41flash.planner.wording:2 `from ..metrics import parse`"),
+    ("planner/caps.py", "import prometheus_client\n", "v41flash.planner.caps:1 `import prometheus_client`"),
+    # the leaf both import, importing the scraper: the planner reaches metrics through it
+    ("figures.py", "from v41flash.metrics import window\n",
+     "v41flash.planner.datatypes:14 `from v41flash.figures import RouterFigures, WindowFigures` -> "
+     "v41flash.figures:1 `from v41flash.metrics import window`"),
+])
+def test_the_planner_metrics_rule_catches_a_planted_import(planted_tree, module, planted, chain):
+    path = planted_tree / module
+    path.write_text(planted + path.read_text())
+    with pytest.raises(AssertionError) as caught:
+        check_does_not_import(["v41flash.planner"], METRICS_IO)
+    assert chain in str(caught.value)

@@ -9,12 +9,14 @@ Where each fact lives (every user imports it from there; nothing else spells it 
 - the recipe's InferenceX AgentX lanes (presets and points): lanes.py
 - role names (prefill, decode): roles.py
 - when a scheduled window starts (5-field cron in a time zone, DST rules): cron.py
+- what one evaluation window observed (WindowFigures, RouterFigures): figures.py (metrics makes them, the planner
+  reads them: neither imports the other for them)
 - defaults the CR and the planner share (interval, stabilization, SLO window, replica bounds): defaults.py;
   every other CR default: the field in api/v1alpha1.py
 - labels, child names, selectors: render/labels.py; ports: render/engine.py (engine), render/router.py
   (router); engine pods' drain and probe timing: render/timing.py
 - session proxy defaults: proxy/__init__.py
 
-defaults.py, roles.py, facts.py, gpus.py, lanes.py and cron.py are leaves (they import nothing of the package): the API
-imports them and nothing else outside api/ (tests/test_layering.py).
+defaults.py, roles.py, facts.py, gpus.py, lanes.py, cron.py and figures.py are leaves (they import nothing of the
+package): the API imports them and nothing else outside api/ (tests/test_layering.py).
 """
