@@ -7,15 +7,8 @@ from dataclasses import replace
 from planner_sim import ISL, OSL, OSL95, PROFILE, SLO, windows
 from v41flash.planner import capacity
 from v41flash.planner.act import ActContext, Acted, act
-from v41flash.planner.datatypes import (
-    Observation,
-    PlannerConfig,
-    PlannerState,
-    RoleBounds,
-    RoleObservation,
-    RoleReplicas,
-    RoleState,
-)
+from v41flash.planner.datatypes import (Observation, PlannerConfig, PlannerState, RoleBounds, RoleObservation,
+                                        RoleReplicas, RoleState)
 from v41flash.planner.demand import Budgets, Demand, split_slo, workload_demand
 from v41flash.planner.judge import RoleJudgement, judge
 from v41flash.planner.learn import Learned, learn

@@ -1,4 +1,4 @@
-"""Proven capacity (steps.proven_cap): P/D prefill's scale-up stops at the replicas per unit of prompt work that
+"""Proven capacity (caps.proven_cap): P/D prefill's scale-up stops at the replicas per unit of prompt work that
 were seen to hold the TTFT target, while it holds; a breach at a proven ratio withdraws the proof."""
 from __future__ import annotations
 

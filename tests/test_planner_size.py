@@ -34,8 +34,7 @@ def test_a_full_kv_cache_sizes_decode_by_memory():
 
 def test_an_aggregated_role_is_sized_for_both_phases():
     obs = aggregated(14, replicas=2)
-    lrn = learned_for(obs)
-    budgets = split_slo(workload_demand(obs), SLO, PROFILE, False)
-    both = size("decode", 14.0, obs.decode, False, lrn, budgets, PROFILE, SLO, CFG).need
-    decode_only = size("decode", 14.0, obs.decode, True, lrn, budgets, PROFILE, SLO, CFG).need
+    lrn, budgets = learned_for(obs), split_slo(workload_demand(obs), SLO, PROFILE, False)
+    both, decode_only = (size("decode", 14.0, obs.decode, disagg, lrn, budgets, PROFILE, SLO, CFG).need
+                         for disagg in (False, True))
     assert both.replicas > decode_only.replicas + 2.0  # the prompts' share comes on top
