@@ -6,9 +6,12 @@ from dataclasses import replace
 import pytest
 
 from planner_kit import CFG, T, aggregated, observe, steps_to_learned
-from planner_sim import SLO
+from planner_sim import PROFILE, SLO
 from v41flash.figures import RouterFigures
 from v41flash.planner.datatypes import PlannerState, RoleState
+from v41flash.planner.demand import workload_demand
+from v41flash.planner.learn import (learn_decode_correction, learn_hit_level, learn_prefill_correction,
+                                    learn_service_time, prefill_sizing_correction)
 
 
 def test_learning_moves_the_corrections_towards_the_truth_and_floors_prefill_by_its_service_time():
@@ -87,3 +90,33 @@ def test_aggregated_learning_puts_the_prefill_correction_in_prefill_state_and_th
     _, _, _, learned = steps_to_learned(aggregated(10, replicas=3))
     assert learned.state.prefill.corrections_learned == 1 and learned.state.decode.corrections_learned == 1
     assert learned.state.decode.hit_level == 0.5 and learned.state.prefill.hit_level is None
+
+
+# ------------------------------------------------------------------ the four learners one by one
+def test_each_learner_updates_only_what_it_learns():
+    obs = observe(14, prefill=4, kp=1.3, kd=0.7)
+    demand_, _, judged, _ = steps_to_learned(obs)
+    rs = RoleState(correction=1.1, hit_level=0.3)
+    decode = learn_decode_correction(obs, judged, demand_, PROFILE, rs, CFG)
+    assert decode.correction < 1.1 and replace(decode, correction=1.1, corrections_learned=0) == rs
+    service = learn_service_time(obs, judged, demand_, PROFILE, rs, CFG)
+    assert service.service_correction == pytest.approx(1.3) and replace(service, service_correction=None) == rs
+    state = learn_hit_level(obs, judged, demand_, PlannerState(prefill=rs), CFG)
+    assert state.prefill.hit_level == pytest.approx(0.2 * 0.5 + 0.8 * 0.3) and state.decode == RoleState()
+
+
+def test_learners_pass_a_window_that_teaches_nothing():
+    obs = observe(14, prefill=4, kp=1.3, rolling=True)
+    demand_, budgets, judged, _ = steps_to_learned(obs)
+    rs, state = RoleState(correction=1.1), PlannerState(prefill=RoleState(hit_level=0.3))
+    assert learn_prefill_correction(obs, judged, demand_, budgets, PROFILE, rs, RoleState(), CFG) is rs
+    assert learn_service_time(obs, judged, demand_, PROFILE, rs, CFG) is rs
+    assert learn_hit_level(obs, judged, demand_, state, CFG) is state
+    agg = aggregated(10, replicas=3)  # aggregated: no prefill service time to measure
+    assert learn_service_time(agg, steps_to_learned(agg)[2], workload_demand(agg), PROFILE, rs, CFG) is rs
+
+
+def test_the_prefill_sizing_correction_is_the_tail_fit_between_its_floor_and_cap():
+    assert prefill_sizing_correction(RoleState(correction=0.7), CFG) == 1.0  # unmeasured: floored at 1
+    assert prefill_sizing_correction(RoleState(correction=0.7, service_correction=0.8), CFG) == 0.8
+    assert prefill_sizing_correction(RoleState(correction=1.9, service_correction=1.0), CFG) == pytest.approx(1.3)

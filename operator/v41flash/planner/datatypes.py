@@ -104,7 +104,7 @@ class LearnConfig:
     # was learned on this window's own work (docs/decisions/2026-12-01-autoscale-suite.md, thirteenth pass)
     breach_hit_level: bool = True
     # ... except within down_breach_window_s of the role's scale-down when the window's share of new sessions is
-    # no wave (learn.sizing_hit_level): the misses are the moved sessions' one-turn re-prefills. Off: in any breach
+    # no wave (learn.sized_demand): the misses are the moved sessions' one-turn re-prefills. Off: in any breach
     breach_share_gate: bool = True
 
 
