@@ -10,7 +10,8 @@ import pytest
 from planner_kit import BUDGETS, CFG, OK, STABLE, T, act_on, demand, observe
 from planner_sim import PROFILE, SLO
 from v41flash.planner import capacity
-from v41flash.planner.act import RULES, ActContext, Proposal, Verdict, act, down_fraction
+from v41flash.planner.act import (RULES, ActContext, Proposal, Verdict, act, down_fraction, partial_metrics,
+                                  wait_for_capacity_in_flight)
 from v41flash.planner.clamp import Claim
 from v41flash.planner.datatypes import PlannerState, RoleBounds, RoleObservation, RoleReplicas, RoleState
 from v41flash.planner.judge import Judgement, judge
@@ -115,7 +116,7 @@ def test_a_rule_passes_a_proposal_it_does_not_apply_to():
     ctx = ActContext("prefill", obs, RoleBounds(1, 10), OK, 10.0, Sizing(capacity.Need(5.3, True)),
                      Learned(PlannerState(), 1.0, 1.0, demand()), True, SLO, BUDGETS, RoleState(), T, CFG)
     decided = Proposal(desired=3, state=RoleState(), up_target=6, decided=True)
-    for rule in RULES[RULES.index(act.__globals__["wait_for_capacity_in_flight"]):-1]:  # the deciding rules
+    for rule in RULES[RULES.index(wait_for_capacity_in_flight):RULES.index(partial_metrics)]:  # the deciding rules
         assert rule(ctx, decided) is decided
     assert ctx.current == 3 and ctx.correction == 1.0 and ctx.need.replicas == 5.3
 
