@@ -124,6 +124,7 @@ def _run(cluster, ns: str, prom) -> None:
     load_thread.join(LOAD_MAX_S + 60)
     assert load.ok > 0 and not load.failed, f"failed requests: {load.failed[:5]}"
 
+
 SECRET = "AKIA-E2E-METADATA-SECRET"
 
 
