@@ -60,7 +60,7 @@ def wait_ready(c: Cluster, name: str, timeout: float = 300) -> dict:
 
 def chat(c: Cluster, name: str, model: str, prompt: str) -> str:
     pods = json.loads(kubectl(c, "get", "pods", "-n", NAMESPACE, "-l",
-                              f"v41flash.io/deployment={name},v41flash.io/role=router", "-o", "json"))["items"]
+                              f"v41flash.io/deployment={name},v41flash.io/role=router,v41flash.io/front=true", "-o", "json"))["items"]
     ip = pods[0]["status"]["podIP"]
     body = json.dumps({"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": 32}).encode()
     url = f"http://{ip}:30000/v1/chat/completions"

@@ -211,7 +211,7 @@ def test_ttft_breach_scales_up_recovers_and_idle_returns_to_min(cluster, operato
         return cr if c and c["status"] == "True" else None
     wait_for(ready, 240, f"{ns}/{NAME} Ready")
     router_pod = wait_for(lambda: cluster.kubectl_json("get", "pods", "-n", ns, "-l",
-                                                       f"v41flash.io/deployment={NAME},v41flash.io/role=router")["items"],
+                                                       f"v41flash.io/deployment={NAME},v41flash.io/role=router,v41flash.io/front=true")["items"],
                           60, "the router pod")[0]["metadata"]["name"]
     router = cluster.sim_for(router_pod, ns)
     load = Load(f"http://{router['ip']}:{router['port']}")

@@ -72,7 +72,7 @@ class Background:
     def __init__(self, cluster, ns: str, name: str, clients: int = 4):
         import threading
         router = next(p for p in cluster.core.list_namespaced_pod(ns, label_selector=f"v41flash.io/deployment={name},"
-                                                                                     "v41flash.io/role=router").items
+                                                                                     "v41flash.io/role=router,v41flash.io/front=true").items
                       if not p.metadata.deletion_timestamp)
         sim = cluster.sim_for(router.metadata.name, ns)
         self.load = Load(url=f"http://{sim['ip']}:{sim['port']}")

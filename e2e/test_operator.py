@@ -222,7 +222,7 @@ def test_slo_and_router_changes_restart_no_engine(cluster, operator_process, ns)
     doc["spec"]["routing"] = {"policy": "round_robin", "decodePolicy": "power_of_two"}
     apply(cluster, doc, ns)
     cr = wait_ready(cluster, ns, name)
-    router = cluster.kubectl_json("get", "deployment", f"{name}-router", "-n", ns)
+    router = cluster.kubectl_json("get", "deployment", f"{name}-router-0", "-n", ns)  # slot ""'s vllm-router
     assert "round_robin" in sum(container_args(router), [])  # the change did land
     drain = cluster.kubectl_json("get", "configmap", f"{name}-config", "-n", ns)["data"]["engine-drain-seconds"]
     assert drain == "190"  # 120 s x 1.5 + 10 s: the new deadline, in the file the pods mount
@@ -307,7 +307,8 @@ def test_chat_completion_through_router_hits_prefill_and_decode(cluster, operato
     apply(cluster, doc, ns)
     wait_ready(cluster, ns, name)
     pods = cluster.kubectl_json("get", "pods", "-n", ns, "-l", f"v41flash.io/deployment={name}")["items"]
-    by_role = {p["metadata"]["labels"]["v41flash.io/role"]: p for p in pods}
+    by_role = {p["metadata"]["labels"]["v41flash.io/role"]: p for p in pods
+               if p["metadata"]["labels"].get("v41flash.io/front", "true") == "true"}  # the router role: the front
     router = cluster.sim_for(by_role["router"]["metadata"]["name"], ns)
     sims = {role: cluster.sim_for(by_role[role]["metadata"]["name"], ns) for role in ("prefill", "decode")}
 
@@ -326,10 +327,10 @@ def test_chat_completion_through_router_hits_prefill_and_decode(cluster, operato
     assert r.json()["choices"][0]["message"]["content"]
     wait_for(lambda: all(served(role) > base[role] for role in sims), 20,
              "both the prefill and the decode simulator counting the request")
-    # The router pod's front door is the session proxy (sessionKey: derive, the default), vllm-router behind it:
-    # a request without x-session-id gets a derived one on its way through.
+    # The front door is the session proxy (sessionKey: derive, the default) alone, slot ""'s vllm-router behind it
+    # in pods of its own: a request without x-session-id gets a derived one on its way through.
     kinds = {s["kind"]: s for s in cluster.supervised(ns) if s["pod"] == by_role["router"]["metadata"]["name"]}
-    assert set(kinds) == {"proxy", "router"} and router["kind"] == "proxy" and router["port"] == 30000
+    assert set(kinds) == {"proxy"} and router["kind"] == "proxy" and router["port"] == 30000
     bare = httpx.post(f"http://{router['ip']}:{router['port']}/v1/chat/completions", timeout=30,
                       json={"model": model, "messages": [{"role": "user", "content": "Hi again"}], "max_tokens": 8})
     assert bare.status_code == 200, bare.text
@@ -377,7 +378,7 @@ def test_operator_killed_mid_reconcile_converges_without_duplicates(cluster, ope
     cr = wait_ready(cluster, ns, name)
     workloads = [o for o in children(cluster, ns, name) if o["kind"] in WORKLOAD_KINDS]
     assert sorted(o["metadata"]["name"] for o in workloads) == sorted(
-        {f"{name}-prefill", f"{name}-decode", f"{name}-router"})
+        {f"{name}-prefill", f"{name}-decode", f"{name}-router", f"{name}-router-0"})
     pods = [p for p in cluster.kubectl_json("get", "pods", "-n", ns, "-l", f"v41flash.io/deployment={name}")["items"]
             if not p["metadata"].get("deletionTimestamp")]
-    assert len(pods) == cr["status"]["prefill"]["desiredReplicas"] + cr["status"]["decode"]["desiredReplicas"] + 1
+    assert len(pods) == cr["status"]["prefill"]["desiredReplicas"] + cr["status"]["decode"]["desiredReplicas"] + 2

@@ -28,7 +28,10 @@ import yaml
 
 from e2e.kit import LoadThreads, wait_for
 from e2e.test_operator import apply, condition, get_cr, wait_ready
-from v41flash.api.v1alpha1 import DEFAULT_IMAGE
+from v41flash.api.v1alpha1 import DEFAULT_IMAGE, V41FlashDeployment
+from v41flash.controller.kube import FIELD_MANAGER
+from v41flash.render import render, resolve
+from v41flash.render.router import router_objects
 
 pytestmark = pytest.mark.e2e
 
@@ -102,25 +105,34 @@ class Load(LoadThreads):
     def _worker(self, w: int) -> None:
         with httpx.Client(timeout=30) as client:
             while not self.stop.is_set():
-                session = f"w{w}-{uuid.uuid4().hex[:8]}"
-                messages = [{"role": "user", "content": f"session {session}: plan the change"}]
-                for turn in range(3):
-                    if self.stop.is_set():
-                        return
-                    pod, base = self.endpoint
-                    t0 = time.time()
-                    rec = {"session": session, "turn": turn, "pod": pod, "t0": t0}
-                    try:
-                        r = client.post(f"{base}/v1/chat/completions", headers={"x-session-id": session},
-                                        json={"model": self.model, "max_tokens": 4, "messages": messages})
-                        rec.update(status=r.status_code, revision=r.headers.get("x-v41flash-revision", ""),
-                                   body=r.text[:200] if r.status_code != 200 else "")
-                        messages = [*messages, {"role": "assistant", "content": "ok"},
-                                    {"role": "user", "content": f"turn {turn + 1}"}]
-                    except httpx.HTTPError as exc:
-                        rec.update(status=0, revision="", body=f"{type(exc).__name__}: {exc}")
-                    rec["t1"] = time.time()
-                    self.record(rec)
+                self._session(client, w)
+
+    def _session(self, client: httpx.Client, w: int) -> None:
+        session = f"w{w}-{uuid.uuid4().hex[:8]}"
+        messages = [{"role": "user", "content": f"session {session}: plan the change"}]
+        for turn in range(3):
+            if self.stop.is_set():
+                return
+            endpoint = self.endpoint
+            if endpoint is None:  # EndpointLoad: the Service has no Ready endpoint
+                self.record({"session": session, "turn": turn, "pod": "", "t0": time.time(),
+                             "t1": time.time(), "status": 0, "revision": "", "body": "no ready endpoint"})
+                self.stop.wait(0.2)
+                continue
+            pod, base = endpoint
+            t0 = time.time()
+            rec = {"session": session, "turn": turn, "pod": pod, "t0": t0}
+            try:
+                r = client.post(f"{base}/v1/chat/completions", headers={"x-session-id": session},
+                                json={"model": self.model, "max_tokens": 4, "messages": messages})
+                rec.update(status=r.status_code, revision=r.headers.get("x-v41flash-revision", ""),
+                           body=r.text[:200] if r.status_code != 200 else "")
+                messages = [*messages, {"role": "assistant", "content": "ok"},
+                            {"role": "user", "content": f"turn {turn + 1}"}]
+            except httpx.HTTPError as exc:
+                rec.update(status=0, revision="", body=f"{type(exc).__name__}: {exc}")
+            rec["t1"] = time.time()
+            self.record(rec)
 
     def __enter__(self) -> "Load":
         wait_for(lambda: (self._resolve(), self.endpoint)[1], 60, "the router Service's Ready pod")
@@ -525,3 +537,75 @@ def test_a_candidate_with_two_prefill_replicas_to_match_grows_before_the_full_sh
     assert load.failures() == [], load.failures()
     print(f"\n[grow] (phase, share, candidate prefill replicas, its Ready prefill pods) {seen}; {len(load.records)} "
           f"requests, by revision {load.by_revision()}")
+
+
+# --- the upgrade path: a deployment from before every deployment had a front ------------------------------------
+
+class EndpointLoad(Load):
+    """Load as kube-proxy sends it: each request to a Ready endpoint of the router Service's EndpointSlices, read
+    afresh every half second; while the Service has none, a request fails (status 0, "no ready endpoint")."""
+
+    def _resolve(self) -> None:
+        slices = self.cluster.kubectl_json("get", "endpointslices", "-n", self.ns, "-l",
+                                           f"kubernetes.io/service-name={self.name}-router")["items"]
+        ready = sorted(e["targetRef"]["name"] for s in slices for e in s.get("endpoints") or []
+                       if (e.get("conditions") or {}).get("ready") and e.get("targetRef"))
+        if not ready:
+            self.endpoint = None
+        elif self.endpoint is None or self.endpoint[0] not in ready:
+            s = self.cluster.sim_for(ready[-1], self.ns)
+            self.endpoint = (ready[-1], f"http://{s['ip']}:{s['port']}")
+
+
+
+def _legacy_layout(cluster, ns: str, doc: dict) -> list[dict]:
+    """What an operator from before 2026-12-07 applied for `doc`: the same engines, ConfigMap, Services, PDBs and
+    NetworkPolicies, and one router Deployment whose pods run the session proxy and vllm-router together."""
+    cr = get_cr(cluster, ns, doc["metadata"]["name"])
+    obj = V41FlashDeployment.model_validate({**doc, "metadata": {"name": cr["metadata"]["name"], "namespace": ns}})
+    owner = {"apiVersion": cr["apiVersion"], "kind": cr["kind"], "name": cr["metadata"]["name"],
+             "uid": cr["metadata"]["uid"]}
+    name = obj.metadata["name"]
+    fronts = {f"{name}-router", f"{name}-router-0", f"{name}-router-serving"}
+    kept = [o for o in render(obj, owner=owner) if o["metadata"]["name"] not in fronts
+            or o["kind"] not in ("Deployment", "Service", "ServiceAccount", "Role", "RoleBinding")]
+    return kept + router_objects(name, ns, obj.spec, resolve(obj.spec), owner)
+
+
+def test_a_deployment_from_before_the_front_moves_to_it_with_no_engine_restarted_and_no_request_failed(
+        cluster, operator_process, ns):
+    """The upgrade path: an operator of this version finds a deployment an older one made (one router pod with the
+    session proxy and vllm-router together) and, on its next pass, moves it to the front plus slot "" with no engine
+    pod replaced and no request failed, as a client through the Service's Ready endpoints sees it."""
+    name = "upgrade"
+    doc = _doc(name)
+    operator_process.stop()
+    try:
+        apply(cluster, doc, ns)
+        legacy = _legacy_layout(cluster, ns, doc)
+        cluster.kubectl("apply", "--server-side", f"--field-manager={FIELD_MANAGER}", "-n", ns, "-f", "-",
+                        input=yaml.safe_dump_all(legacy))
+        wait_for(lambda: len([p for p in _engine_pods(cluster, ns, name) if _ready(p)]) == 2, 120,
+                 "the old operator's engine pods Ready")
+        engines = {p.metadata.name: p.metadata.uid for p in _engine_pods(cluster, ns, name)}
+        with EndpointLoad(cluster, ns, name, _model(doc), workers=2) as load:
+            load.wait_requests(8)
+            operator_process.start()
+            cr = wait_ready(cluster, ns, name)
+
+            def moved():
+                pods = [p for p in cluster.core.list_namespaced_pod(
+                    ns, label_selector=f"v41flash.io/deployment={name},v41flash.io/role=router").items
+                    if not p.metadata.deletion_timestamp]
+                kinds = {(p.metadata.labels.get("v41flash.io/front"), p.metadata.labels.get("v41flash.io/slot"))
+                         for p in pods if _ready(p)}
+                return len(pods) == 2 and kinds == {("true", None), (None, "0")}
+            wait_for(moved, 120, "the front and slot \"\"'s router Ready, the one-pod router gone")
+            load.wait_requests(8)
+    finally:
+        operator_process.assert_alive() if operator_process.alive else operator_process.start()
+    assert load.failures() == [], load.failures()[:5]
+    assert {p.metadata.name: p.metadata.uid for p in _engine_pods(cluster, ns, name)} == engines
+    assert "rollout" not in cr["status"] and cr["status"]["servingRevision"]
+    print(f"\n[upgrade] {len(load.records)} requests through the Service's Ready endpoints, none failed; "
+          f"engine pods unchanged: {sorted(engines)}")

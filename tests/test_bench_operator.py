@@ -24,7 +24,7 @@ def test_percentiles_and_histogram_quantiles_from_a_metrics_delta():
 
 def test_the_default_example_renders_two_workloads():
     doc = example_cr(REPO / "manifests" / "examples" / "aggregated-h200.yaml", "x")
-    assert workloads_of(doc) == 2  # decode + router: what "children exist" waits for
+    assert workloads_of(doc) == 3  # decode, the front and slot ""'s router: what "children exist" waits for
 
 
 def test_phases_run_in_their_fixed_order_with_the_burst_always_and_unknown_names_refused():

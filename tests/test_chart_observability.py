@@ -159,28 +159,33 @@ def test_every_metric_read_by_rules_and_dashboard_exists(helm):
 
 
 def test_podmonitor_selects_the_pods_the_renderer_makes_on_the_ports_they_have(helm):
+    """Each pod the renderer makes is scraped, and only where it serves the path: the engines' /metrics, each slot
+    router's vllm-router on `metrics`, the front's session proxy on /proxy/metrics (a PodMonitor endpoint targets
+    only pods with a container port of its name; the role and component relabelings pick the rest)."""
     (pm,) = by_kind(template(helm, *ON), "PodMonitor")
     selector = pm["spec"]["selector"]["matchLabels"]
-    endpoints = [(ep["port"], ep["path"], ep["relabelings"][0]["regex"]) for ep in pm["spec"]["podMetricsEndpoints"]]
+    endpoints = [(ep["port"], ep["path"], ep["relabelings"][0]["regex"], ep["relabelings"][1]["regex"])
+                 for ep in pm["spec"]["podMetricsEndpoints"]]
     # the planner's leading signals come from the session proxy: with source Prometheus it must be scraped too
-    assert ("http", "/proxy/metrics", "router") in endpoints
+    assert ("http", "/proxy/metrics", "router", "router") in endpoints
     example = next((REPO / "manifests" / "examples").glob("*.yaml"))
     obj = api.V41FlashDeployment.model_validate(yaml.safe_load(example.read_text()))
-    pods = 0
+    scraped_by = {}
     for o in render(obj, owner={"apiVersion": api.API_VERSION, "kind": api.KIND, "name": "x", "uid": "u"}):
         if o["kind"] not in ("Deployment", "LeaderWorkerSet"):
             continue
         tmpl = o["spec"]["template"] if o["kind"] == "Deployment" else o["spec"]["leaderWorkerTemplate"]["workerTemplate"]
         labels = tmpl["metadata"]["labels"]
         assert selector.items() <= labels.items(), o["metadata"]["name"]
-        role = labels["v41flash.io/role"]
+        role, component = labels["v41flash.io/role"], labels["app.kubernetes.io/component"]
         ports = {p["name"] for c in tmpl["spec"]["containers"] for p in c.get("ports", [])}
-        scraped = [(port, path) for port, path, roles in endpoints if re.fullmatch(roles, role)]
-        assert scraped, f"no endpoint scrapes {role} pods"
-        for port, path in scraped:
-            assert port in ports, f"{role} pods have no port {port} for {path}"
-        pods += 1
-    assert pods >= 2
+        scraped_by[o["metadata"]["name"]] = [(port, path) for port, path, roles, components in endpoints
+                                             if re.fullmatch(roles, role) and re.fullmatch(components, component)
+                                             and port in ports]
+    name = obj.metadata["name"]
+    assert scraped_by.pop(f"{name}-router") == [("http", "/proxy/metrics")]  # the front: the session proxy
+    assert scraped_by.pop(f"{name}-router-0") == [("metrics", "/metrics")]  # slot "": vllm-router
+    assert scraped_by and all(v == [("http", "/metrics")] for v in scraped_by.values()), scraped_by  # engines
 
 
 # --- Rules -------------------------------------------------------------------------------------------------

@@ -15,13 +15,18 @@ import process_memory
 from fake_kube import FakeKube, api_error
 from process_memory import reconcile
 from v41flash.controller import reconcile as rec
+from v41flash.controller import config as operator_config
 from v41flash.controller import revisions
+from v41flash.api import v1alpha1 as api
 from v41flash.controller.autoscale import PlannerOutcome
+from v41flash.controller.desired import owner_reference
+from v41flash.render import SlotSpec, render
 from v41flash.render import gateway
 from v41flash.render import labels as L
 from v41flash.rollout import machine as M
 from v41flash.rollout import progress
-from v41flash.rollout.slots import slot_workload_name
+from v41flash.render.slots import slot_workload_name
+from v41flash.roles import FIRST_SLOT
 
 ROOT = Path(__file__).resolve().parents[1]
 T0 = 1_796_000_000.0
@@ -102,6 +107,11 @@ def engine_change(kube: FakeKube, name: str, max_num_seqs: int = 48) -> None:
 def short(doc: dict, **rollout) -> dict:
     doc["spec"]["rollout"] = {"steps": [50, 100], "stepSeconds": 10, "minRequestsPerStep": 5, **rollout}
     return doc
+
+
+def children(kube: FakeKube) -> set[tuple[str, str]]:
+    """(kind, name) of every object the deployment owns but its ControllerRevisions."""
+    return {(k, n) for (_, k, _, n), o in kube.objects.items() if k != "ControllerRevision"}
 
 
 def test_the_serving_spec_is_recorded_once_and_an_slo_edit_starts_no_rollout(world):
@@ -410,7 +420,7 @@ def test_a_stalled_spec_after_a_rollout_keeps_the_serving_slot_and_the_next_chan
     kube.update_spec(name, good)
     out, _ = step(kube, name, clock, 6)
     st = kube.cr(name)["status"]
-    assert st["rollout"]["servingSlot"] == "a" and st["rollout"]["candidateSlot"] not in ("a", M.LEGACY_SLOT)
+    assert st["rollout"]["servingSlot"] == "a" and st["rollout"]["candidateSlot"] not in ("a", FIRST_SLOT)
     # the serving slot is untouched by the candidate's start
     assert {n: kube.get("Deployment", n)["spec"] for n in serving_objects} == serving_objects
 
@@ -540,3 +550,37 @@ def test_any_sequence_of_spec_changes_never_touches_what_serves_and_ends_on_one_
     roles = ("prefill", "decode") if spec["prefill"].get("enabled", True) else ("decode",)
     assert engine_names(kube) == {slot_workload_name(name, role, slot) for role in roles}, \
         (history, st.get("rollout"))
+    # at rest, the children are exactly render() of the final spec in its final slot, and of the same kinds as a
+    # deployment of that spec that never rolled
+    final = api.V41FlashDeployment.model_validate({**kube.cr(name), "status": None})
+    replicas = {role: (st.get(role) or {}).get("desiredReplicas") for role in roles}
+    want = render(final, [SlotSpec(slot, final.spec, replicas)], owner=owner_reference(kube.cr(name)))
+    assert children(kube) == {(o["kind"], o["metadata"]["name"]) for o in want}, history
+    assert sorted(k for k, _ in children(kube)) == sorted(o["kind"] for o in render(final)), history
+
+
+def test_a_rolled_deployment_keeps_its_weight_prefetcher(world, monkeypatch):
+    """The weight-prefetch DaemonSet is part of the deployment before, during and after its engine rollouts (an
+    operator with two renderers pruned it on the first rollout and never rendered it again)."""
+    clock, _, _ = world
+    monkeypatch.setattr(operator_config, "_installed", operator_config.OperatorConfig(
+        weight_cache_host_paths=("/mnt/nvme/v41flash",)))  # the administrator allows the host path
+    doc = short(example())
+    doc["spec"]["startup"] = {"weightCache": {"hostPath": "/mnt/nvme/v41flash", "prefetch": True}}
+    kube, name = converged(doc)
+    prefetcher = ("DaemonSet", f"{name}-weight-prefetch")
+    assert prefetcher in children(kube)
+    for seqs in (48, 56):  # two rollouts: slot "" to "a", then "a" to "b"
+        engine_change(kube, name, seqs)
+        for _ in range(40):
+            step(kube, name, clock, 6)
+            assert prefetcher in children(kube)
+            r = kube.cr(name)["status"].get("rollout") or {}
+            if r.get("phase") == M.COMPLETE and not (r.get("drainingSlot") or r.get("retiringSlot")):
+                break
+        else:
+            raise AssertionError(f"the rollout to maxNumSeqs {seqs} never completed: {r}")
+    assert kube.cr(name)["status"]["rollout"]["servingSlot"] == "b"
+    reconcile(kube, kube.cr(name), Events(), how=rec.Pass(apply=False))  # an observe pass at rest
+    step(kube, name, clock, 6)  # and a full one
+    assert prefetcher in children(kube)

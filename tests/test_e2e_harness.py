@@ -101,12 +101,14 @@ def test_router_command_keeps_flags_and_rebinds():
 
 
 def test_session_proxy_rebinds_to_the_pod_ip_and_is_found_in_the_rendered_pod():
-    from v41flash.render import render
+    """The one-pod router of operators before 2026-12-07 (the upgrade path): proxy and vllm-router together."""
+    from v41flash.render import resolve
+    from v41flash.render.router import router_objects
     from v41flash.api.v1alpha1 import V41FlashDeployment
     obj = V41FlashDeployment.model_validate({"apiVersion": "v41flash.io/v1alpha1", "kind": "V41FlashDeployment",
                                              "metadata": {"name": "t", "namespace": "ns"},
                                              "spec": {"routing": {"sessionHeader": "x-conv"}}})
-    dep = next(o for o in render(obj) if o["kind"] == "Deployment" and o["metadata"]["name"] == "t-router")
+    dep = next(o for o in router_objects("t", "ns", obj.spec, resolve(obj.spec), None) if o["kind"] == "Deployment")
     pod = {**POD, "spec": dep["spec"]["template"]["spec"]}
     pc = proxy_container(pod)
     assert pc is not None and pc["name"] == "session-proxy"

@@ -19,6 +19,7 @@ from v41flash.render import gateway as gw
 from v41flash.render import labels as L
 from v41flash.render import render
 from v41flash.render.ports import ENGINE_PORT
+from v41flash.render.revision import revision_of
 from v41flash.vllm.flags import check_serve_args
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,8 +67,9 @@ def test_gateway_mode_replaces_the_router_with_pool_and_endpoint_picker():
     front, slot = one(objs, "InferencePool", "demo-pool"), one(objs, "InferencePool", "demo-pool-0")
     for pool, picker in ((front, "demo-epp"), (slot, "demo-epp-0")):
         assert pool["apiVersion"] == "inference.networking.k8s.io/v1"
-        # every serving pod of this deployment, prefill and decode: the picker's filters split the roles
-        assert pool["spec"]["selector"]["matchLabels"] == L.serving_pods_selector("demo")
+        # the serving pods of its revision, prefill and decode: the picker's filters split the roles
+        assert pool["spec"]["selector"]["matchLabels"] == {**L.serving_pods_selector("demo"),
+                                                           L.REVISION_LABEL: revision_of(objs)}
         assert pool["spec"]["targetPorts"] == [{"number": ENGINE_PORT}]
         ref = pool["spec"]["endpointPickerRef"]
         assert (ref["kind"], ref["name"], ref["port"]["number"]) == ("Service", picker, gw.EPP_GRPC_PORT)
@@ -77,7 +79,9 @@ def test_gateway_mode_replaces_the_router_with_pool_and_endpoint_picker():
         assert svc["spec"]["selector"].items() <= epp["spec"]["template"]["metadata"]["labels"].items()
         assert epp["spec"]["selector"]["matchLabels"] == svc["spec"]["selector"]
     assert epp["spec"]["template"]["metadata"]["labels"][L.SLOT_LABEL] == "0"
-    assert L.REVISION_LABEL not in epp["metadata"]["labels"]  # never rolled out: no revision scope
+    # scoped to its revision from the first pass (on the Deployment only: a rollout relabels it, no pod restarts)
+    assert epp["metadata"]["labels"][L.REVISION_LABEL] == revision_of(objs)
+    assert L.REVISION_LABEL not in epp["spec"]["template"]["metadata"]["labels"]
     assert epp["spec"]["template"]["spec"]["serviceAccountName"] == "demo-epp"  # shared by every slot's picker
     assert not by_kind(objs, "HTTPRoute")  # only when gateway.httpRoute names a Gateway
     assert not [p for p in by_kind(objs, "PodDisruptionBudget") if p["metadata"]["name"].startswith("demo-epp")]
@@ -189,7 +193,7 @@ def test_http_route_attaches_the_pool_to_the_named_gateway():
                                             "namespace": "infra", "sectionName": "https"}]
     rule = route["spec"]["rules"][0]
     assert rule["backendRefs"] == [{"group": "inference.networking.k8s.io", "kind": "InferencePool",
-                                    "name": "demo-pool", "weight": 1}]
+                                    "name": "demo-pool", "weight": 100}]
     assert {m["path"]["value"] for m in rule["matches"]} >= {"/v1/chat/completions", "/v1/completions"}
     assert rule["timeouts"]["request"] == "4h"  # the routing request timeout, 14400 s
 
@@ -460,7 +464,7 @@ def test_every_sidecar_flag_exists_in_the_pinned_sidecar():
 # --- a rollout (rollout/slots.render_slots) --------------------------------------------------------
 
 def _rolling(shares=(75, 25), httproute=True, candidate_takes_new=True):
-    from v41flash.rollout.slots import SlotSpec, render_slots
+    from v41flash.render import SlotSpec, render
     routing = {"gateway": {"httpRoute": {"name": "shared-gw", "namespace": "infra"}}} if httproute else None
     old = deployment(routing)
     doc = old.model_dump(by_alias=True, exclude_none=True)
@@ -469,7 +473,7 @@ def _rolling(shares=(75, 25), httproute=True, candidate_takes_new=True):
     slots = [SlotSpec("", old.spec, share=shares[0], accept_new=shares[0] > 0),
              SlotSpec("a", new.spec, replicas={"prefill": 1, "decode": 1}, share=shares[1],
                       accept_new=candidate_takes_new)]
-    return render_slots(new, slots)
+    return render(new, slots)
 
 
 def _revision(objs, role, slot):
@@ -507,14 +511,14 @@ ROUTES_KEY = "routes.json"
 
 
 def test_once_promoted_the_front_follows_the_new_revision_and_the_old_slot_takes_no_new_requests():
-    from v41flash.rollout.slots import SlotSpec, render_slots
+    from v41flash.render import SlotSpec, render
     objs = _rolling()
     new_rev = _revision(objs, "decode", "a")
     old = deployment({"gateway": {"httpRoute": {"name": "shared-gw"}}})
     doc = old.model_dump(by_alias=True, exclude_none=True)
     doc["spec"]["model"]["revision"] = "next"
     new = api.V41FlashDeployment.model_validate(doc)
-    draining = render_slots(new, [SlotSpec("a", new.spec, share=100), SlotSpec("", old.spec, share=0,
+    draining = render(new, [SlotSpec("a", new.spec, share=100), SlotSpec("", old.spec, share=0,
                                                                                 accept_new=False)])
     assert one(draining, "InferencePool", "demo-pool")["spec"]["selector"]["matchLabels"][L.REVISION_LABEL] == new_rev
     assert one(draining, "Service", "demo-epp")["spec"]["selector"][L.SLOT_LABEL] == "a"

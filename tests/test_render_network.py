@@ -58,11 +58,17 @@ def test_engine_policy_selects_every_engine_pod_and_admits_only_router_engines_o
 def test_router_policy_opens_the_client_port_and_keeps_metrics_to_the_operator():
     objs = render(_cr())
     rt = _policies(objs)["demo-router-ingress"]["spec"]
-    assert _selects(rt["podSelector"], _pod_labels(objs)["demo-router"])
-    clients, metrics = rt["ingress"]
+    assert _selects(rt["podSelector"], _pod_labels(objs)["demo-router"])  # the front
+    assert _selects(rt["podSelector"], _pod_labels(objs)["demo-router-0"])  # slot ""'s vllm-router
+    clients, metrics, routers = rt["ingress"]
     assert clients == {"ports": [{"protocol": "TCP", "port": 30000}]}
     assert metrics["ports"] == [{"protocol": "TCP", "port": 29000}]
     assert metrics["from"][0]["namespaceSelector"] == {}  # operator namespace unknown offline: any namespace
+    # vllm-router's port (its admin API has no authentication): from the deployment's router pods only
+    assert routers["ports"] == [{"protocol": "TCP", "port": 30001}]
+    assert [_selects(routers["from"][0]["podSelector"], labels) for labels in (
+        _pod_labels(objs)["demo-router"], _pod_labels(objs)["demo-router-0"], _pod_labels(objs)["demo-decode"])] == [
+        True, True, False]
 
 
 def test_aggregated_engine_policy_covers_decode_only():
@@ -76,7 +82,7 @@ def test_api_key_secret_reaches_the_proxy_as_env_not_as_text():
     router = next(o for o in objs if o["metadata"]["name"] == "demo-router" and o["kind"] == "Deployment")
     proxy = router["spec"]["template"]["spec"]["containers"][0]
     assert proxy["name"] == "session-proxy"
-    assert proxy["args"][-2:] == ["--api-key-env", "V41FLASH_PROXY_API_KEY"]
+    assert proxy["args"][proxy["args"].index("--api-key-env") + 1] == "V41FLASH_PROXY_API_KEY"
     assert proxy["env"] == [{"name": "V41FLASH_PROXY_API_KEY",
                              "valueFrom": {"secretKeyRef": {"name": "clients", "key": "key"}}}]
     no_key = render(_cr())

@@ -15,6 +15,7 @@ from v41flash.render.checks import (
     engine_problems, gpu_budget_problems, host_memory_problems, operator_checks, spec_path,
 )
 from v41flash.render.timing import PodTiming
+from v41flash.render.revision import revision_of
 from v41flash.render.router import SLL_SESSION_EXPIRATION_ENV, intra_node_dp_size
 from v41flash.render.resolve import resolve
 
@@ -59,8 +60,10 @@ def flag(args, name):
 
 
 def router_containers(objs, name="t"):
-    dep = by_kind_name(objs)[("Deployment", f"{name}-router")]
-    return {c["name"]: c for c in dep["spec"]["template"]["spec"]["containers"]}
+    """The front's session proxy and slot ""'s vllm-router, by container name."""
+    found = by_kind_name(objs)
+    return {c["name"]: c for dep in (found[("Deployment", f"{name}-router")], found[("Deployment", f"{name}-router-0")])
+            for c in dep["spec"]["template"]["spec"]["containers"]}
 
 
 def router_container(objs, name="t"):
@@ -80,7 +83,8 @@ def test_default_pd_objects_names_and_order():
         ("Service", "t-prefill"), ("PodDisruptionBudget", "t-prefill"), ("Deployment", "t-prefill"),
         ("Service", "t-decode"), ("PodDisruptionBudget", "t-decode"), ("Deployment", "t-decode"),
         ("ServiceAccount", "t-router"), ("Role", "t-router"), ("RoleBinding", "t-router"),
-        ("Deployment", "t-router"), ("Service", "t-router"), ("PodDisruptionBudget", "t-router"),
+        ("Deployment", "t-router"), ("Service", "t-router"), ("Service", "t-router-serving"),
+        ("Deployment", "t-router-0"), ("Service", "t-router-0"), ("PodDisruptionBudget", "t-router"),
         ("NetworkPolicy", "t-engines"), ("NetworkPolicy", "t-router-ingress"),
     ]
     assert all(o["metadata"]["namespace"] == "ns" for o in objs)
@@ -89,7 +93,8 @@ def test_default_pd_objects_names_and_order():
 def test_every_object_carries_the_stable_labels():
     for o in render(example("gb300-pd-dep4-dep16")):
         labels = o["metadata"]["labels"]
-        component = "network" if o["kind"] == "NetworkPolicy" else o["metadata"]["name"].rsplit("-", 1)[1]
+        component = "network" if o["kind"] == "NetworkPolicy" else \
+            o["metadata"]["name"].removesuffix("-0").removesuffix("-serving").rsplit("-", 1)[1]
         assert labels["app.kubernetes.io/name"] == "v41flash"
         assert labels["app.kubernetes.io/instance"] == "gb300-pd-dep4-dep16"
         assert labels["app.kubernetes.io/managed-by"] == "v41flash-operator"
@@ -234,8 +239,8 @@ def test_router_args_parse_with_the_real_router_parser(stem):
     assert c["command"] == ["vllm-router"]
     ra = parse_router_args(c["args"])
     ra._validate_router_args()
-    # behind the session proxy (sessionKey: derive, the default): loopback only; metrics stay scrapeable
-    assert (ra.host, ra.port, ra.prometheus_host, ra.prometheus_port) == ("127.0.0.1", 30001, "0.0.0.0", 29000)
+    # behind the front, on the internal port the router NetworkPolicy opens to the router pods only
+    assert (ra.host, ra.port, ra.prometheus_host, ra.prometheus_port) == ("0.0.0.0", 30001, "0.0.0.0", 29000)
     assert ra.service_discovery and ra.service_discovery_port == 8000
     assert ra.service_discovery_namespace == "ns"
     assert ra.request_timeout_secs == 14400 and ra.disable_retries
@@ -267,8 +272,10 @@ def test_router_rbac_and_service():
     assert binding["roleRef"]["name"] == "t-router"
     dep = objs[("Deployment", "t-router")]
     assert dep["spec"]["template"]["spec"]["serviceAccountName"] == "t-router"
-    svc = objs[("Service", "t-router")]
-    assert {(p["port"], p["targetPort"]) for p in svc["spec"]["ports"]} == {(8000, "http"), (29000, "metrics")}
+    assert objs[("Deployment", "t-router-0")]["spec"]["template"]["spec"]["serviceAccountName"] == "t-router"
+    assert {(p["port"], p["targetPort"]) for p in objs[("Service", "t-router")]["spec"]["ports"]} == {(8000, "http")}
+    assert {(p["port"], p["targetPort"]) for p in objs[("Service", "t-router-0")]["spec"]["ports"]} == {
+        (8000, "http"), (29000, "metrics")}
 
 
 def test_session_key_client_keeps_the_proxy_in_front():
@@ -278,12 +285,14 @@ def test_session_key_client_keeps_the_proxy_in_front():
     cs = router_containers(objs)
     assert list(cs) == ["session-proxy", "router"]
     proxy, router = cs["session-proxy"], cs["router"]
-    assert proxy["args"] == ["session-proxy", "--listen", "0.0.0.0:30000", "--upstream", "http://127.0.0.1:30001",
-                             "--session-key", "client", "--api-key-env", "V41FLASH_PROXY_API_KEY"]
+    assert proxy["args"] == ["session-proxy", "--listen", "0.0.0.0:30000", "--upstream",
+                             "http://t-router-serving.ns.svc:8000", "--session-key", "client", "--api-key-env",
+                             "V41FLASH_PROXY_API_KEY", "--routes-file", "/etc/v41flash/routes/routes.json",
+                             "--session-ttl-seconds", "600"]
     assert proxy["env"][0]["valueFrom"]["secretKeyRef"] == {"name": "keys", "key": "k"}
-    assert [p["name"] for p in router["ports"]] == ["metrics"]
+    assert [p["name"] for p in router["ports"]] == ["http", "metrics"]
     ra = parse_router_args(router["args"])
-    assert (ra.host, ra.port) == ("127.0.0.1", 30001)  # loopback only: never the Service's port
+    assert (ra.host, ra.port) == ("0.0.0.0", 30001)  # never the Service's port; the NetworkPolicy opens it to the front
     conf = yaml.safe_load(objs[0]["data"]["resolved.yaml"])
     assert conf["router"]["sessionProxy"]["command"] == [*proxy["command"], *proxy["args"]]
     assert conf["router"]["sessionKey"].startswith("client")
@@ -294,17 +303,21 @@ def test_session_proxy_fronts_the_router_on_the_service_port():
     cs = router_containers(objs)
     assert list(cs) == ["session-proxy", "router"]
     proxy, router = cs["session-proxy"], cs["router"]
-    # the Service's "http" target is the proxy; the router is reachable only through it
+    # the Service's "http" target is the proxy (the front); slot ""'s router is reached through its own Service
     assert [p["name"] for p in proxy["ports"]] == ["http"] and proxy["ports"][0]["containerPort"] == 30000
-    assert [p["name"] for p in router["ports"]] == ["metrics"]
+    assert [(p["name"], p["containerPort"]) for p in router["ports"]] == [("http", 30001), ("metrics", 29000)]
     assert proxy["image"] == "v41flash/operator:0.1.0" and proxy["command"] == ["v41flash"]
-    assert proxy["args"] == ["session-proxy", "--listen", "0.0.0.0:30000", "--upstream", "http://127.0.0.1:30001"]
+    assert proxy["args"] == ["session-proxy", "--listen", "0.0.0.0:30000", "--upstream",
+                             "http://t-router-serving.ns.svc:8000", "--routes-file", "/etc/v41flash/routes/routes.json",
+                             "--session-ttl-seconds", "600"]
+    serving = by_kind_name(objs)[("Service", "t-router-serving")]
+    assert serving["spec"]["selector"]["v41flash.io/slot"] == "0" and serving["spec"]["ports"][0]["port"] == 8000
     ra = parse_router_args(router["args"])
-    assert f"http://{ra.host}:{ra.port}" == flag(proxy["args"], "--upstream")
+    assert ra.port == 30001 and ra.prefill_selector["v41flash.io/serving-revision"] == revision_of(objs)
     assert proxy["readinessProbe"]["httpGet"] == {"path": "/readiness", "port": "http"}  # forwarded: whole chain
     assert proxy["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}  # the proxy's own
-    assert router["livenessProbe"]["httpGet"] == {"path": "/metrics", "port": "metrics"}  # kubelet can't reach loopback
-    assert "readinessProbe" not in router
+    assert router["livenessProbe"]["httpGet"] == {"path": "/liveness", "port": "http"}
+    assert router["readinessProbe"]["httpGet"] == {"path": "/readiness", "port": "http"}  # 503 without a worker
     assert proxy["securityContext"]["readOnlyRootFilesystem"] and proxy["resources"]["limits"]["memory"]
     assert flag(router["args"], "--policy" if "--policy" in router["args"] else "--prefill-policy") == \
         "sticky_least_loaded"

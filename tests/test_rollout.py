@@ -28,7 +28,7 @@ UNREADY = slot(prefill=(1, 0), decode=(1, 0), problems=("prefill-b-x: not Ready"
 def obs(t=0.0, spec=NEW, serving=OLD, cand=None, fig=None, serving_replicas=None, live=None, action=None,
         serving_obs=None):
     reps = serving_replicas or {"prefill": 1, "decode": 1}
-    return R.Observed(now=T0 + t, spec_revision=spec, serving_revision=serving, gpus_per_replica=GPUS,
+    return R.RolloutObserved(now=T0 + t, spec_revision=spec, serving_revision=serving, gpus_per_replica=GPUS,
                       serving_replicas=reps, candidate=cand, figures=fig, old_live_requests=live, action=action,
                       serving=serving_obs or slot(*[(n, n) for n in (reps["prefill"], reps["decode"])]))
 

@@ -11,13 +11,14 @@ import yaml
 
 from v41flash.api.v1alpha1 import V41FlashDeployment
 from v41flash.proxy.revisions import parse_table
-from v41flash.render import render
 from v41flash.render import labels as L
 from v41flash.render.revision import revision_of
 from v41flash.render.router import ROUTER_INTERNAL_PORT
 from v41flash.rollout.machine import SlotPlan
-from v41flash.rollout.slots import (ROUTES_CONFIG_KEY, SlotSpec, controller_revision, render_slots, slot_observation,
-                                    slot_router_name, slot_specs, spec_of)
+from v41flash.render import SlotSpec, render
+from v41flash.render.router import ROUTES_CONFIG_KEY
+from v41flash.render.slots import slot_router_name
+from v41flash.rollout.slots import controller_revision, slot_observation, slot_specs, spec_of
 
 ROOT = Path(__file__).resolve().parents[1]
 OWNER = {"apiVersion": "v41flash.io/v1alpha1", "kind": "V41FlashDeployment", "name": "x", "uid": "u-1"}
@@ -47,7 +48,7 @@ def pair(request):
     old = example(request.param)
     new = changed(old, revision="0123abc")
     slots = [SlotSpec("", old.spec, share=75), SlotSpec("a", new.spec, replicas={"prefill": 1, "decode": 1}, share=25)]
-    return old, new, render_slots(new, slots, owner=OWNER)
+    return old, new, render(new, slots, owner=OWNER)
 
 
 def test_the_serving_slot_runs_exactly_what_render_rendered(pair):
@@ -114,9 +115,14 @@ def test_front_is_the_proxy_alone_with_the_routing_table(pair):
     assert args[args.index("--upstream") + 1] == f"http://{name}-router-serving.default.svc:8000"
     assert got[("Service", f"{name}-router-serving")]["spec"]["selector"][L.SLOT_LABEL] == "0"
     assert pod["metadata"]["labels"][L.FRONT_LABEL] == "true"
-    # selector unchanged from render() (immutable); the Service now selects the front pods only
-    assert front["spec"]["selector"] == by_name(render(old))[("Deployment", f"{name}-router")]["spec"]["selector"]
-    assert got[("Service", f"{name}-router")]["spec"]["selector"][L.FRONT_LABEL] == "true"
+    # the Service selects the front's pods and a router pod from before every deployment had a front (the upgrade
+    # path: it serves until a front pod is Ready), never a slot's vllm-router
+    selector = got[("Service", f"{name}-router")]["spec"]["selector"].items()
+    assert selector <= pod["metadata"]["labels"].items()
+    assert selector <= L.common_labels(name, L.ROUTER).items()  # the pod labels of the one-pod router of old
+    for slot in ("0", "a"):
+        slot_pod = got[("Deployment", f"{name}-router-{slot}")]["spec"]["template"]["metadata"]["labels"]
+        assert not selector <= slot_pod.items()
     table = parse_table(json.loads(got[("ConfigMap", f"{name}-config")]["data"][ROUTES_CONFIG_KEY]))
     rev_old, rev_new = revision_of(render(old)), revision_of(render(new))
     assert [(r.revision, r.share, r.accept_new) for r in table.routes] == [(rev_new, 25, True), (rev_old, 75, True)]
@@ -141,13 +147,13 @@ def test_slot_routers_internal_port_is_open_to_router_pods_only(pair):
 def test_promoted_and_draining_table():
     old = example()
     new = changed(old, revision="0123abc")
-    objs = render_slots(new, [SlotSpec("a", new.spec, share=100), SlotSpec("", old.spec, share=0, accept_new=False)])
+    objs = render(new, [SlotSpec("a", new.spec, share=100), SlotSpec("", old.spec, share=0, accept_new=False)])
     name = old.metadata["name"]
     table = parse_table(json.loads(by_name(objs)[("ConfigMap", f"{name}-config")]["data"][ROUTES_CONFIG_KEY]))
     assert [(r.share, r.accept_new) for r in table.routes] == [(100, True), (0, False)]
     assert by_name(objs)[("Service", f"{name}-router-serving")]["spec"]["selector"][L.SLOT_LABEL] == "a"
     # a promotion changes the table and the serving Service, never the front's pods (their session records)
-    during = render_slots(new, [SlotSpec("", old.spec, share=50), SlotSpec("a", new.spec, share=50)])
+    during = render(new, [SlotSpec("", old.spec, share=50), SlotSpec("a", new.spec, share=50)])
     assert by_name(objs)[("Deployment", f"{name}-router")] == by_name(during)[("Deployment", f"{name}-router")]
 
 
@@ -156,8 +162,8 @@ def test_a_serving_slot_after_a_rollout_keeps_its_template_when_the_spec_moves_o
     are those of R1, whatever the current spec says."""
     r1 = changed(example(), revision="r1")
     r2 = changed(example(), revision="r2")
-    alone = render_slots(r1, [SlotSpec("a", r1.spec)])
-    both = render_slots(r2, [SlotSpec("a", r1.spec, share=95), SlotSpec("b", r2.spec, share=5)])
+    alone = render(r1, [SlotSpec("a", r1.spec)])
+    both = render(r2, [SlotSpec("a", r1.spec, share=95), SlotSpec("b", r2.spec, share=5)])
     a_alone = {k: v for k, v in by_name(alone).items() if k[1].endswith("-a") and k[0] == "Deployment"
                and v["metadata"]["labels"].get(L.ROLE_LABEL) in ("prefill", "decode")}
     assert a_alone and all(by_name(both)[k] == v for k, v in a_alone.items())
@@ -168,7 +174,7 @@ def test_router_settings_come_from_the_current_spec_for_both_slots():
     doc = changed(old, revision="z").model_dump(by_alias=True, exclude_none=True)
     doc["spec"]["routing"]["policy"] = "cache_aware"
     new = V41FlashDeployment.model_validate(doc)
-    objs = render_slots(new, [SlotSpec("", old.spec, share=50), SlotSpec("a", new.spec, share=50)])
+    objs = render(new, [SlotSpec("", old.spec, share=50), SlotSpec("a", new.spec, share=50)])
     for slot in ("", "a"):
         d = by_name(objs)[("Deployment", slot_router_name(old.metadata["name"], slot))]
         args = d["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -184,7 +190,7 @@ def test_router_settings_come_from_the_current_spec_for_both_slots():
 ])
 def test_bad_slot_sets_are_refused(slots, match):
     with pytest.raises(ValueError, match=match):
-        render_slots(example(), slots)
+        render(example(), slots)
 
 
 # --- read back: ControllerRevision and slot observation ----------------------------------------------

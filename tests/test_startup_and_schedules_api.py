@@ -67,7 +67,7 @@ def test_defaults_render_no_startup_option():
     objs = render(api.V41FlashDeployment.model_validate(doc({})))
     assert not [o for o in objs if o["kind"] == "DaemonSet"]
     for o in objs:
-        if o["kind"] == "Deployment" and o["metadata"]["name"] != "x-router":
+        if o["kind"] == "Deployment" and o["metadata"]["labels"]["v41flash.io/role"] != "router":
             c = o["spec"]["template"]["spec"]["containers"][0]
             assert "--load-format" not in c["args"] and not any(v["name"] == "weight-cache" for v in c["volumeMounts"])
 
@@ -75,7 +75,7 @@ def test_defaults_render_no_startup_option():
 @pytest.mark.parametrize("fmt", facts.STARTUP_LOAD_FORMATS)
 def test_every_offered_load_format_is_rendered_as_vllm_accepts_it(fmt):
     objs = render(api.V41FlashDeployment.model_validate(doc({"startup": {"loadFormat": fmt}})))
-    engines = [o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] != "x-router"]
+    engines = [o for o in objs if o["kind"] == "Deployment" and o["metadata"]["labels"]["v41flash.io/role"] != "router"]
     assert len(engines) == 2
     for o in engines:
         args = o["spec"]["template"]["spec"]["containers"][0]["args"]

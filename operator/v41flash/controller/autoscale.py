@@ -317,7 +317,7 @@ class Autoscaler:
         prom = spec.autoscaling.metrics.prometheus if spec.autoscaling.metrics.source == "Prometheus" else None
         if prom is None:
             # scrape only pods our workloads made: labels alone can be copied onto any pod (observation.owned_pod)
-            targets = progress.planner_targets(scrape_targets([p for p in pods if owned_pod(p, name)]), labels, slot)
+            targets = progress.planner_targets(scrape_targets([p for p in pods if owned_pod(p, name)]), labels)
             t0 = time.monotonic()
             snapshots = asyncio.run(scrape(targets)) if targets else []
             self.metrics.record_scrape(ns, name, snapshots, time.monotonic() - t0)

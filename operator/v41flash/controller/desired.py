@@ -1,5 +1,5 @@
-"""What a V41FlashDeployment wants: its spec validated and rendered at the replicas the operator writes (pure
-but for a per-deployment cache), and the ownerReference its children carry."""
+"""What a V41FlashDeployment wants: its spec validated and rendered at the replicas the operator writes, in the slot
+that serves (pure but for a per-deployment cache), and the ownerReference its children carry."""
 from __future__ import annotations
 
 import json
@@ -10,9 +10,10 @@ from typing import Any
 
 from ..api import v1alpha1 as api
 from ..api.validation import validate
-from ..render import render
+from ..render import SlotSpec, render
 from ..render.checks import operator_checks
 from ..roles import ROLES
+from ..rollout.world import resting_slot
 from .config import admin_policy
 from .memory import DeploymentMemory
 
@@ -64,8 +65,10 @@ class Prepared:
 
 def prepare(mem: DeploymentMemory, body: dict[str, Any], previous: dict[str, Any], planned: dict[str, int] | None
             ) -> Prepared:
-    """The spec validated and rendered at desired_replicas(), kept in `mem` for an unchanged key."""
+    """The spec validated and rendered at desired_replicas() in the slot that serves (rollout/world.resting_slot;
+    a pass that rolls out renders the slots its decision names instead), kept in `mem` for an unchanged key."""
     meta = body["metadata"]
+    slot = resting_slot(previous)
     # what desired_replicas() reads (the spec's bounds are in the spec part of the key): a planner pass that
     # holds at what status records and the periodic pass between planner passes share one entry
     # (a role the spec turns off renders no replicas, whatever status records for it)
@@ -74,7 +77,7 @@ def prepare(mem: DeploymentMemory, body: dict[str, Any], previous: dict[str, Any
                           (planned or {}).get(role, (previous.get(role) or {}).get("desiredReplicas")))
                          for role in ROLES)
     key = (meta.get("generation"), meta.get("resourceVersion") if meta.get("generation") is None else None,
-           replicas_key, json.dumps(body.get("spec") or {}, sort_keys=True, default=str))
+           replicas_key, json.dumps(body.get("spec") or {}, sort_keys=True, default=str), slot)
     hit = mem.prepared
     if hit is not None and hit[0] == key:
         return hit[1]
@@ -87,7 +90,7 @@ def prepare(mem: DeploymentMemory, body: dict[str, Any], previous: dict[str, Any
     if obj is not None:
         replicas = desired_replicas(obj.spec, previous, planned)
         try:
-            desired_objs = render(obj, replicas=replicas, owner=owner_reference(body),
+            desired_objs = render(obj, [SlotSpec(slot, obj.spec, replicas)], owner=owner_reference(body),
                                   operator_namespace=operator_namespace())
         except Exception as exc:  # noqa: BLE001 - validate renders too; this is the net under it
             log.exception("render of %s/%s failed", meta["namespace"], meta["name"])
@@ -96,6 +99,6 @@ def prepare(mem: DeploymentMemory, body: dict[str, Any], previous: dict[str, Any
     if obj is not None:
         # kept under the replicas it rendered: the next pass reads them from the status this one writes (a new
         # CR's first pass has none recorded yet, so its first observe pass missed and rendered again)
-        key = (key[0], key[1], tuple((role, replicas.get(role)) for role in ROLES), key[3])
+        key = (key[0], key[1], tuple((role, replicas.get(role)) for role in ROLES), key[3], slot)
     mem.prepared = (key, result)
     return result

@@ -20,6 +20,7 @@ from ..metrics.scrape import ScrapeTarget, proxy_target, router_target, vllm_tar
 from ..metrics.window import SnapshotHistory, compute_router_window, role_windows
 from ..planner import drain, headroom
 from ..planner.datatypes import Bounds, Observation, RoleBounds, RoleObservation, RoleReplicas, Slo
+from ..pods import ready_condition
 from ..render import labels as L
 from ..render.resolve import Resolved
 from ..roles import ROLES
@@ -51,7 +52,7 @@ def pod_view(pod: Any) -> PodView:
     except (KeyError, ValueError):
         cost = None
     conditions = pod.status.conditions or []
-    ready = next((c for c in conditions if c.type == "Ready" and c.status == "True"), None)
+    ready = ready_condition(pod)
     since = getattr(ready, "last_transition_time", None) if ready is not None else None
     stuck = next((c for c in conditions if c.type == "PodScheduled" and c.status == "False"
                   and getattr(c, "reason", "") == "Unschedulable"), None)
@@ -175,7 +176,8 @@ def scrape_targets(pods: Sequence[PodView]) -> list[ScrapeTarget]:
     ready = serving(pods)
     targets = [vllm_target(p.name, role, p.ip) for role in ROLES for p in ready[role]]
     targets += [router_target(p.name, p.ip) for p in ready[L.ROUTER]]
-    # every router pod runs the session proxy: it sees arrivals and new sessions before any engine queues them
+    # the front's session proxy sees arrivals and new sessions before any engine queues them; a router pod gets
+    # both targets, and rollout/progress.planner_targets keeps the one it serves (the front's, or a slot router's)
     targets += [proxy_target(p.name, p.ip) for p in ready[L.ROUTER]]
     return targets
 

@@ -1,16 +1,16 @@
 """One level-triggered reconcile pass: named steps in order, then one status, then what to report.
 
-    prepare_spec -> the steps of its kind of pass, stopping at the first stall -> observe -> status -> report
+    prepare_spec -> STEPS, stopping at the first stall -> observe -> status -> report
 
-* ``prepare_spec`` validates and renders the spec (cached per deployment); a spec the operator cannot realize
-  stalls BEFORE anything is applied, so a running deployment keeps running on its last good spec.
-* ``steps_for`` picks the kind of pass:
-  - NORMAL: list what exists (when the pass prunes), check the kinds, apply (never adopting someone else's
-    name), prune, record the spec's revision;
-  - ROLLOUT (a rollout recorded in status, or a spec that renders another revision than the serving one):
-    every pass lists, decides from what runs (rollout/world.rollout_pass), applies, prunes, keeps the records;
-  - AT_REST (an observe pass once a rollout is over): the serving slot rendered from spec and status, with no
-    list and no apply.
+* ``prepare_spec`` validates and renders the spec in the slot that serves (cached per deployment); a spec the
+  operator cannot realize stalls BEFORE anything is applied, so a running deployment keeps running on its last
+  good spec.
+* ``STEPS``, the same for every pass, each doing only what its pass needs:
+  ``decide_slots`` (a rollout recorded in status, or a spec that renders another revision than the serving one:
+  list what runs and let the rollout decide the slots, rollout/world.rollout_pass; the pass then applies and
+  prunes), ``list_children`` (when the pass prunes), ``check_kinds``, ``apply_children`` (never adopting someone
+  else's name), ``prune``, ``keep_records`` (the ControllerRevisions: the spec's, or those a rollout needs).
+  An observe pass lists nothing and applies nothing, before or after a rollout.
 * ``observe`` reads what runs for status; ``status.deployment_status`` computes it (the one place);
   ``report`` posts the Events and writes the status only when it changed.
 
@@ -28,6 +28,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from ..api import v1alpha1 as api
+from ..pods import is_ready
 from ..render import gateway
 from ..render import labels as L
 from ..render.resolve import LEADER_WORKER_SET
@@ -37,10 +38,11 @@ from ..rollout.progress import StepFigures
 from ..rollout.world import RolloutPass, rest_pass
 from .apply import WORKLOAD_KINDS, apply_all, name_collisions
 from .autoscale import PlannerOutcome, iso_time
-from .desired import desired_replicas, operator_namespace, owner_reference, prepare
+from .desired import prepare
 from .kube import ChildRef, KubeAPI, is_conflict
 from .memory import DeploymentMemory, Memory
-from .revisions import keep_records, record, rollout_from_what_runs
+from .revisions import keep_records as keep_rollout_records
+from .revisions import record, rollout_from_what_runs
 from .status import Stall, deployment_status
 
 log = logging.getLogger(__name__)
@@ -105,7 +107,7 @@ class PassState:
     desired: tuple[dict[str, Any], ...] = ()  # every object this pass applies (the rest is pruned)
     spec_revision: str | None = None  # the serving revision the spec renders
     rolled: RolloutPass | None = None
-    records: tuple[dict[str, Any], ...] = ()  # the ControllerRevisions a rollout pass listed
+    records: tuple[dict[str, Any], ...] | None = None  # the ControllerRevisions a rollout pass listed
     live: Mapping[ChildRef, dict[str, Any]] = field(default_factory=dict)  # what runs, as read or applied
     listed: bool = False  # live holds every child this deployment owns
     applied: tuple[str, ...] = ()  # Kind/name created or changed
@@ -152,16 +154,14 @@ def prepare_spec(io: Io, s: PassState) -> PassState:
     return replace(s, problems=p.problems, model=p.model, desired=p.objects, spec_revision=revision, stall=stall)
 
 
-def serve_at_rest(io: Io, s: PassState) -> PassState:
-    """After a rollout: the serving slot rendered from spec and status (drift passes and spec or annotation
-    changes still take the full rollout pass)."""
-    replicas = desired_replicas(s.model.spec, s.previous, s.planned)
-    rolled = rest_pass(s.model, s.previous, replicas, owner_reference(s.body), operator_namespace=operator_namespace())
-    return replace(s, rolled=rolled, desired=tuple(rolled.objects))
-
-
-def roll(io: Io, s: PassState) -> PassState:
-    """A rollout (or one to start): list what runs and decide from it; the pass applies and prunes."""
+def decide_slots(io: Io, s: PassState) -> PassState:
+    """The slots to render. A rollout (or one to start) lists what runs and decides from it; the pass then
+    applies and prunes. Otherwise the serving slot, as prepare_spec rendered it: after a rollout, status.rollout
+    is kept (an observe pass at rest; every other pass after a rollout takes the rollout's decision)."""
+    if not progress.needed(s.previous, s.spec_revision):
+        return s
+    if not s.how.apply and progress.at_rest(s.previous, s.spec_revision):
+        return replace(s, rolled=rest_pass(s.previous, s.desired))
     live = {ChildRef.of(o): o for o in io.kube.list_children(s.namespace, s.name, s.uid)}
     s = replace(s, how=replace(s.how, apply=True, prune=True), live=live, listed=True)
     try:
@@ -224,31 +224,18 @@ def prune(io: Io, s: PassState) -> PassState:
     return replace(s, live=live, pruned=tuple(pruned))
 
 
-def keep_revision_records(io: Io, s: PassState) -> PassState:
-    """A rollout pass's ControllerRevisions: those it needs created, those no longer live deleted."""
-    created, deleted = keep_records(io.kube, io.mem, s.namespace, s.rolled, list(s.records))
-    return replace(s, applied=s.applied + tuple(created), pruned=s.pruned + tuple(deleted))
-
-
-def record_spec(io: Io, s: PassState) -> PassState:
-    """The ControllerRevision of the spec's revision, once: a later rollout renders the serving slot from it."""
-    if s.spec_revision and s.spec_revision not in io.mem.recorded:
+def keep_records(io: Io, s: PassState) -> PassState:
+    """The ControllerRevisions. A rollout pass's: those it needs created, those no longer live deleted. Any
+    other pass's: the spec's revision, once (a later rollout renders the serving slot from it)."""
+    if s.records is not None:
+        created, deleted = keep_rollout_records(io.kube, io.mem, s.namespace, s.rolled, list(s.records))
+        return replace(s, applied=s.applied + tuple(created), pruned=s.pruned + tuple(deleted))
+    if s.rolled is None and s.spec_revision and s.spec_revision not in io.mem.recorded:
         record(io.kube, io.mem, s.body, s.model, s.spec_revision)
     return s
 
 
-NORMAL: tuple[Step, ...] = (list_children, check_kinds, apply_children, prune, record_spec)
-ROLLOUT: tuple[Step, ...] = (roll, check_kinds, apply_children, prune, keep_revision_records)
-AT_REST: tuple[Step, ...] = (serve_at_rest, check_kinds)
-
-
-def steps_for(s: PassState) -> tuple[Step, ...]:
-    """The kind of pass, from the revision the spec renders and what status records of rollouts."""
-    if not s.how.apply and progress.at_rest(s.previous, s.spec_revision):
-        return AT_REST
-    if progress.needed(s.previous, s.spec_revision):
-        return ROLLOUT
-    return NORMAL
+STEPS: tuple[Step, ...] = (decide_slots, list_children, check_kinds, apply_children, prune, keep_records)
 
 
 def observe(io: Io, s: PassState) -> PassState:
@@ -294,7 +281,7 @@ def reconcile(kube: KubeAPI, body: dict[str, Any], emit: Emit, *, memory: Memory
     now = now or now_iso()
     io = Io(kube, memory.of(body["metadata"]["uid"]), memory.step_figures)
     s = prepare_spec(io, PassState(body=body, how=how, planner=planner, previous=dict(body.get("status") or {})))
-    for step in steps_for(s) if s.stall is None else ():
+    for step in STEPS if s.stall is None else ():
         s = step(io, s)
         if s.stall is not None:
             break
@@ -325,7 +312,7 @@ def _pod_revisions(kube: KubeAPI, namespace: str, name: str) -> dict[str, tuple[
         if pod.metadata.deletion_timestamp:
             continue
         rev = (pod.metadata.labels or {}).get(L.REVISION_LABEL, "")
-        ready = any(c.type == "Ready" and c.status == "True" for c in ((pod.status and pod.status.conditions) or []))
+        ready = is_ready(pod)
         live, n_ready = out.get(rev, (0, 0))
         out[rev] = (live + 1, n_ready + int(ready))
     return out

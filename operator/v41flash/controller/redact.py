@@ -14,7 +14,7 @@ from typing import Any
 
 import kopf
 
-ROLES = ("prefill", "decode")
+from ..roles import ROLES
 
 
 def _digest(value: Any) -> str:

@@ -22,7 +22,7 @@ from ..render.resolve import DEPLOYMENT, LEADER_WORKER_SET, resolve
 from ..render.revision import revision_of
 from ..render.router import service_address
 from ..rollout import machine as M
-from ..rollout.slots import slot_workload_name
+from ..render.slots import slot_workload_name
 from ..roles import ROLES
 from ..rollout.world import RolloutPass
 from .autoscale import PLANNER_CONDITIONS, PlannerOutcome
@@ -175,7 +175,7 @@ def deployment_status(*, body: dict[str, Any], model: api.V41FlashDeployment | N
     why the pass stopped (`stall`), the planner's outcome, the desired objects and the rollout pass.
 
     A rollout pass (without a stall) reads the serving slot's workloads and says what status.rollout says; any
-    other pass reads the never-rolled names and the revision `desired` renders. pod_revisions is called (one
+    other pass reads the slot status records ("" before any rollout) and the revision `desired` renders. pod_revisions is called (one
     pod list) only while engine pods of another revision may be live: the serving revision is another one, or
     a role's workload may still run pods of an older template. So a deployment at rest, or one whose pods
     cannot be scheduled, lists no pods on its periodic passes."""

@@ -80,9 +80,7 @@ def uses_sidecar(spec: api.V41FlashDeploymentSpec, res: Resolved) -> bool:
     return is_gateway(spec) and res.disaggregated
 
 
-def slot_tag(slot: str) -> str:
-    """A slot's label value and name suffix: "0" for the never-rolled layout's slot ""."""
-    return slot or "0"
+slot_tag = L.slot_tag
 
 
 def pool_name(cr_name: str, slot: str | None = None) -> str:
@@ -219,9 +217,9 @@ def gateway_duration(seconds: int) -> str:
 
 
 def http_route(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, owner: dict[str, Any] | None,
-               pools: list[tuple[str, int]] | None = None) -> dict[str, Any] | None:
+               pools: list[tuple[str, int]]) -> dict[str, Any] | None:
     """The HTTPRoute to the user's Gateway, or None when gateway.httpRoute is unset. ``pools``: (InferencePool,
-    weight) backends, default the front pool alone."""
+    weight) backends (render/__init__.py: the front pool at the serving share, a candidate's at its share)."""
     parent = gateway_settings(spec).http_route
     if parent is None:
         return None
@@ -231,7 +229,7 @@ def http_route(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, o
     if parent.section_name:
         ref["sectionName"] = parent.section_name
     backends = [{"group": INFERENCE_GROUP, "kind": "InferencePool", "name": name, "weight": weight}
-                for name, weight in (pools or [(pool_name(cr_name), 1)])]
+                for name, weight in pools]
     return {
         "apiVersion": HTTPROUTE_API_VERSION,
         "kind": "HTTPRoute",
@@ -362,13 +360,3 @@ def epp_front(cr_name: str, namespace: str, owner: dict[str, Any] | None, *, ser
     service = _epp_service(cr_name, namespace, epp_name(cr_name), epp_selector(cr_name, serving_slot), owner,
                            metrics=False)
     return [service, inference_pool(cr_name, namespace, owner, revision=revision)]
-
-
-def gateway_objects(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, res: Resolved,
-                    owner: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """Everything mode Gateway renders for a deployment that has not rolled out: slot "0"'s picker and pool,
-    the front pool and Service, the HTTPRoute when asked for."""
-    out = [*epp_shared(cr_name, namespace, owner), *epp_slot(cr_name, namespace, spec, res, owner),
-           *epp_front(cr_name, namespace, owner)]
-    route = http_route(cr_name, namespace, spec, owner)
-    return out + ([route] if route is not None else [])

@@ -21,11 +21,15 @@ ROLE_LABEL = f"{GROUP}/role"
 SERVING_LABEL = f"{GROUP}/serving"
 # On every engine workload and pod: the serving revision (render/revision.py) the pod runs.
 REVISION_LABEL = f"{GROUP}/serving-revision"
-# Rollout slots (rollout/slots.py): on a slot's engine workloads and pods (and in their selectors), and on its
-# router ("0" for the never-rolled layout's router); the front (session proxy) pods carry FRONT_LABEL.
+# Slots (render/slots.py): on a slot's engine workloads and pods (and in their selectors), and on its router
+# ("0" for slot ""); the front (session proxy) pods carry FRONT_LABEL.
 SLOT_LABEL = f"{GROUP}/slot"
 FRONT_LABEL = f"{GROUP}/front"
 ROUTER = "router"
+# The component label of a slot's vllm-router pods. The front's pods keep ROUTER's, and the front Service selects
+# on it: the pods of a router from before every deployment had a front (proxy and vllm-router in one pod) match
+# it too, so they keep serving until the front's own pods are Ready (the upgrade path, render/slots.py).
+SLOT_ROUTER_COMPONENT = "slot-router"
 # On a pod template whose process reads a mounted ConfigMap only when it starts (the endpoint picker): a hash of
 # that content, so a change rolls the pods instead of waiting for their next restart.
 CONFIG_HASH_ANNOTATION = f"{GROUP}/config-hash"
@@ -35,6 +39,11 @@ SCRAPER_LABEL = f"{GROUP}/scraper"
 
 def child_name(cr_name: str, suffix: str) -> str:
     return f"{cr_name}-{suffix}"
+
+
+def slot_tag(slot: str) -> str:
+    """A slot's label value and name suffix on its router or endpoint picker: "0" for slot "" (render/slots.py)."""
+    return slot or "0"
 
 
 def config_name(cr_name: str) -> str:

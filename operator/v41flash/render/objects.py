@@ -10,7 +10,7 @@ from .engine import model_path
 from .ports import ENGINE_PORT
 from .timing import DRAIN_CONFIG_KEY, PodTiming
 from .resolve import Resolved, RoleResolved
-from .router import KV_EVENT_SOURCES, intra_node_dp_size, session_proxy_command
+from .router import KV_EVENT_SOURCES, intra_node_dp_size
 from .yamlout import to_yaml_doc
 
 
@@ -90,10 +90,11 @@ def _role_summary(rr: RoleResolved, commands: vargs.ReplicaCommands | None,
 
 def config_map(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, res: Resolved,
                commands: dict[str, vargs.ReplicaCommands], replicas: dict[str, int | None],
-               router_args: list[str], timing: PodTiming, drain_s: int, revision: str,
+               router_command: list[str], proxy_command: list[str], timing: PodTiming, drain_s: int, revision: str,
                owner: dict[str, Any] | None) -> dict[str, Any]:
-    """resolved.yaml (what the operator decided, for people) and the engines' preStop deadline (a file
-    the engine pods mount: an SLO change updates it in place and restarts nothing)."""
+    """resolved.yaml (what the operator decided, for people: ``router_command`` and ``proxy_command`` are the
+    serving slot's vllm-router's and the front's, as their containers run them) and the engines' preStop deadline
+    (a file the engine pods mount: an SLO change updates it in place and restarts nothing)."""
     resolved = {
         "deployment": cr_name,
         "servingRevision": revision,
@@ -113,7 +114,7 @@ def config_map(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, r
         "roles": {name: _role_summary(rr, commands.get(name), replicas.get(name), getattr(spec, name))
                   for name, rr in res.roles.items()},
         "router": {
-            "command": ["vllm-router", *router_args],
+            "command": router_command,
             "intraNodeDataParallelSize": intra_node_dp_size(res),
             "kvEventSources": KV_EVENT_SOURCES if spec.routing.kv_events else "none (kvEvents off)",
             # vllm-router 0.1.17 reads only its built-in headers; the session proxy makes sure x-session-id is set
@@ -123,7 +124,7 @@ def config_map(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, r
                            if spec.routing.session_key == "derive" else
                            "client: the session proxy forwards the x-session-id clients send, unchanged"),
             # in every mode: vllm-router's admin API is reachable only through the proxy's path allowlist
-            "sessionProxy": {"image": spec.routing.session_proxy_image, "command": session_proxy_command(spec)},
+            "sessionProxy": {"image": spec.routing.session_proxy_image, "command": proxy_command},
         },
         "podTiming": {"preStopDrainSeconds": drain_s,
                       "preStopDrainSource": f"this ConfigMap's {DRAIN_CONFIG_KEY} (updated in place)",

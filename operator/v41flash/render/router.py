@@ -1,9 +1,10 @@
 """Home of the router's flags and ports: the vllm-router (PyPI vllm-router 0.1.17) in front of the engines, its
 arguments and objects.
 
-The router pod runs two containers: the session proxy (`v41flash session-proxy`, operator image) on the
-Service's port, and vllm-router behind it on 127.0.0.1:ROUTER_INTERNAL_PORT (reachable only through the
-proxy: its admin API has no authentication, and the proxy forwards only the serving and health paths).
+``router_objects`` is the base both router workloads are made from: the front (``front_objects``: the session proxy,
+`v41flash session-proxy` in the operator image, alone on the Service's port) and each slot's vllm-router
+(``slot_router_objects``: vllm-router alone on ROUTER_INTERNAL_PORT, reachable only from the deployment's router
+pods: its admin API has no authentication, and the proxy forwards only the serving and health paths).
 With spec.routing.sessionKey: derive (the default) the proxy sets x-session-id when a client sent none;
 with client (`--session-key client`) it forwards what clients send unchanged.
 
@@ -13,12 +14,14 @@ process (replacing only --host), so it must be complete and runnable as is.
 """
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from ..api import v1alpha1 as api
+from ..proxy.revisions import ROUTES_FILE_NAME
 from . import labels as L
 from .ports import ENGINE_PORT
-from .resolve import Resolved
+from .resolve import Resolved, resolve
 
 ROUTER_PORT = 30000  # the pod's "http" port (the Service's target): the proxy, or the router without one
 ROUTER_INTERNAL_PORT = 30001  # vllm-router behind the proxy, loopback only
@@ -229,3 +232,89 @@ def router_objects(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpe
         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
     }
     return [service_account, role, role_binding, deployment, service]
+
+
+# --- the front and the slots' routers (render/slots.py) ---------------------------------------------------
+
+ROUTES_CONFIG_KEY = ROUTES_FILE_NAME  # the routing table's key in the deployment's ConfigMap
+ROUTES_MOUNT_DIR = "/etc/v41flash/routes"
+
+
+def serving_router_name(cr_name: str) -> str:
+    """The Service in front of the serving slot's router: the front's --upstream (used only while the routing
+    table cannot be read). Its selector follows the serving slot, so a promotion never changes the front's pod
+    template (a front restart would forget which revision each live session is on)."""
+    return L.child_name(cr_name, f"{L.ROUTER}-serving")
+
+
+def _one(objs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    return next(o for o in objs if o["kind"] == kind)
+
+
+def front_objects(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, serving_slot: str,
+                  owner: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """``<cr>-router``: the session proxy alone, reading the routing table; its ServiceAccount/Role/RoleBinding
+    are the slot routers' too (pod discovery); ``<cr>-router-serving``: the serving slot's router."""
+    objs = router_objects(cr_name, namespace, spec, resolve(spec), owner)
+    deployment, service = _one(objs, "Deployment"), _one(objs, "Service")
+    pod = deployment["spec"]["template"]
+    proxy = session_proxy_container(spec)
+    i = proxy["args"].index("--upstream")
+    proxy["args"][i + 1] = f"http://{serving_router_name(cr_name)}.{namespace}.svc:{SERVICE_PORT}"
+    proxy["args"] += ["--routes-file", f"{ROUTES_MOUNT_DIR}/{ROUTES_CONFIG_KEY}",
+                      "--session-ttl-seconds", str(spec.routing.session_affinity_ttl_seconds or 600)]
+    proxy["volumeMounts"] = [{"name": "routes", "mountPath": ROUTES_MOUNT_DIR, "readOnly": True}]
+    # The front's own metrics: the proxy's, on its serving port (/proxy/metrics).
+    pod["spec"]["containers"] = [proxy]
+    pod["spec"]["volumes"] = [{"name": "routes", "configMap": {
+        "name": L.config_name(cr_name), "items": [{"key": ROUTES_CONFIG_KEY, "path": ROUTES_CONFIG_KEY}]}}]
+    pod["metadata"]["labels"][L.FRONT_LABEL] = "true"
+    service["spec"]["selector"] = {**L.selector_labels(cr_name, L.ROUTER), L.COMPONENT_LABEL: L.ROUTER}
+    service["spec"]["ports"] = [p for p in service["spec"]["ports"] if p["name"] == "http"]
+    serving_service = copy.deepcopy(_one(objs, "Service"))
+    serving_service["metadata"]["name"] = serving_router_name(cr_name)
+    serving_service["spec"]["selector"] = {**L.selector_labels(cr_name, L.ROUTER), L.SLOT_LABEL: L.slot_tag(serving_slot)}
+    serving_service["spec"]["ports"] = [p for p in serving_service["spec"]["ports"] if p["name"] == "http"]
+    return [o for o in objs if o["kind"] in ("ServiceAccount", "Role", "RoleBinding")] + [deployment, service,
+                                                                                            serving_service]
+
+
+def slot_router_objects(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, slot: str, revision: str,
+                        owner: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """vllm-router alone for one slot (``spec`` carries the current routing settings): discovery scoped to the
+    slot's revision, on the internal port (its admin API is reachable only from the front's pods, network.py)."""
+    objs = router_objects(cr_name, namespace, spec, resolve(spec), owner)
+    deployment, service = _one(objs, "Deployment"), _one(objs, "Service")
+    name = L.child_name(cr_name, f"{L.ROUTER}-{L.slot_tag(slot)}")
+    sel = {**L.selector_labels(cr_name, L.ROUTER), L.SLOT_LABEL: L.slot_tag(slot)}
+    for o in (deployment, service):
+        o["metadata"]["name"] = name
+        o["metadata"]["labels"][L.SLOT_LABEL] = L.slot_tag(slot)
+        o["metadata"]["labels"][L.REVISION_LABEL] = revision
+    deployment["spec"]["selector"]["matchLabels"] = dict(sel)
+    pod = deployment["spec"]["template"]
+    pod["metadata"]["labels"].update({L.SLOT_LABEL: L.slot_tag(slot), L.REVISION_LABEL: revision,
+                                      L.COMPONENT_LABEL: L.SLOT_ROUTER_COMPONENT})
+    pod["spec"]["topologySpreadConstraints"][0]["labelSelector"]["matchLabels"] = dict(sel)
+    # The router pod's vllm-router container alone (the front runs the session proxy), listening on the pod IP.
+    container = next(c for c in pod["spec"]["containers"] if c["name"] == "router")
+    pod["spec"]["containers"] = [container]
+    args = container["args"]
+    # Discovery: only engine pods of this revision (the label is set at pod creation and never changed).
+    for flag in ("--prefill-selector", "--decode-selector", "--selector"):
+        if flag in args:
+            i = args.index(flag) + 1
+            while i < len(args) and not args[i].startswith("--"):
+                i += 1
+            args.insert(i, f"{L.REVISION_LABEL}={revision}")
+    args[args.index("--host") + 1] = "0.0.0.0"
+    args[args.index("--port") + 1] = str(ROUTER_INTERNAL_PORT)
+    container["ports"] = [{"name": "http", "containerPort": ROUTER_INTERNAL_PORT, "protocol": "TCP"},
+                          *(p for p in container["ports"] if p["name"] != "http")]
+    # /readiness answers 503 until the router has healthy workers: no traffic to an empty pool.
+    container["readinessProbe"] = {"httpGet": {"path": "/readiness", "port": "http"},
+                                   "periodSeconds": 5, "timeoutSeconds": 3, "failureThreshold": 3}
+    container["livenessProbe"] = {"httpGet": {"path": "/liveness", "port": "http"},
+                                  "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 6}
+    service["spec"]["selector"] = dict(sel)
+    return [deployment, service]

@@ -1,13 +1,13 @@
 """The rollout of a new serving revision, as a pure state machine (docs/decisions/2026-12-01-rollouts.md §4).
 
-``decide(state, observed, policy) -> Decision``: frozen data in, frozen data out, no clock and no I/O. The
+``decide(state, observed, policy) -> RolloutDecision``: frozen data in, frozen data out, no clock and no I/O. The
 whole state is ``State``, which the controller keeps in ``status.rollout`` (``State.from_status`` /
 ``to_status``), so an operator restart resumes a rollout where it was: the step clock is wall time in
 status, never in memory.
 
-A live revision occupies a slot: "" (the layout of a deployment that has never rolled out: workloads
-``<cr>-<role>``), then "a" and "b" in turn. A candidate always goes to the slot the serving revision does
-not use, so at most two revisions run at once. ``Decision.slots`` says which slots must exist, at what
+A live revision occupies a slot (render/slots.py): "" (a deployment's first revision: workloads ``<cr>-<role>``),
+then "a" and "b" in turn. A candidate always goes to the slot the serving revision does
+not use, so at most two revisions run at once. ``RolloutDecision.slots`` says which slots must exist, at what
 size, with what share of new sessions; every other slot is deleted.
 """
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 
 from ..api import v1alpha1 as api
 from ..defaults import ENGINE_STARTUP_MIN_SECONDS, PROGRESS_MARGIN_SECONDS
+from ..roles import FIRST_SLOT, ROLLOUT_SLOTS
 
 # Phases of status.rollout.phase.
 STARTING = "Starting"  # candidate slot created or grown, not Ready yet (step 0: no sessions; k: step k's share)
@@ -32,8 +33,7 @@ ABORTED = "Aborted"  # candidate deleted on request; not retried for the same re
 COMPLETE = "Complete"  # the last rollout finished; servingSlot says where the serving revision lives
 ENDED = (ROLLED_BACK, ABORTED, COMPLETE)
 
-SLOTS = ("a", "b")
-LEGACY_SLOT = ""
+SLOTS = ROLLOUT_SLOTS
 
 
 def other_slot(slot: str) -> str:
@@ -129,7 +129,7 @@ class Action:
 
 
 @dataclass(frozen=True)
-class Observed:
+class RolloutObserved:
     now: float  # epoch seconds
     spec_revision: str  # the revision the current spec renders
     serving_revision: str  # status.servingRevision ("" before anything served)
@@ -155,7 +155,7 @@ class State:
     phase: str = ""
     candidate_revision: str = ""
     candidate_slot: str = ""
-    serving_slot: str = LEGACY_SLOT
+    serving_slot: str = FIRST_SLOT
     draining_revision: str = ""
     draining_slot: str = ""
     step: int = 0
@@ -187,7 +187,7 @@ class State:
         d = d or {}
         ts = lambda k: _parse_time(d.get(k))  # noqa: E731
         return State(phase=d.get("phase", ""), candidate_revision=d.get("candidateRevision", ""),
-                     candidate_slot=d.get("candidateSlot", ""), serving_slot=d.get("servingSlot", LEGACY_SLOT),
+                     candidate_slot=d.get("candidateSlot", ""), serving_slot=d.get("servingSlot", FIRST_SLOT),
                      draining_revision=d.get("drainingRevision", ""), draining_slot=d.get("drainingSlot", ""),
                      step=int(d.get("step") or 0), steps=int(d.get("steps") or 0), share=int(d.get("share") or 0),
                      since=ts("since"), step_started_at=ts("stepStartedAt"), drain_started_at=ts("drainStartedAt"),
@@ -252,7 +252,7 @@ class Event:
 
 
 @dataclass(frozen=True)
-class Decision:
+class RolloutDecision:
     state: State
     serving_revision: str
     slots: tuple[SlotPlan, ...]
@@ -273,23 +273,23 @@ def _gpus(per_replica: Mapping[str, int], replicas: Mapping[str, int]) -> int:
     return sum(per_replica.get(r, 0) * n for r, n in replicas.items())
 
 
-def candidate_gpus(obs: Observed) -> int:
+def candidate_gpus(obs: RolloutObserved) -> int:
     """GPUs of the minimum canary: one replica of each enabled role."""
     return sum(obs.gpus_per_replica.values())
 
 
-def full_size_gpus(obs: Observed) -> int:
+def full_size_gpus(obs: RolloutObserved) -> int:
     """GPUs of the candidate at the serving slot's replicas (at least one per role): the default surge."""
     return _gpus(obs.gpus_per_replica, target_replicas(obs, 100))
 
 
-def surge_gpus(state: State, obs: Observed, policy: Policy) -> int:
+def surge_gpus(state: State, obs: RolloutObserved, policy: Policy) -> int:
     """The GPUs the candidate may hold beyond what the serving slot handed over: maxSurgeGPUs, or (0) the
     candidate's full size when this rollout started (status.rollout.surgeGPUs; now, for a status without it)."""
     return policy.max_surge_gpus or state.surge_gpus or full_size_gpus(obs)
 
 
-def target_replicas(obs: Observed, share: int) -> dict[str, int]:
+def target_replicas(obs: RolloutObserved, share: int) -> dict[str, int]:
     """The candidate's replicas per role for a share of new sessions: ceil(serving replicas x share / 100), at
     least 1 (a role the serving slot does not run: 1)."""
     return {r: max(1, math.ceil(obs.serving_replicas.get(r, 1) * share / 100)) for r in obs.gpus_per_replica}
@@ -300,20 +300,20 @@ def candidate_size(state: State) -> dict[str, int] | None:
     return dict(state.candidate_replicas) if state.candidate_replicas else None
 
 
-def _size(state: State, obs: Observed) -> dict[str, int]:
+def _size(state: State, obs: RolloutObserved) -> dict[str, int]:
     size = candidate_size(state)
     if size is None:  # written by an operator that sized the candidate at one replica plus the in-place hand-over
         return {r: 1 + state.in_place for r in obs.gpus_per_replica}
     return {r: max(size.get(r, 1), state.in_place) for r in obs.gpus_per_replica}
 
 
-def size_text(size: Mapping[str, int], obs: Observed) -> str:
+def size_text(size: Mapping[str, int], obs: RolloutObserved) -> str:
     """'prefill 1/2, decode 1/2 replicas': the candidate's replicas per role of the serving slot's."""
     order = sorted(size, key=lambda r: (("prefill", "decode").index(r) if r in ("prefill", "decode") else 2, r))
     return ", ".join(f"{r} {size[r]}/{obs.serving_replicas.get(r, size[r])}" for r in order) + " replicas"
 
 
-def surge_room(obs: Observed, policy: Policy, size: Mapping[str, int] | None = None,
+def surge_room(obs: RolloutObserved, policy: Policy, size: Mapping[str, int] | None = None,
                in_place: int = 0, state: State | None = None) -> tuple[bool, str]:
     """(room for a candidate of ``size`` replicas per role (default: one each) while the serving slot has handed
     ``in_place`` replicas per role over, the message when there is none). The candidate may hold the surge
@@ -338,7 +338,7 @@ def surge_room(obs: Observed, policy: Policy, size: Mapping[str, int] | None = N
     return False, f"needs {need} GPUs ({parts}){held}; {where}"
 
 
-def _plan_size(state: State, obs: Observed, policy: Policy, share: int,
+def _plan_size(state: State, obs: RolloutObserved, policy: Policy, share: int,
                current: Mapping[str, int] | None = None) -> tuple[State, dict[str, int] | None, str]:
     """The candidate's next size for ``share``: (state with in_place, size, "") when it is at or can grow to
     ceil(serving x share), or one InPlace round towards it (one more replica per role handed over, the candidate
@@ -361,7 +361,7 @@ def _plan_size(state: State, obs: Observed, policy: Policy, share: int,
     return st, {r: max(cur.get(r, 0), min(want[r], max(cur.get(r, 0) + 1, st.in_place))) for r in want}, ""
 
 
-def _in_place_blocker(obs: Observed, state: State) -> str:
+def _in_place_blocker(obs: RolloutObserved, state: State) -> str:
     """Why the serving slot cannot hand one more replica per role to the candidate ("" = it can): every role
     keeps at least one ready replica."""
     for role in sorted(obs.serving_replicas):
@@ -401,11 +401,11 @@ def judge(fig: Figures, policy: Policy) -> tuple[bool, str, dict[str, str]]:
 # ---------------------------------------------------------------------------------------------------
 # the machine
 
-def _serving_plan(state: State, obs: Observed, share: int = 100, accept_new: bool = True) -> SlotPlan:
+def _serving_plan(state: State, obs: RolloutObserved, share: int = 100, accept_new: bool = True) -> SlotPlan:
     return SlotPlan(state.serving_slot, obs.serving_revision, "serving", share, accept_new, None, state.in_place)
 
 
-def _candidate_plan(state: State, obs: Observed) -> SlotPlan:
+def _candidate_plan(state: State, obs: RolloutObserved) -> SlotPlan:
     """The candidate takes sessions from step 1 on (also while it grows for the next step, at the step's share);
     its size is status.rollout.candidateReplicas (never below what InPlace handed over)."""
     serving = state.step > 0
@@ -413,40 +413,40 @@ def _candidate_plan(state: State, obs: Observed) -> SlotPlan:
                     serving, _size(state, obs))
 
 
-def _steady(state: State, obs: Observed, *, reconciling: str = "", stalled: tuple[str, str] | None = None,
-            events: tuple[Event, ...] = ()) -> Decision:
+def _steady(state: State, obs: RolloutObserved, *, reconciling: str = "", stalled: tuple[str, str] | None = None,
+            events: tuple[Event, ...] = ()) -> RolloutDecision:
     slots = [_serving_plan(state, obs)]
     if state.phase == DRAINING:
         slots.append(SlotPlan(state.draining_slot, state.draining_revision, "draining", 0, False))
-    return Decision(state, obs.serving_revision, tuple(slots), reconciling, "RolloutProgressing" if reconciling else "",
+    return RolloutDecision(state, obs.serving_revision, tuple(slots), reconciling, "RolloutProgressing" if reconciling else "",
                     stalled, events)
 
 
-def at_rest(state: State, serving_revision: str) -> Decision:
+def at_rest(state: State, serving_revision: str) -> RolloutDecision:
     """decide() for a rollout that is over (Complete, nothing retiring) while the spec renders the serving
     revision: the serving slot alone, nothing to say. What an observe pass uses instead of a full rollout pass."""
-    return _steady(state, Observed(now=0.0, spec_revision=serving_revision, serving_revision=serving_revision,
+    return _steady(state, RolloutObserved(now=0.0, spec_revision=serving_revision, serving_revision=serving_revision,
                                    gpus_per_replica={}))
 
 
-def _ended(state: State, phase: str, reason: str, message: str, obs: Observed, event: str) -> Decision:
+def _ended(state: State, phase: str, reason: str, message: str, obs: RolloutObserved, event: str) -> RolloutDecision:
     """Candidate deleted (rollback or abort): the serving slot was never scaled down for a surge canary;
     InPlace gives back what it took (the serving slot returns to its size)."""
     st = replace(state, phase=phase, reason=reason, message=message, share=0, in_place=0, candidate_slot="",
                  candidate_replicas=(), waiting_since=0.0, retiring_slot=state.candidate_slot, ended_at=obs.now)
     stalled = (reason, f"rolled back {state.candidate_revision}: {message}") if phase == ROLLED_BACK else None
     ev = Event(event, f"{state.candidate_revision}: {message}", warning=phase == ROLLED_BACK)
-    return Decision(st, obs.serving_revision, (_serving_plan(st, obs),), "", "", stalled, (ev,))
+    return RolloutDecision(st, obs.serving_revision, (_serving_plan(st, obs),), "", "", stalled, (ev,))
 
 
-def _start(state: State, obs: Observed, policy: Policy) -> Decision:
+def _start(state: State, obs: RolloutObserved, policy: Policy) -> RolloutDecision:
     """A new candidate: the spec renders a revision that neither serves nor was already given up on."""
     slot = other_slot(state.serving_slot) if state.serving_slot else "a"
     base = State(serving_slot=state.serving_slot, candidate_revision=obs.spec_revision, candidate_slot=slot,
                  steps=len(policy.steps), since=obs.now, last_action=state.last_action,
                  surge_gpus=0 if policy.max_surge_gpus else full_size_gpus(obs))
     if not obs.serving_revision:  # nothing has served yet: the serving slot simply runs the spec
-        return Decision(state, obs.spec_revision,
+        return RolloutDecision(state, obs.spec_revision,
                         (SlotPlan(state.serving_slot, obs.spec_revision, "serving", 100, True),))
     if policy.strategy == "Recreate":
         st = replace(base, phase=RECREATING)
@@ -469,7 +469,7 @@ def _start(state: State, obs: Observed, policy: Policy) -> Decision:
     return _with_events(_progress(st, obs), events)  # created now: judged from the next pass on
 
 
-def _waiting(state: State, obs: Observed, policy: Policy, events: tuple[Event, ...] = ()) -> Decision:
+def _waiting(state: State, obs: RolloutObserved, policy: Policy, events: tuple[Event, ...] = ()) -> RolloutDecision:
     _, size, why = _plan_size(state, obs, policy, policy.steps[0], current={r: 0 for r in obs.gpus_per_replica})
     if size is not None:
         return _start(replace(state, phase=""), obs, policy)
@@ -480,7 +480,7 @@ def _waiting(state: State, obs: Observed, policy: Policy, events: tuple[Event, .
     return replace(d, reconciling_reason="WaitingForSurgeRoom" if d.reconciling else "")
 
 
-def _progress(state: State, obs: Observed) -> Decision:
+def _progress(state: State, obs: RolloutObserved) -> RolloutDecision:
     msg = {STARTING: f"candidate {state.candidate_revision} starting in slot {state.candidate_slot}",
            CANARY: f"canary step {state.step}/{state.steps}: {state.share}% of new sessions on "
                    f"{state.candidate_revision}",
@@ -495,10 +495,10 @@ def _progress(state: State, obs: Observed) -> Decision:
     if state.in_place:
         msg += f"; in place: {state.in_place} replica(s) per role moved from {obs.serving_revision}"
     slots = (_serving_plan(state, obs, 100 - (state.share if state.step else 0)), _candidate_plan(state, obs))
-    return Decision(state, obs.serving_revision, slots, msg, "RolloutProgressing")
+    return RolloutDecision(state, obs.serving_revision, slots, msg, "RolloutProgressing")
 
 
-def _starting(state: State, obs: Observed, policy: Policy, events: tuple[Event, ...] = ()) -> Decision:
+def _starting(state: State, obs: RolloutObserved, policy: Policy, events: tuple[Event, ...] = ()) -> RolloutDecision:
     """The candidate slot was created (step 0) or grown for the step after ``step`` (it keeps that step's share
     meanwhile): on to the next share once every pod of it is Ready, within progressDeadlineSeconds of the start
     (step 0) or of the growth."""
@@ -537,8 +537,8 @@ def _starting(state: State, obs: Observed, policy: Policy, events: tuple[Event, 
     return _with_events(_progress(state, obs), events)
 
 
-def _advance(state: State, obs: Observed, policy: Policy, events: tuple[Event, ...], how: str,
-             final: bool = False) -> Decision:
+def _advance(state: State, obs: RolloutObserved, policy: Policy, events: tuple[Event, ...], how: str,
+             final: bool = False) -> RolloutDecision:
     """Step ``state.step`` is over (0: the candidate came up; ``final``: promote now): on to the next share, or
     promotion after the last. When the next share needs more replicas (ceil(serving x share)) the candidate grows
     first and goes back to Starting at the current share; promotion needs the serving slot's size, so it never
@@ -579,11 +579,11 @@ def _advance(state: State, obs: Observed, policy: Policy, events: tuple[Event, .
     return _with_events(_progress(st, obs), events)
 
 
-def _with_events(d: Decision, events: tuple[Event, ...]) -> Decision:
+def _with_events(d: RolloutDecision, events: tuple[Event, ...]) -> RolloutDecision:
     return replace(d, events=tuple(events) + d.events) if events else d
 
 
-def _promote(state: State, obs: Observed, how: str) -> Decision:
+def _promote(state: State, obs: RolloutObserved, how: str) -> RolloutDecision:
     st = State(phase=DRAINING, serving_slot=state.candidate_slot, draining_revision=obs.serving_revision,
                draining_slot=state.serving_slot, drain_started_at=obs.now, steps=state.steps, step=state.step,
                share=100, since=state.since, gate=state.gate, last_action=state.last_action,
@@ -591,11 +591,11 @@ def _promote(state: State, obs: Observed, how: str) -> Decision:
                                           f"{obs.serving_revision}")
     slots = (SlotPlan(st.serving_slot, state.candidate_revision, "serving", 100, True),
              SlotPlan(st.draining_slot, obs.serving_revision, "draining", 0, False))
-    return Decision(st, state.candidate_revision, slots, f"draining {obs.serving_revision}: no new sessions",
+    return RolloutDecision(st, state.candidate_revision, slots, f"draining {obs.serving_revision}: no new sessions",
                     "RolloutProgressing", None, (Event("Promoted", st.message),))
 
 
-def _canary(state: State, obs: Observed, policy: Policy) -> Decision:
+def _canary(state: State, obs: RolloutObserved, policy: Policy) -> RolloutDecision:
     cand = obs.candidate
     if cand is None or any(r.ready == 0 for r in cand.roles.values()) or not cand.router_ready:
         why = cand.problems() if cand is not None else "candidate workloads gone"
@@ -635,7 +635,7 @@ def _canary(state: State, obs: Observed, policy: Policy) -> Decision:
     return _advance(state, obs, policy, (passed,), f"passed {state.steps} steps")
 
 
-def _draining(state: State, obs: Observed, policy: Policy) -> Decision:
+def _draining(state: State, obs: RolloutObserved, policy: Policy) -> RolloutDecision:
     held = obs.now - state.drain_started_at
     idle = obs.old_live_requests == 0
     if idle or held >= policy.drain_deadline_seconds:
@@ -643,7 +643,7 @@ def _draining(state: State, obs: Observed, policy: Policy) -> Decision:
         st = replace(state, phase=COMPLETE, draining_revision="", draining_slot="", drain_started_at=0.0,
                      candidate_revision="", candidate_slot="", share=0, reason="Complete",
                      message=f"{obs.serving_revision} serves; {state.draining_revision} deleted ({how})")
-        d = Decision(st, obs.serving_revision, (_serving_plan(st, obs),), "", "", None,
+        d = RolloutDecision(st, obs.serving_revision, (_serving_plan(st, obs),), "", "", None,
                      (Event("RolloutComplete", st.message),))
         if obs.spec_revision != obs.serving_revision:  # another change waited for the drain
             return _with_events(decide(st, obs, policy), d.events)
@@ -653,28 +653,28 @@ def _draining(state: State, obs: Observed, policy: Policy) -> Decision:
                                            f"{int(held)}s of drainDeadlineSeconds {int(policy.drain_deadline_seconds)}")
 
 
-def _recreating(state: State, obs: Observed, policy: Policy, events: tuple[Event, ...] = ()) -> Decision:
+def _recreating(state: State, obs: RolloutObserved, policy: Policy, events: tuple[Event, ...] = ()) -> RolloutDecision:
     cand = obs.candidate
     if cand is not None and cand.ready():
         st = replace(state, phase=COMPLETE, serving_slot=state.candidate_slot, candidate_revision="",
                      candidate_slot="", reason="Complete", message=f"{state.candidate_revision} serves (recreated)")
-        return Decision(st, state.candidate_revision, (SlotPlan(st.serving_slot, state.candidate_revision, "serving",
+        return RolloutDecision(st, state.candidate_revision, (SlotPlan(st.serving_slot, state.candidate_revision, "serving",
                                                                 100, True),),
                         events=events + (Event("RolloutComplete", st.message),))
     plan = SlotPlan(state.candidate_slot, state.candidate_revision, "candidate", 100, True, None)
     msg = f"recreating on {state.candidate_revision}: {cand.problems() if cand else 'starting'}"
     stalled = (("CandidateNotReady", msg) if obs.now - state.since > policy.progress_deadline_seconds else None)
-    return Decision(state, obs.serving_revision, (plan,), "" if stalled else msg, "RolloutProgressing", stalled, events)
+    return RolloutDecision(state, obs.serving_revision, (plan,), "" if stalled else msg, "RolloutProgressing", stalled, events)
 
 
-def _record_action(state: State, obs: Observed, verb: str, revision: str, source: str, result: str) -> State:
+def _record_action(state: State, obs: RolloutObserved, verb: str, revision: str, source: str, result: str) -> State:
     return replace(state, last_action=tuple(sorted({"verb": verb, "revision": revision, "source": source,
                                                     "at": _format_time(obs.now), "result": result,
                                                     **({"key": obs.action.key} if source == "annotation" and obs.action
                                                        else {})}.items())))
 
 
-def _actions(state: State, obs: Observed, policy: Policy) -> tuple[State, Policy, str]:
+def _actions(state: State, obs: RolloutObserved, policy: Policy) -> tuple[State, Policy, str]:
     """Fold the annotation action into the policy for this pass (pause/resume set paused, promote/abort name a
     revision); an action that names no current candidate is recorded as ignored, never applied silently.
     Returns (state with lastAction, effective policy, verb applied now or '')."""
@@ -711,7 +711,7 @@ def _actions(state: State, obs: Observed, policy: Policy) -> tuple[State, Policy
     return state, policy, applied
 
 
-def decide(state: State, obs: Observed, policy: Policy) -> Decision:
+def decide(state: State, obs: RolloutObserved, policy: Policy) -> RolloutDecision:
     """The next rollout state, the slots that must exist and what status and Events say."""
     state, policy, applied = _actions(state, obs, policy)
     spec, serving = obs.spec_revision, obs.serving_revision

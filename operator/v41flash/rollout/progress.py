@@ -31,7 +31,7 @@ from ..render import labels as L
 from ..render.resolve import resolve
 from ..roles import ROLES
 from . import machine as M
-from .pods import is_ready, labels_of
+from ..pods import is_ready, labels_of
 
 log = logging.getLogger(__name__)
 
@@ -75,14 +75,14 @@ def _live(p: Mapping[str, Any]) -> bool:
 
 def slot_engine_pods(pods: Sequence[Mapping[str, Any]], slot: str, revision: str | None = None
                      ) -> list[Mapping[str, Any]]:
-    """The serving engine pods of one slot ("" = the never-rolled layout), of one revision when given."""
+    """The serving engine pods of one slot ("" = a deployment's first), of one revision when given."""
     return [p for p in pods if _live(p) and labels_of(p).get(L.ROLE_LABEL) in ROLES
             and labels_of(p).get(L.SERVING_LABEL) == "true" and labels_of(p).get(L.SLOT_LABEL, "") == slot
             and (revision is None or labels_of(p).get(L.REVISION_LABEL) == revision)]
 
 
 def slot_router_pods(pods: Sequence[Mapping[str, Any]], slot: str) -> list[Mapping[str, Any]]:
-    """The vllm-router pods of one slot (slot "" has router '0' once the front replaced the old router)."""
+    """The vllm-router pods of one slot (slot "" has router '0')."""
     return [p for p in pods if _live(p) and labels_of(p).get(L.ROLE_LABEL) == L.ROUTER
             and labels_of(p).get(L.SLOT_LABEL) == (slot or "0")]
 
@@ -235,17 +235,16 @@ def planner_pod(labels: Mapping[str, str], slot: str | None) -> bool:
     return labels.get(L.SLOT_LABEL, "") == slot
 
 
-def planner_targets(targets, pods_labels: Mapping[str, Mapping[str, str]], slot: str | None):
-    """During a rollout the front runs only the session proxy and a slot router only vllm-router: each is
-    scraped for what it serves (a router target on the front, or a proxy target on a slot router, would only
-    fail)."""
-    if slot is None:
-        return list(targets)
+def planner_targets(targets, pods_labels: Mapping[str, Mapping[str, str]]):
+    """The front runs only the session proxy and a slot router only vllm-router: each is scraped for what it
+    serves (a router target on the front, or a proxy target on a slot router, would only fail). A router pod
+    from before every deployment had a front runs both (rollout/world.unscoped_router_live)."""
     out = []
     for t in targets:
         pod, proxy = (t.pod[:-len("/proxy")], True) if t.pod.endswith("/proxy") else (t.pod, False)
         labels = pods_labels.get(pod) or {}
-        if labels.get(L.ROLE_LABEL) == L.ROUTER and (labels.get(L.FRONT_LABEL) == "true") != proxy:
+        scoped = labels.get(L.FRONT_LABEL) == "true" or L.SLOT_LABEL in labels
+        if labels.get(L.ROLE_LABEL) == L.ROUTER and scoped and (labels.get(L.FRONT_LABEL) == "true") != proxy:
             continue
         out.append(t)
     return out

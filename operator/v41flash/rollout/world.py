@@ -2,11 +2,12 @@
 
 ``rollout_pass(obj, status, world, ...)`` reads status.rollout and status.servingRevision, the deployment's
 engine workloads, engine pods, slot routers and ControllerRevisions, the candidate's step figures and the
-rollout-action annotation; runs ``machine.decide``; and returns every desired object (instead of
-``render()``'s), the ControllerRevisions to create, status.rollout / status.revisions and Events.
+rollout-action annotation; runs ``machine.decide``; and returns every desired object (``render()`` of the slots
+it decided), the ControllerRevisions to create, status.rollout / status.revisions and Events.
 
-A deployment that has never rolled out and whose spec renders the serving revision keeps ``render()``'s
-output exactly (plus the ControllerRevision that records its spec, so a later rollout can still render it).
+A deployment that has never rolled out and whose spec renders the serving revision renders slot "" alone (plus
+the ControllerRevision that records its spec, so a later rollout can still render it). ``resting_slot`` and
+``rest_pass`` are the same for a pass that needs no decision: the slot it renders, and what status keeps.
 """
 from __future__ import annotations
 
@@ -20,10 +21,11 @@ from ..render import labels as L
 from ..render import render
 from ..render.engine import replica_commands, startup_seconds
 from ..render.resolve import resolve
-from ..render.revision import revision_of
+from ..render.slots import SlotSpec, spec_revision
 from ..render.timing import PodTiming
+from ..roles import FIRST_SLOT
 from . import machine as M
-from .slots import SlotSpec, controller_revision, render_slots, slot_observation, slot_specs, spec_of
+from .slots import controller_revision, slot_observation, slot_specs, spec_of
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,7 @@ class RolloutPass:
     rollout_status: dict[str, Any] | None  # status.rollout (None: absent)
     revisions_status: list[dict[str, Any]]
     serving_revision: str  # what the serving slot runs ("" before anything served)
-    decision: M.Decision | None
+    decision: M.RolloutDecision | None
     events: tuple[M.Event, ...] = field(default=())
 
 
@@ -72,18 +74,13 @@ def _recorded(world: World) -> dict[str, tuple[api.V41FlashDeploymentSpec, int]]
     return out
 
 
-def _named(obj: api.V41FlashDeployment, spec: api.V41FlashDeploymentSpec) -> api.V41FlashDeployment:
-    return obj.model_copy(update={"spec": spec})
-
-
 def rollout_pass(obj: api.V41FlashDeployment, status: dict[str, Any], world: World,
                  replicas: dict[str, int | None] | None = None, owner: dict[str, Any] | None = None,
                  timing: PodTiming | None = None, operator_namespace: str | None = None) -> RolloutPass:
     name = obj.metadata["name"]
     namespace = obj.metadata.get("namespace") or "default"
     timing = timing or PodTiming()
-    legacy = render(obj, replicas, owner, timing, operator_namespace)
-    spec_rev = revision_of(legacy) or ""
+    spec_rev = spec_revision(obj, timing)
     serving_rev = status.get("servingRevision") or ""
     state = M.State.from_status(status.get("rollout"))
     recorded = _recorded(world)
@@ -98,9 +95,10 @@ def rollout_pass(obj: api.V41FlashDeployment, status: dict[str, Any], world: Wor
 
     action, bad = annotation_action(obj)
     extra_events = (bad,) if bad else ()
-    if state.phase == "" and (not serving_rev or spec_rev == serving_rev) and state.serving_slot == M.LEGACY_SLOT:
-        # Never rolled out and nothing to roll: today's objects, and the record of what serves.
-        return RolloutPass(legacy, record(spec_rev, obj.spec), None, [], serving_rev or spec_rev, None, extra_events)
+    if state.phase == "" and (not serving_rev or spec_rev == serving_rev) and state.serving_slot == FIRST_SLOT:
+        # Never rolled out and nothing to roll: slot "" alone, and the record of what serves.
+        objects = render(obj, replicas=replicas, owner=owner, timing=timing, operator_namespace=operator_namespace)
+        return RolloutPass(objects, record(spec_rev, obj.spec), None, [], serving_rev or spec_rev, None, extra_events)
     if serving_rev and serving_rev not in specs:
         raise ValueError(f"no ControllerRevision {name}-{serving_rev} records the serving revision's spec: it cannot "
                          "be rendered after the spec changed (delete status.servingRevision to adopt the spec as is)")
@@ -128,7 +126,7 @@ def rollout_pass(obj: api.V41FlashDeployment, status: dict[str, Any], world: Wor
     policy = M.policy_from_spec(obj.spec, startup)
     serving_replicas = {rr.role: ((replicas or {}).get(rr.role) if (replicas or {}).get(rr.role) is not None
                                   else rr.min_replicas) for rr in sres.enabled_roles}
-    observed = M.Observed(now=world.now, spec_revision=spec_rev, serving_revision=serving_rev, gpus_per_replica=gpus,
+    observed = M.RolloutObserved(now=world.now, spec_revision=spec_rev, serving_revision=serving_rev, gpus_per_replica=gpus,
                           serving_replicas=serving_replicas,
                           serving_gpus_per_replica={rr.role: rr.gpus_per_replica for rr in sres.enabled_roles},
                           serving=serving_obs, candidate=cand_obs, figures=world.figures,
@@ -143,19 +141,16 @@ def rollout_pass(obj: api.V41FlashDeployment, status: dict[str, Any], world: Wor
             st = replace(st, retiring_slot="")
             d = replace(d, state=st)
     live = {p.revision for p in d.slots}
-    if d.slots == (M.SlotPlan(M.LEGACY_SLOT, spec_rev, "serving", 100, True),) and st.phase == "":
-        objects = render(_named(obj, obj.spec), replicas, owner, timing, operator_namespace)  # still bringing up
-    else:
-        plans = slot_specs(d.slots, specs, replicas)
-        if legacy_router_live(world.pods) and any(p.kind == "serving" for p in d.slots):
-            # The never-rolled layout's router discovers engines of every revision: no candidate pod may exist
-            # until the front (the session proxy before revision-scoped routers) has replaced it. (Recreate has
-            # no serving slot: its outage is accepted, and the front waits for the candidate's router.)
-            plans = [p if p.replicas is None or p.slot == state.serving_slot else
-                     replace(p, replicas={r: 0 for r in p.replicas}) for p in plans]
-        if retiring is not None:
-            plans = [*plans, retiring]
-        objects = render_slots(obj, plans, owner, timing, operator_namespace)
+    plans = slot_specs(d.slots, specs, replicas)
+    if unscoped_router_live(world.pods) and any(p.kind == "serving" for p in d.slots):
+        # A router from before every deployment had a front discovers engines of every revision: no candidate pod
+        # may exist until the front (the session proxy before revision-scoped routers) has replaced it. (Recreate
+        # has no serving slot: its outage is accepted, and the front waits for the candidate's router.)
+        plans = [p if p.replicas is None or p.slot == state.serving_slot else
+                 replace(p, replicas={r: 0 for r in p.replicas}) for p in plans]
+    if retiring is not None:
+        plans = [*plans, retiring]
+    objects = render(obj, plans, owner=owner, timing=timing, operator_namespace=operator_namespace)
     # Records: every live revision, and the previous serving one (a fast way back after promotion).
     create = [cr for rev in sorted(live) for cr in record(rev, specs.get(rev, obj.spec))]
     if st.phase == "":
@@ -168,19 +163,21 @@ def rollout_pass(obj: api.V41FlashDeployment, status: dict[str, Any], world: Wor
     return RolloutPass(objects, create, rollout_status, revisions, d.serving_revision, d, extra_events + d.events)
 
 
-def rest_pass(obj: api.V41FlashDeployment, status: dict[str, Any], replicas: dict[str, int | None] | None = None,
-              owner: dict[str, Any] | None = None, timing: PodTiming | None = None,
-              operator_namespace: str | None = None) -> RolloutPass:
-    """rollout_pass for a deployment at rest after a rollout (``rollout.progress.at_rest``), from the spec and
-    status alone: the serving slot's objects under its names, status.rollout as it is. An observe pass then needs
+def resting_slot(status: dict[str, Any]) -> str:
+    """The slot a pass renders the spec in when no rollout decides: the serving one status records ("" before
+    any rollout)."""
+    return M.State.from_status(status.get("rollout")).serving_slot
+
+
+def rest_pass(status: dict[str, Any], objects: Sequence[dict[str, Any]]) -> RolloutPass:
+    """rollout_pass for a deployment at rest after a rollout (``rollout.progress.at_rest``), from status alone and
+    the objects render() made of the spec in ``resting_slot``: status.rollout as it is. An observe pass then needs
     no pod, ControllerRevision or child list. status.revisions is carried; its ready counts are the last full
     pass's (status.prefill / status.decode are current)."""
     state = M.State.from_status(status.get("rollout"))
     rev = status.get("servingRevision") or ""
-    d = M.at_rest(state, rev)
-    objects = render_slots(obj, slot_specs(d.slots, {rev: obj.spec}, replicas), owner, timing or PodTiming(),
-                           operator_namespace)
-    return RolloutPass(objects, [], state.to_status(), list(status.get("revisions") or []), rev, d)
+    return RolloutPass(list(objects), [], state.to_status(), list(status.get("revisions") or []), rev,
+                       M.at_rest(state, rev))
 
 
 RETIRE_MAX_SECONDS = 120.0  # a rolled-back candidate's requests in flight get at most this long (or drainDeadline)
@@ -206,8 +203,10 @@ def _retiring(name: str, st: M.State, world: World, policy: M.Policy, specs: dic
     return SlotSpec(st.retiring_slot, specs[st.candidate_revision], replicas, share=0, accept_new=False, routed=False)
 
 
-def legacy_router_live(pods: Sequence[dict[str, Any]]) -> bool:
-    """A router pod of the never-rolled layout (neither a front nor a slot router) still runs."""
+def unscoped_router_live(pods: Sequence[dict[str, Any]]) -> bool:
+    """A router pod from before every deployment had a front (session proxy and vllm-router in one pod: neither a
+    front nor a slot router) still runs: a deployment created by an operator before 2026-12-07, on its way to the
+    front-plus-slots layout (docs/decisions/2026-12-07-one-renderer.md)."""
     for p in pods:
         labels = (p.get("metadata") or {}).get("labels") or {}
         if labels.get(L.ROLE_LABEL) == L.ROUTER and L.FRONT_LABEL not in labels and L.SLOT_LABEL not in labels \
