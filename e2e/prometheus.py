@@ -19,7 +19,7 @@ import yaml
 
 from v41flash.render import labels as L
 from v41flash.render.ports import ENGINE_PORT
-from v41flash.render.router import METRICS_PORT, ROUTER_PORT
+from v41flash.render.ports import METRICS_PORT, ROUTER_PORT
 from v41flash_bench.procs import LOOPBACK, Proc, free_port, spawn, stop_procs
 
 SCRAPE_INTERVAL_S = 1  # seconds: the e2e windows are tens of seconds

@@ -13,8 +13,9 @@ Where each fact lives (every user imports it from there; nothing else spells it 
   reads them: neither imports the other for them)
 - defaults the CR and the planner share (interval, stabilization, SLO window, replica bounds): defaults.py;
   every other CR default: the field in api/v1alpha1.py
-- labels, child names, selectors: render/labels.py; ports: render/engine.py (engine), render/router.py
-  (router); engine pods' drain and probe timing: render/timing.py
+- labels, child names, selectors: render/labels.py; every port a rendered pod listens on: render/ports.py;
+  engine pods' drain and probe timing: render/timing.py; vLLM's metric names: vllm/metric_names.py; a pod's
+  labels and Ready condition: pods.py; role and slot names: roles.py
 - session proxy defaults: proxy/__init__.py
 
 defaults.py, roles.py, facts.py, gpus.py, lanes.py, cron.py and figures.py are leaves (they import nothing of the

@@ -92,8 +92,11 @@ def _cg(sizes, replay=None) -> dict:
 
 _CG4092, _CG8190, _CG8190_REPLAY = _cg(_S4092), _cg(_S8190), _cg(_S8190, _REPLAY)
 _CG576, _CG4096 = _cg(_S576), _cg(_S4096)
-_ATTN_FI = {"backend": "FLASHINFER_MLA_SPARSE_DSV41", "indexer_kv_dtype": "mxfp4", "indexer_sparse_logits": True}
-_ATTN_MEGA = {"backend": "FLASHMLA_MEGA_ATTN_DSV41", "indexer_kv_dtype": "mxfp4", "indexer_sparse_logits": True}
+# --attention-config values (the recipe's): the sparse indexer alone, and with each MLA backend. Home of these
+# tables: vllm/args.py renders them for the presets and points here and for the base GB300/B300 flags.
+ATTN_INDEXER = {"indexer_kv_dtype": "mxfp4", "indexer_sparse_logits": True}
+ATTN_FLASHINFER_SPARSE = {"backend": "FLASHINFER_MLA_SPARSE_DSV41", **ATTN_INDEXER}
+ATTN_MEGA = {"backend": "FLASHMLA_MEGA_ATTN_DSV41", **ATTN_INDEXER}
 _LANE_ENV = (("VLLM_USE_V2_MODEL_RUNNER", "1"), ("VLLM_ENGINE_READY_TIMEOUT_S", "7200"))  # autotune: long start
 
 
@@ -138,7 +141,7 @@ def _b200_dep_point(name, conc, dp, seqs, graphs, cap, *, interval=None, tokens=
 
 B200_AGENTX_DEP = Preset(
     "b200_agentx_dep", "B200", "dep", "InferenceX #3837 (dsv41flash-fp4-b200-vllm-agentic-dspark, f817514)",
-    _flags(("--attention-config", _ATTN_FI),
+    _flags(("--attention-config", ATTN_FLASHINFER_SPARSE),
            ("--kernel-config", {"enable_flashinfer_autotune": True, "moe_backend": "deep_gemm_mega_moe"}),
            ("--engram-config", {"cpu_offload": True, "embedding_across_dp": True}),
            ("--gpu-memory-utilization", 0.97), ("--max-num-batched-tokens", 4096)),
@@ -161,7 +164,7 @@ def _b300_dep_point(name, conc, seqs, tokens, interval, graphs, *, host_kv=False
     kv = None
     if host_kv:
         # kv_c128/kv_c192: MegaAttention, lazy Simple CPU offload of 50 GiB per DP rank
-        pairs.append(("--attention-config", _ATTN_MEGA))
+        pairs.append(("--attention-config", ATTN_MEGA))
         kv = HostKv("simple", 50, lazy=True)
     pairs += [("--max-num-seqs", seqs), ("--max-num-batched-tokens", tokens),
               ("--prefill-schedule-interval", interval), ("--compilation-config", graphs)]
@@ -175,7 +178,7 @@ B300_AGENTX_DEP = Preset(
     "b300_agentx_dep", "B300", "dep", "InferenceX #4332 (dsv41flash-fp4-b300-vllm-agentic-dspark, 649dd5a)",
     _flags(("--kernel-config", {"enable_flashinfer_autotune": True, "moe_backend": "deep_gemm_mega_moe"}),
            ("--engram-config", {"cpu_offload": True, "embedding_across_dp": True}),
-           ("--attention-config", _ATTN_FI), ("--max-cudagraph-capture-size", 8190)),
+           ("--attention-config", ATTN_FLASHINFER_SPARSE), ("--max-cudagraph-capture-size", 8190)),
     _LANE_ENV,
     (
         _b300_dep_point("c8", 8, 16, 16384, 80, _CG8190),

@@ -17,23 +17,10 @@ from prometheus_client.parser import text_string_to_metric_families
 ENGINE_LABEL = "engine"
 DEFAULT_ENGINE = "0"  # series without an engine label (single-engine servers, routers)
 
-# vLLM 0.33.0 names (without the _total suffix for counters)
-TTFT = "vllm:time_to_first_token_seconds"
-E2E = "vllm:e2e_request_latency_seconds"
-ITL = "vllm:inter_token_latency_seconds"
-QUEUE = "vllm:request_queue_time_seconds"
-PREFILL_TIME = "vllm:request_prefill_time_seconds"
-PROMPT_LEN = "vllm:request_prompt_tokens"
-GEN_LEN = "vllm:request_generation_tokens"
-RUNNING = "vllm:num_requests_running"
-WAITING = "vllm:num_requests_waiting"
-KV_USAGE = "vllm:kv_cache_usage_perc"
-PROMPT_TOKENS = "vllm:prompt_tokens"
-GEN_TOKENS = "vllm:generation_tokens"
-PREFIX_HITS = "vllm:prefix_cache_hits"
-PREFIX_QUERIES = "vllm:prefix_cache_queries"
-SUCCESS = "vllm:request_success"
-PREEMPTIONS = "vllm:num_preemptions"
+# vLLM 0.33.0's names, from their home (re-exported: the scraper's readers spell them m.TTFT, ...)
+from ..vllm.metric_names import (E2E, GEN_LEN, GEN_TOKENS, ITL, KV_USAGE, PREEMPTIONS, PREFILL_TIME,  # noqa: E402,F401
+                                 PREFIX_HITS, PREFIX_QUERIES, PROMPT_LEN, PROMPT_TOKENS, QUEUE, RUNNING, SUCCESS,
+                                 TTFT, WAITING)
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from v41flash.metrics.parse import parse_metrics
 from v41flash.metrics.window import PodSnapshot
 from v41flash.render.ports import ENGINE_PORT as VLLM_METRICS_PORT  # vLLM serves /metrics on its API port
 from v41flash.render.labels import ROUTER
-from v41flash.render.router import METRICS_PORT as ROUTER_METRICS_PORT
-from v41flash.render.router import ROUTER_PORT
+from v41flash.render.ports import METRICS_PORT as ROUTER_METRICS_PORT
+from v41flash.render.ports import ROUTER_PORT
 
 
 @dataclass(frozen=True)

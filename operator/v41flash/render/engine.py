@@ -15,8 +15,8 @@ from ..defaults import PROGRESS_MARGIN_SECONDS
 from ..vllm import args as vargs
 from ..vllm import features as vfeatures
 from . import labels as L
-from .gateway import VLLM_BEHIND_SIDECAR_PORT, sidecar_container, uses_sidecar
-from .ports import ENGINE_PORT
+from .gateway import sidecar_container, uses_sidecar
+from .ports import ENGINE_PORT, VLLM_BEHIND_SIDECAR_PORT
 from .resolve import LEADER_WORKER_SET, Resolved, RoleResolved
 from .timing import DRAIN_CONFIG_KEY, DRAIN_MOUNT_DIR, PodTiming, pre_stop_script
 

@@ -28,8 +28,9 @@ import hashlib
 from typing import Any
 
 from ..api import v1alpha1 as api
+from ..vllm import metric_names
 from . import labels as L
-from .ports import ENGINE_PORT
+from .ports import EPP_GRPC_PORT, EPP_HEALTH_PORT, EPP_METRICS_PORT, ENGINE_PORT, VLLM_BEHIND_SIDECAR_PORT
 from .resolve import Resolved
 from .timing import DEFAULT_DRAIN_SECONDS
 from .yamlout import to_yaml_doc
@@ -52,16 +53,10 @@ INSTALL_HINTS = {"InferencePool": _GIE_CRDS, "InferenceObjective": _GIE_CRDS,
 EPP = "epp"  # component / name suffix of the endpoint picker's objects
 POOL = "pool"  # name suffix of the InferencePool
 ROUTE = "route"  # name suffix of the HTTPRoute
-EPP_GRPC_PORT = 9002  # ext-proc (the Gateway's gRPC client); TLS with the EPP's own certificate
-EPP_HEALTH_PORT = 9003  # gRPC health (probes)
-EPP_METRICS_PORT = 9090
 EPP_CONFIG_KEY = "epp-config.yaml"
 EPP_ENDPOINT_GRACE_SECONDS = 5  # how long a Gateway may take to see a picker endpoint come or go
 EPP_CONFIG_DIR = "/etc/epp"
-VLLM_BEHIND_SIDECAR_PORT = 8200  # a decode pod's vLLM when the routing sidecar owns the serving port
 SIDECAR_CONNECTOR = "nixlv2"  # pd-sidecar's NIXL flow: kv_transfer_params as vLLM 0.33.0's NixlConnector wants
-KV_CACHE_USAGE_METRIC = "vllm:kv_cache_usage_perc"  # vLLM 0.33.0's name (the EPP's default is the old one)
-QUEUED_REQUESTS_METRIC = "vllm:num_requests_waiting"
 OPENAI_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/models")
 PREFILL_PROFILE, DECODE_PROFILE, DEFAULT_PROFILE = "prefill", "decode", "default"
 
@@ -157,8 +152,8 @@ def epp_args(cr_name: str, namespace: str, slot: str = "",
             "--metrics-port", str(EPP_METRICS_PORT),
             # the metrics port is fenced by the NetworkPolicy (operator / Prometheus only), as the router's is
             "--metrics-endpoint-auth=false",
-            "--kv-cache-usage-percentage-metric", KV_CACHE_USAGE_METRIC,
-            "--total-queued-requests-metric", QUEUED_REQUESTS_METRIC,
+            "--kv-cache-usage-percentage-metric", metric_names.KV_USAGE,
+            "--total-queued-requests-metric", metric_names.WAITING,
             "--tracing=false", "--enable-pprof=false"]
     return args
 

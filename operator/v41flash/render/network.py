@@ -21,9 +21,8 @@ from __future__ import annotations
 from typing import Any
 
 from . import labels as L
-from .gateway import EPP, EPP_GRPC_PORT, EPP_METRICS_PORT
-from .ports import ENGINE_PORT
-from .router import METRICS_PORT, ROUTER_INTERNAL_PORT, ROUTER_PORT
+from .gateway import EPP
+from .ports import ENGINE_PORT, EPP_GRPC_PORT, EPP_METRICS_PORT, METRICS_PORT, ROUTER_INTERNAL_PORT, ROUTER_PORT
 
 # Labels the operator chart puts on the operator's own pods (charts/v41flash-operator/templates/deployment.yaml).
 OPERATOR_POD_LABELS = {"app.kubernetes.io/component": "operator", L.SCRAPER_LABEL: "true"}

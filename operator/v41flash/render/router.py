@@ -20,13 +20,9 @@ from typing import Any
 from ..api import v1alpha1 as api
 from ..proxy.revisions import ROUTES_FILE_NAME
 from . import labels as L
-from .ports import ENGINE_PORT
+from .ports import ENGINE_PORT, METRICS_PORT, ROUTER_INTERNAL_PORT, ROUTER_PORT, SERVICE_PORT  # noqa: F401 (importers)
 from .resolve import Resolved, resolve
 
-ROUTER_PORT = 30000  # the pod's "http" port (the Service's target): the proxy, or the router without one
-ROUTER_INTERNAL_PORT = 30001  # vllm-router behind the proxy, loopback only
-METRICS_PORT = 29000
-SERVICE_PORT = ENGINE_PORT  # clients reach the router where they would reach vLLM itself
 PROXY_API_KEY_ENV = "V41FLASH_PROXY_API_KEY"  # the session proxy reads the client API key from it
 POLICIES_WITH_CACHE_THRESHOLDS = ("cache_aware",)
 # vllm-router 0.1.17's sticky_least_loaded counts a session on its engine until it has been idle this many seconds

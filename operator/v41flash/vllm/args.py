@@ -47,16 +47,6 @@ ENGINE_READY_TIMEOUT_S = "3600"  # recipe base_env
 # Multi-node engines handshake across trays and load Engram per rank; the AgentX PD lane uses 7200.
 MULTI_NODE_ENGINE_READY_TIMEOUT_S = "7200"
 
-_ATTN_FLASHINFER_SPARSE = {
-    "backend": "FLASHINFER_MLA_SPARSE_DSV41",
-    "indexer_kv_dtype": "mxfp4",
-    "indexer_sparse_logits": True,
-}
-_ATTN_MEGA = {
-    "backend": "FLASHMLA_MEGA_ATTN_DSV41",
-    "indexer_kv_dtype": "mxfp4",
-    "indexer_sparse_logits": True,
-}
 _CUDAGRAPH_SIZES_8190 = [6, 12, 18, 24, 30, 36, 48, 60, 72, 96, 120, 144, 192, 240, 288, 384, 480,
                          576, 768, 1020, 1536, 2046, 3072, 4092, 6144, 8190]
 _AGENTX_PD_PREFILL_GRAPHS = {
@@ -266,7 +256,7 @@ def eplb_json(eplb: EplbConfig) -> dict[str, Any]:
 
 def _blackwell_tp_rows(product: GpuProduct, a: _Args, notes: list[str]) -> None:
     # recipe single_node_tp.hardware_overrides.blackwell
-    a.set_json("--attention-config", _ATTN_FLASHINFER_SPARSE)
+    a.set_json("--attention-config", lanes.ATTN_FLASHINFER_SPARSE)
     a.set("--kv-cache-dtype", "fp8")
     a.set("--max-num-seqs", 128)
     # recipe single_node_tp b200/gb200/gb300/b300: Engram tables to pinned host DRAM (UVA)
@@ -287,7 +277,7 @@ def _blackwell_tp_rows(product: GpuProduct, a: _Args, notes: list[str]) -> None:
 def _blackwell_dep_rows(a: _Args) -> None:
     # recipe single_node_dep.hardware_overrides.blackwell: MegaMoE + MegaAttention
     a.set_json("--kernel-config", {"moe_backend": "deep_gemm_mega_moe"})
-    a.set_json("--attention-config", _ATTN_MEGA)
+    a.set_json("--attention-config", lanes.ATTN_MEGA)
     a.set("--kv-cache-dtype", "fp8")
     a.set("--max-num-seqs", 128)
     # recipe DEP row sets embedding_across_dp; cpu_offload explicit as the B200/GB* rows offload
@@ -321,7 +311,7 @@ def _amd_rows(cfg: EngineConfig, product: GpuProduct, a: _Args, env: dict, notes
     a.set_json("--engram-config", {"cpu_offload": engram_offloaded(cfg, product)})
     if not is_dep(cfg):
         # recipe single_node_tp.mi355x: paged MXFP4 indexer, block 128, mono decode kernels
-        a.set_json("--attention-config", {"indexer_kv_dtype": "mxfp4", "indexer_sparse_logits": True})
+        a.set_json("--attention-config", lanes.ATTN_INDEXER)
         a.set("--block-size", 128)
         a.set("--monokernel")
         env["VLLM_ROCM_USE_AITER_TRITON_SPARSE_MLA"] = "1"
@@ -353,7 +343,7 @@ def _pd_rows(cfg: EngineConfig, a: _Args, env: dict, notes: list[str]) -> None:
 def _agentx_pd_rows(cfg: EngineConfig, a: _Args, env: dict, notes: list[str]) -> None:
     # recipe presets.gb300_agentx_pd: MegaMoE, MegaAttention, Engram offload, KV over MNNVL
     a.set("--kv-cache-dtype", "fp8")
-    a.set_json("--attention-config", _ATTN_MEGA)
+    a.set_json("--attention-config", lanes.ATTN_MEGA)
     a.set_json("--kernel-config", {
         "moe_backend": "deep_gemm_mega_moe",
         "sparse_indexer_topk_backend": "deep_select",
