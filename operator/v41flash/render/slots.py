@@ -22,7 +22,6 @@ from ..api import v1alpha1 as api
 from ..proxy.revisions import Route
 from ..roles import FIRST_SLOT
 from . import labels as L
-from .compute_domain import move_claim
 from .engine import engine_workload
 from .resolve import Resolved, resolve
 from .revision import serving_revision, stamp_revision
@@ -83,7 +82,6 @@ def _in_slot(w: dict[str, Any], cr_name: str, slot: str) -> dict[str, Any]:
         w["spec"]["selector"]["matchLabels"][L.SLOT_LABEL] = slot
     for t in _templates(w):
         t["metadata"]["labels"][L.SLOT_LABEL] = slot
-        move_claim(t["spec"], w["metadata"]["name"])
     return w
 
 
