@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,14 +12,78 @@ import yaml
 CRD_PATH = Path("crds") / "v41flash.io_v41flashdeployments.yaml"
 
 
-def _load_docs(path: str) -> list[dict[str, Any]]:
-    text = sys.stdin.read() if path == "-" else Path(path).read_text()
-    return [d for d in yaml.safe_load_all(text) if d]
+# Nesting the reader follows (PyYAML composes nodes recursively); a manifest nested deeper is refused with a clear
+# error, never a RecursionError traceback. kvTransfer.extraConfig, the deepest free-form field, allows 8 levels.
+MAX_READ_DEPTH = 5000
+
+
+_QUOTED_OR_BRACKET = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\']|\'\')*\'|[\[\]{}]')
+
+
+def _flow_depth(text: str) -> int:
+    """How deep [ and { nest outside quoted strings: PyYAML's scanner is quadratic in it, so a deep flow collection
+    is refused before parsing (in seconds, not minutes)."""
+    depth = deepest = 0
+    for m in _QUOTED_OR_BRACKET.finditer(text):
+        c = m.group()
+        if c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth = max(depth - 1, 0)
+    return deepest
+
+
+class ManifestError(Exception):
+    """A file that cannot be read as YAML manifests: the message says why, in one line."""
+
+
+def _load_docs(path: str) -> list[Any]:
+    try:
+        raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+        text = raw.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ManifestError(f"{path}: cannot be read: {exc}") from None
+    if _flow_depth(text) > MAX_READ_DEPTH:
+        raise ManifestError(f"{path}: nested deeper than {MAX_READ_DEPTH} levels: not a manifest this tool reads")
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 4 * MAX_READ_DEPTH + 1000))  # Python frames only: the composer, no C recursion
+    try:
+        return [d for d in yaml.safe_load_all(text) if d is not None]
+    except RecursionError:
+        raise ManifestError(f"{path}: nested deeper than {MAX_READ_DEPTH} levels: not a manifest this tool reads") \
+            from None
+    except yaml.YAMLError as exc:
+        raise ManifestError(f"{path}: not valid YAML: {' '.join(str(exc).split())[:300]}") from None
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def _cr_docs(path: str) -> list[dict[str, Any]]:
     from ..api.v1alpha1 import KIND
-    return [d for d in _load_docs(path) if d.get("kind") == KIND]
+    return [d for d in _load_docs(path) if isinstance(d, dict) and d.get("kind") == KIND]
+
+
+def _name(doc: dict[str, Any]) -> str:
+    meta = doc.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return name[:80] if isinstance(name, str) and name else "<unnamed>"
+
+
+def _never_a_traceback(cmd):
+    """Every input ends in a clear error and exit 1: a file that cannot be read, or a bug no check foresaw."""
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return cmd(args)
+        except ManifestError as exc:
+            print(str(exc), file=sys.stderr)
+            return 1
+        except Exception as exc:  # noqa: BLE001 - the last net: one line naming the failure, not a traceback
+            print(f"{args.filename}: {cmd.__name__.removeprefix('cmd_')} failed: {type(exc).__name__}: "
+                  f"{' '.join(str(exc).split())[:300]}", file=sys.stderr)
+            return 1
+    run.__name__ = cmd.__name__
+    return run
 
 
 def cmd_crd(args: argparse.Namespace) -> int:
@@ -46,6 +111,7 @@ def _problems(doc: dict[str, Any]) -> list[str]:
     return [str(p) for p in validate(doc, extra_checks=operator_checks())]
 
 
+@_never_a_traceback
 def cmd_validate(args: argparse.Namespace) -> int:
     docs = _cr_docs(args.filename)
     if not docs:
@@ -53,7 +119,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         return 1
     failed = 0
     for doc in docs:
-        name = doc.get("metadata", {}).get("name", "<unnamed>")
+        name = _name(doc)
         problems = _problems(doc)
         if problems:
             failed += 1
@@ -65,6 +131,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+@_never_a_traceback
 def cmd_render(args: argparse.Namespace) -> int:
     from ..api.v1alpha1 import V41FlashDeployment
     from ..render import render
@@ -76,7 +143,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     for doc in docs:
         problems = _problems(doc)
         if problems:
-            print(f"{doc.get('metadata', {}).get('name', '<unnamed>')}: INVALID, nothing rendered", file=sys.stderr)
+            print(f"{_name(doc)}: INVALID, nothing rendered", file=sys.stderr)
             for p in problems:
                 print(f"  {p}", file=sys.stderr)
             return 1
