@@ -32,7 +32,7 @@ from e2e.cluster_config import kwok_stages, lws_webhooks
 from e2e.nodes import NODE_ANNOTATION, claim_pod_network, fake_nodes, release_pod_network
 from e2e.pki import kubeconfig_yaml, make_pki
 from e2e.tools import E2E, REPO, VENV_BIN, Tools, log, project_crds
-from v41flash_bench.local_cluster import ClusterRecords
+from v41flash_bench.local_cluster import ClusterRecords, write_json
 from v41flash_bench.procs import Proc, free_port, proc_start_ticks, spawn, stop_procs, sweep_writers
 
 SERVICE_CIDR = "10.0.0.0/16"  # 65k Service IPs: 500+ deployments (3 Services each) and room to spare
@@ -384,6 +384,36 @@ def wait_until(pred: Callable[[], object], timeout: float, what: str, proc: Proc
         time.sleep(interval)
 
 
+def set_sim_args(state: Path, pod: str, flags: list[str]) -> None:
+    """Record extra simulator flags for one pod (NAMESPACE/POD); the supervisor restarts its simulator with them.
+    Launcher knobs (--v41f-*) are checked here, so a typo fails the command instead of the pod."""
+    from e2e.supervisor import OVERRIDES_FILE
+    from v41flash_bench.inference_sim import split_knobs
+    split_knobs(flags)
+    path = state / OVERRIDES_FILE
+    try:
+        table = json.loads(path.read_text())
+    except FileNotFoundError:
+        table = {}
+    if flags:
+        table[pod] = flags
+    else:
+        table.pop(pod, None)
+    write_json(path, table)
+
+
+def signal_pod(state: Path, pod: str, sig: str, kind: str = "") -> int:
+    """Send a signal to one simulated pod's process (its first, or the one of ``kind``); its pid."""
+    ns, _, name = pod.partition("/")
+    procs = json.loads((state / "sims.json").read_text())["processes"]
+    proc = next((p for p in procs if p["namespace"] == ns and p["pod"] == name and p["kind"] == (kind or p["kind"])),
+                None)
+    if proc is None:
+        raise SystemExit(f"no {kind or 'process'} of pod {pod} in {state / 'sims.json'}")
+    os.kill(proc["pid"], getattr(signal, "SIG" + sig.upper().removeprefix("SIG")))
+    return proc["pid"]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -394,6 +424,14 @@ def main(argv: list[str] | None = None) -> int:
     pc.add_argument("state", choices=["on", "off"])
     gc = sub.add_parser("gie-crds", help="remove or install the Gateway API Inference Extension CRDs (InferencePool)")
     gc.add_argument("state", choices=["on", "off"])
+    sa = sub.add_parser("sim-args", help="restart one engine pod's simulator with extra flags (a straggler on purpose: "
+                                         "--v41f-itl-factor=2); no flags: back to its own")
+    sa.add_argument("pod", help="NAMESPACE/POD")
+    sa.add_argument("flags", nargs=argparse.REMAINDER)
+    sg = sub.add_parser("signal", help="send a signal to one pod's process (STOP: a hang, CONT, KILL: a crash)")
+    sg.add_argument("pod", help="NAMESPACE/POD")
+    sg.add_argument("signal", help="STOP, CONT, KILL, TERM, ...")
+    sg.add_argument("--kind", default="", help="sim, proxy, router, sidecar, epp (default: the pod's first process)")
     lg = sub.add_parser("logs", help="tail component logs")
     lg.add_argument("component", nargs="?", help="e.g. kube-apiserver, supervisor, sim-default-mypod")
     lg.add_argument("-n", type=int, default=40)
@@ -411,6 +449,11 @@ def main(argv: list[str] | None = None) -> int:
     elif a.cmd == "gie-crds":
         from e2e.gateway import install_gie_crds, remove_gie_crds
         (install_gie_crds if a.state == "on" else remove_gie_crds)(c)
+    elif a.cmd == "sim-args":
+        set_sim_args(c.state, a.pod, [f for f in a.flags if f != "--"])
+    elif a.cmd == "signal":
+        pid = signal_pod(c.state, a.pod, a.signal, a.kind)
+        print(f"SIG{a.signal.upper().removeprefix('SIG')} sent to pid {pid}")
     elif a.cmd == "logs":
         files = sorted(c.logs.glob("*.log")) if c.logs.exists() else []
         if a.component:

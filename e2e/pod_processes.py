@@ -19,7 +19,7 @@ from e2e.engine_pods import (HOSTILE_METRICS_ENV, POD_SIM_ARGS_ENV, hostile_comm
 from e2e.gateway_pods import (EPP_PORT_FLAGS, epp_command, forward_command, is_routing_sidecar, sidecar_command,
                               sidecar_container)
 from e2e.pod_spec import go_flag, command_tokens, container_env, flag_values, http_port, volume_paths
-from e2e.probes import probe_url, readiness_url
+from e2e.probes import ProbeRun, probe_url, readiness_url
 from e2e.router_pods import (UNREACHABLE, has_router, local_routes, proxy_command, proxy_container,
                              resolve_service_url, router_command, routes_volume)
 from e2e.tools import log
@@ -77,6 +77,15 @@ class Child:
     sigterm_at: float | None = None
     ip_wait: str = ""  # the uid of another pod whose process still holds this one's IP (logged once)
     reads: str = ""  # the rendered command line: configMap files it names are copied to the state dir at start
+    # kubelet's probes (supervisor.attach_probes): consecutive readiness results, the liveness probe and its results,
+    # when it is next due, probe runs in flight (a frozen process holds one for its whole timeoutSeconds)
+    readiness: ProbeRun | None = None
+    liveness_url: str | None = None
+    liveness: ProbeRun | None = None
+    next_live: float = 0.0
+    pending: dict = field(default_factory=dict)
+    started_at: float = 0.0  # monotonic: when its process last started (backoff resets after 10 min running)
+    backoff: int = 0  # crash-loop step: the next restart waits min(10, 0.5 x 2^backoff) s
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.alive()
@@ -94,7 +103,9 @@ def hostile_child(pod: dict, role: str, ip: str, port: int, mode: str, container
 
 class PodProcesses:
     """The Supervisor's reading of a pod into the processes it runs. Mixed into Supervisor: uses its api, state,
-    logs, tools, extra (per-role simulator flags), pods and routes_synced."""
+    logs, tools, extra (per-role simulator flags), overrides (per-pod ones), pods and routes_synced."""
+
+    overrides: dict[str, list[str]] = {}  # "<ns>/<pod>" -> the harness's flags; replaced whole, never mutated
 
     def desired(self, pod: dict) -> list[Child]:
         """The processes a pod needs: [] for a headless worker; the session proxy first (the pod's front
@@ -134,7 +145,9 @@ class PodProcesses:
         v = parse_vllm(toks, http_port(c))
         if v.headless:
             return []  # a headless multi-node worker has no API server
-        extra = [*self.extra[role], *shlex.split(env.get(POD_SIM_ARGS_ENV, ""))]
+        # the harness's own per-pod flags last (`python -m e2e.harness sim-args`): a pod slowed on purpose
+        extra = [*self.extra[role], *shlex.split(env.get(POD_SIM_ARGS_ENV, "")),
+                 *self.overrides.get(f"{meta['namespace']}/{meta['name']}", [])]
         if HOSTILE_METRICS_ENV in env:
             return [hostile_child(pod, role, ip, v.port, env[HOSTILE_METRICS_ENV], c, self.logs / f"hostile-{tag}.log")]
         start_at, problem = start_plan(split_knobs(extra)[0], time.monotonic())

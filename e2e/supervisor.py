@@ -36,19 +36,21 @@ import shlex
 import signal
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from e2e.cluster_config import ROLE_LABEL, SUPERVISED_ROLES
 from e2e.engine_pods import SIM_ROLE_LATENCY
 from e2e.pod_processes import Child, PodProcesses
 from e2e.pod_spec import wants_process
-from e2e.probes import missing_modules, probe_ok, ready_status
+from e2e.probes import ProbeRun, ProbeTiming, missing_modules, probe_ok, probe_timing, probe_url, ready_status
 from e2e.termination import GRACE_CAP_ENV, Termination, grace_cap, ip_holder
 from e2e.tools import Tools, log
 from v41flash_bench.local_cluster import write_json
 from v41flash_bench.procs import Proc, spawn, stop_procs
 
 SELECTOR = f"{ROLE_LABEL} in ({','.join(SUPERVISED_ROLES)})"
+OVERRIDES_FILE = "sim-overrides.json"  # per-pod simulator flags the harness adds (`python -m e2e.harness sim-args`)
 
 
 class Supervisor(PodProcesses, Termination):
@@ -67,10 +69,15 @@ class Supervisor(PodProcesses, Termination):
         self.terminations: dict[str, dict] = {}
         self.grace_cap = grace_cap(os.environ.get(GRACE_CAP_ENV))
         self.extra = {r: shlex.split(os.environ.get(f"V41F_SIM_ARGS_{r.upper()}", "")) for r in SIM_ROLE_LATENCY}
+        self.overrides_file = state / OVERRIDES_FILE
+        self.overrides: dict[str, list[str]] = {}  # "<ns>/<pod>" -> simulator flags (load_overrides)
+        self.overrides_mtime: int | None = None
+        self.carried_restarts: dict[str, int] = {}  # pod uid -> restarts, across a restart with new flags
 
     def reconcile(self) -> None:
         """One pass: processes of pods gone from the apiserver stop; terminating pods go through kubelet's
         termination; pods that run get their processes started (restarted with backoff) and probed."""
+        self.load_overrides()
         changed = self.drop_vanished()
         for uid, pod in list(self.pods.items()):
             if pod["metadata"].get("deletionTimestamp"):
@@ -97,6 +104,8 @@ class Supervisor(PodProcesses, Termination):
                 new = [Child(uid, pod["metadata"]["namespace"], pod["metadata"]["name"], "?", "none", "", 0, [],
                              {}, "", problem=str(e), next_start=float("inf"))]
             for ch in new:
+                self.attach_probes(pod, ch)
+                ch.restarts = self.carried_restarts.pop(uid, 0) if ch.kind == "sim" else ch.restarts
                 self.children[f"{uid}/{ch.kind}"] = ch
             if new[0].problem == "headless":
                 self.set_ready(new[0], pod, True)
@@ -110,10 +119,18 @@ class Supervisor(PodProcesses, Termination):
             if ch.proc is not None and ch.proc.alive():
                 if time.monotonic() >= ch.next_probe:
                     self.probe(ch, pod)
+                self.check_liveness(ch, pod)
                 continue
             if ch.proc is not None:  # it died: restart with backoff like a container restart
                 ch.restarts += 1
-                ch.next_start = time.monotonic() + min(10.0, 0.5 * 2 ** min(ch.restarts, 5))
+                # kubelet's crash-loop backoff (here 0.5 s doubling to 10 s, not 10 s to 5 min), reset once the
+                # container ran 10 minutes
+                ch.backoff = 1 if time.monotonic() - ch.started_at > 600 else ch.backoff + 1
+                ch.next_start = time.monotonic() + min(10.0, 0.5 * 2 ** min(ch.backoff, 5))
+                ch.pending.clear()
+                for run in (ch.readiness, ch.liveness):
+                    if run is not None:
+                        run.failures = run.successes = 0
                 log(f"{ch.kind} for {ch.namespace}/{ch.pod} exited; restart #{ch.restarts} after backoff "
                     f"(log {ch.log})")
                 ch.proc = None
@@ -137,10 +154,12 @@ class Supervisor(PodProcesses, Termination):
                     ch.proc = spawn(f"{ch.kind}-{ch.namespace}-{ch.pod}", ch.argv, Path(ch.log), env=ch.env,
                                     port=ch.port)
                     ch.started = False  # a (re)started container runs its startupProbe again
+                    ch.started_at, ch.next_live = time.monotonic(), 0.0
                     self.save()
                 except (RuntimeError, OSError) as e:  # exited at once: back off like a crash loop
                     ch.restarts += 1
-                    ch.next_start = time.monotonic() + min(10.0, 0.5 * 2 ** min(ch.restarts, 5))
+                    ch.backoff += 1
+                    ch.next_start = time.monotonic() + min(10.0, 0.5 * 2 ** min(ch.backoff, 5))
                     log(f"{ch.kind} for {ch.namespace}/{ch.pod} failed to start: {e}")
                     continue
                 finally:
@@ -156,13 +175,102 @@ class Supervisor(PodProcesses, Termination):
 
     def probe(self, ch: Child, pod: dict) -> None:
         """The probes, as kubelet runs them: the startupProbe until it first succeeds, then Ready follows the
-        readinessProbe (or the process being up when there is none); re-probed every half second until Ready,
-        then every 5 seconds."""
+        readinessProbe (or the process being up when there is none): it turns False after failureThreshold failed
+        probes in a row, one periodSeconds apart, and True after successThreshold passed ones. Until the first
+        Ready it is probed every half second (a kubelet would wait periodSeconds: the harness starts faster).
+        Probes run on a thread pool with the probe's timeoutSeconds, so a frozen process delays no other pod."""
         if ch.startup_url and not ch.started:
             ch.started = probe_ok(ch.startup_url)
-        ok = (ch.started or not ch.startup_url) and (probe_ok(ch.probe_url) if ch.probe_url else True)
+        started = ch.started or not ch.startup_url
+        run = ch.readiness or ProbeRun(ProbeTiming())
+        if not started or not ch.probe_url:
+            ok = started
+        else:
+            result = self.probe_result(ch, "readiness", ch.probe_url, run.timing.timeout_s)
+            if result is None:  # still in flight: look again shortly
+                ch.next_probe = time.monotonic() + 0.2
+                return
+            run.record(result)
+            ok = not run.failed if ch.ready else run.succeeded
         self.set_ready(ch, pod, ok)
-        ch.next_probe = time.monotonic() + (5.0 if ok else 0.5)
+        ch.next_probe = time.monotonic() + (run.timing.period_s if ok else 0.5)
+
+    prober: ThreadPoolExecutor | None = None
+
+    def probe_result(self, ch: Child, which: str, url: str, timeout: float) -> bool | None:
+        """The result of one probe run of ``ch`` (started now if none is in flight); None while it runs."""
+        if Supervisor.prober is None:
+            Supervisor.prober = ThreadPoolExecutor(8, thread_name_prefix="probe")
+        fut = ch.pending.get(which)
+        if fut is None:
+            ch.pending[which] = Supervisor.prober.submit(probe_ok, url, timeout)
+            return None
+        if not fut.done():
+            return None
+        del ch.pending[which]
+        return fut.result()
+
+    def check_liveness(self, ch: Child, pod: dict) -> None:
+        """The livenessProbe, as kubelet runs it: once the startupProbe passed and initialDelaySeconds after the
+        container started, every periodSeconds; failureThreshold failures in a row kill the process (SIGTERM, then
+        SIGKILL: a frozen process only answers that) and it restarts with the crash-loop backoff."""
+        if not ch.liveness_url or ch.liveness is None or not ch.running():
+            return
+        now = time.monotonic()
+        t = ch.liveness.timing
+        if (ch.startup_url and not ch.started) or now < ch.started_at + t.initial_delay_s or now < ch.next_live:
+            return
+        result = self.probe_result(ch, "liveness", ch.liveness_url, t.timeout_s)
+        if result is None:
+            ch.next_live = now + 0.2
+            return
+        ch.liveness.record(result)
+        ch.next_live = now + t.period_s
+        if not ch.liveness.failed:
+            return
+        log(f"liveness probe of {ch.kind} for {ch.namespace}/{ch.pod} failed {ch.liveness.failures} times in a row "
+            f"({ch.liveness_url}); killing it (pid {ch.proc.pid}) to restart it, as kubelet does")
+        self.set_ready(ch, pod, False)
+        stop_procs([ch.proc], timeout=2)
+
+    def attach_probes(self, pod: dict, ch: Child) -> None:
+        """The timing of the readiness probe and the liveness probe of the container ``ch`` runs."""
+        c = next((c for c in pod["spec"].get("containers") or [] if c.get("name") == ch.container), None)
+        if c is None:
+            return
+        ch.readiness = ProbeRun(probe_timing(c, "readinessProbe"))
+        ch.liveness_url = probe_url(pod, c, "livenessProbe") if ch.kind != "fwd" else None
+        ch.liveness = ProbeRun(probe_timing(c, "livenessProbe")) if ch.liveness_url else None
+
+    def load_overrides(self) -> None:
+        """The harness's per-pod simulator flags (<state>/sim-overrides.json, `python -m e2e.harness sim-args`): a
+        pod whose flags changed has its simulator restarted with them, as a container restart would."""
+        try:
+            mtime = self.overrides_file.stat().st_mtime_ns
+        except FileNotFoundError:
+            mtime = None
+        if mtime == self.overrides_mtime:
+            return
+        self.overrides_mtime = mtime
+        try:
+            new = json.loads(self.overrides_file.read_text()) if mtime is not None else {}
+        except (OSError, json.JSONDecodeError) as e:
+            log(f"ignoring {self.overrides_file}: {e}")
+            return
+        changed = {k for k in set(new) | set(self.overrides) if new.get(k) != self.overrides.get(k)}
+        self.overrides = new
+        for key, ch in list(self.children.items()):
+            if f"{ch.namespace}/{ch.pod}" not in changed or ch.kind != "sim" or ch.uid in self.terminations:
+                continue
+            log(f"restarting the simulator of {ch.namespace}/{ch.pod} with the harness's flags {new.get(f'{ch.namespace}/{ch.pod}', [])}")
+            pod = self.pods.get(ch.uid)
+            if pod is not None:
+                self.set_ready(ch, pod, False)
+            if ch.proc is not None:
+                stop_procs([ch.proc], timeout=2)
+            self.carried_restarts[ch.uid] = ch.restarts + 1
+            for k in [k for k, c in self.children.items() if c.uid == ch.uid]:
+                self.children.pop(k)
 
     def set_ready(self, ch: Child, pod: dict, ready: bool) -> None:
         """Record one process's probe result; the pod is Ready when all of its processes are."""
@@ -172,7 +280,8 @@ class Supervisor(PodProcesses, Termination):
             return
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         try:
-            self.api.patch_namespaced_pod_status(ch.pod, ch.namespace, ready_status(pod, pod_ready, now))
+            restarts = {c.container: c.restarts for c in self.children.values() if c.uid == ch.uid and c.container}
+            self.api.patch_namespaced_pod_status(ch.pod, ch.namespace, ready_status(pod, pod_ready, now, restarts))
         except Exception as e:  # noqa: BLE001 - pod gone meanwhile, apiserver restarting: retried next probe
             log(f"cannot set Ready={pod_ready} on {ch.namespace}/{ch.pod}: {str(e)[:200]}")
             return
@@ -199,7 +308,7 @@ class Supervisor(PodProcesses, Termination):
         now = time.monotonic()
         waiting = [c.next_start - now for c in self.children.values() if c.proc is None and c.kind != "none"
                    and c.next_start != float("inf")]
-        busy = any(c.proc is not None and not c.ready for c in self.children.values())
+        busy = any(c.proc is not None and (not c.ready or c.pending) for c in self.children.values())
         terminating = any(not t["deleted"] for t in self.terminations.values())
         return 1 if busy or terminating or any(w < 5 for w in waiting) else 5
 

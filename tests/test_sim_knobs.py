@@ -70,3 +70,16 @@ def test_start_plan():
     assert start_plan(SimKnobs(start_delay_s=5), now) == (105.0, "")
     at, problem = start_plan(SimKnobs(fail_start=True), now)
     assert at == float("inf") and "--v41f-fail-start" in problem
+
+
+def test_itl_factor_slows_the_inter_token_latency_only():
+    """--v41f-itl-factor makes a straggler on purpose: ITL x X, prefill (TTFT) as before."""
+    assert split_knobs(["--v41f-itl-factor", "2", "--seed", "1"]) == (SimKnobs(itl_factor=2.0), ["--seed", "1"])
+    v = VllmArgs(("m",), 8000, None, None, 1, False)
+    base, _ = pod_sim_command("/bin/sim", "decode", "127.1.2.3", v)
+    argv, _ = pod_sim_command("/bin/sim", "decode", "127.1.2.3", v, ["--v41f-itl-factor=2"])
+    assert flag_values(base, "--inter-token-latency") == ["10ms"]
+    assert flag_values(argv, "--inter-token-latency") == ["20ms"]
+    assert flag_values(argv, "--prefill-overhead") == flag_values(base, "--prefill-overhead")
+    with pytest.raises(ValueError, match="--v41f-itl-factor"):
+        split_knobs(["--v41f-itl-factor=0"])

@@ -37,13 +37,19 @@ class SimLatency:
         return replace(self, prefill_overhead_ms=self.prefill_overhead_ms * factor,
                        prefill_us_per_token=self.prefill_us_per_token * factor)
 
+    def scaled_itl(self, factor: float) -> SimLatency:
+        """The same engine with its inter-token latency (so ITL) ``factor`` times slower; prefill kept."""
+        return self if factor == 1.0 else replace(self, inter_token_ms=self.inter_token_ms * factor)
+
 
 # Launcher knobs, given among a pod's simulator arguments and taken out before the simulator sees them:
 #   --v41f-start-delay=SECONDS   start the engine this long after its pod runs (a slow cold start)
 #   --v41f-fail-start            never start it: the pod stays Running and never Ready (an OOM at start)
 #   --v41f-latency-factor=X      prefill overhead and per-token prefill time x X (a slower TTFT)
+#   --v41f-itl-factor=X          inter-token latency x X (a slower ITL: a straggler made on purpose)
 KNOB_PREFIX = "--v41f-"
 START_DELAY, FAIL_START, LATENCY_FACTOR = "--v41f-start-delay", "--v41f-fail-start", "--v41f-latency-factor"
+ITL_FACTOR = "--v41f-itl-factor"
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,7 @@ class SimKnobs:
     start_delay_s: float = 0.0
     fail_start: bool = False
     latency_factor: float = 1.0
+    itl_factor: float = 1.0
 
 
 def _knob_number(flag: str, value: str | None, *, positive: bool) -> float:
@@ -84,16 +91,17 @@ def split_knobs(args: Sequence[str]) -> tuple[SimKnobs, list[str]]:
                 raise ValueError(f"{FAIL_START} takes no value (got {a!r})")
             knobs["fail_start"] = True
             continue
-        if flag not in (START_DELAY, LATENCY_FACTOR):
+        if flag not in (START_DELAY, LATENCY_FACTOR, ITL_FACTOR):
             raise ValueError(f"unknown simulator launcher flag {flag} (known: {START_DELAY}, {FAIL_START}, "
-                             f"{LATENCY_FACTOR})")
+                             f"{LATENCY_FACTOR}, {ITL_FACTOR})")
         if not eq:
             value = args[i] if i < len(args) and not args[i].startswith("--") else None
             i += value is not None
         if flag == START_DELAY:
             knobs["start_delay_s"] = _knob_number(flag, value, positive=False)
         else:
-            knobs["latency_factor"] = _knob_number(flag, value, positive=True)
+            knobs["latency_factor" if flag == LATENCY_FACTOR else "itl_factor"] = _knob_number(flag, value,
+                                                                                              positive=True)
     return SimKnobs(**knobs), rest
 
 
@@ -117,7 +125,7 @@ def sim_command(binary: str | Path, *, bind_host: str, port: int, served_names: 
     delay and forced failure are the caller's to honour (the process it starts is the simulator).
     """
     knobs, extra = split_knobs(extra)
-    latency = latency.scaled(knobs.latency_factor)
+    latency = latency.scaled(knobs.latency_factor).scaled_itl(knobs.itl_factor)
     argv = [str(binary), "--port", str(port), "--model", served_names[0], "--served-model-name", *served_names,
             "--max-num-seqs", str(max_num_seqs), "--max-model-len", str(max_model_len),
             "--kv-cache-size", str(kv_cache_blocks), "--block-size", str(block_size),
