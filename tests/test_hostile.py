@@ -161,10 +161,44 @@ def prometheus_selects_scrape_labels(doc, objs):
     assert validate(doc, operator_checks(AdminPolicy()))  # the default operator queries nothing
 
 
+def extra_args_passed(doc, objs):
+    """A flag no field owns reaches vLLM last, and the operator's own settings are still there."""
+    args = next(_containers(objs, "decode"))["args"]
+    assert args[-len(doc["spec"]["decode"]["extraArgs"]):] == doc["spec"]["decode"]["extraArgs"]
+    assert "--kv-transfer-config" in args and "--served-model-name" in args
+
+
+def time_zone_pinned(doc, objs):
+    """The planner reads the zone from the pinned tzdata package, never the machine's files."""
+    from v41flash import cron
+    zone = doc["spec"]["autoscaling"]["schedules"][0]["timeZone"]
+    assert zone in cron.TIME_ZONES and cron.zone(zone).key == zone
+    assert "localtime" not in cron.TIME_ZONES and "America" not in cron.TIME_ZONES
+
+
+def gateway_engines_closed(doc, objs):
+    """Mode Gateway: every ingress rule of every policy names its peers (the picker, the Gateway's pods the spec or
+    its HTTPRoute names, the deployment's engines, the operator): none admits any pod of the cluster."""
+    policies = [o for o in objs if o["kind"] == "NetworkPolicy"]
+    assert {p["metadata"]["name"] for p in policies} == {"hostile-engines", "hostile-epp-ingress"}
+    for p in policies:
+        for rule in p["spec"]["ingress"]:
+            assert rule.get("from") and all(peer["podSelector"]["matchLabels"] for peer in rule["from"]), rule
+    peers = [peer for rule in policies[0]["spec"]["ingress"] for peer in rule["from"]]
+    gateway = doc["spec"]["routing"].get("gateway", {})
+    if "dataPlanePods" in gateway:
+        assert {"podSelector": {"matchLabels": gateway["dataPlanePods"]["podLabels"]},
+                "namespaceSelector": {"matchLabels": gateway["dataPlanePods"]["namespaceLabels"]}} in peers
+    elif "httpRoute" in gateway:
+        assert {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "infra"}},
+                "podSelector": {"matchLabels": {"gateway.networking.k8s.io/gateway-name": "inference-gateway"}}} in peers
+
+
 CHECKS = {f.__name__: f for f in (tolerations_noschedule_only, probes_int32, kv_transfer_config_is_json,
                                   extra_args_hidden, extra_env_hidden, gpu_limit_kept, api_key_from_secret,
                                   default_is_locked_down, weight_cache_namespaced_read_only,
-                                  weight_cache_shared_read_only, prometheus_selects_scrape_labels)}
+                                  weight_cache_shared_read_only, prometheus_selects_scrape_labels,
+                                  extra_args_passed, time_zone_pinned, gateway_engines_closed)}
 
 
 def test_the_corpus_is_big_and_well_formed():
