@@ -171,12 +171,12 @@ def test_spec_changes_converge_and_a_bad_change_leaves_the_running_stack_alone(c
     before = {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in children(cluster, ns, name)
               if o["kind"] == "Deployment"}
     bad = copy.deepcopy(doc)
-    bad["spec"]["decode"]["extraArgs"] = ["--max-num-sequences", "8"]
+    bad["spec"]["decode"]["extraArgs"] = ["--num-seqs-max", "8"]  # vLLM knows no such flag
     apply(cluster, bad, ns)
     wait_for(lambda: (condition(get_cr(cluster, ns, name), "Stalled") or {}).get("status") == "True", 60,
              "Stalled after an unrealizable change")
     msg = condition(get_cr(cluster, ns, name), "Stalled")["message"]
-    assert "spec.decode.extraArgs" in msg and "--max-num-sequences" in msg
+    assert "spec.decode.extraArgs" in msg and "--num-seqs-max" in msg
     after = {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in children(cluster, ns, name)
              if o["kind"] == "Deployment"}
     assert after == before, "a Stalled spec must not touch the running workloads"

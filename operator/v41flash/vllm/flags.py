@@ -394,8 +394,11 @@ def _owned_prefix(option: str, same_kind: list[str], owned: set[str]) -> int:
 
 
 def spelling_pattern(dests: set[str]) -> str:
-    """A regular expression matching every argv token with which vLLM 0.33.0's parser sets one of dests (and
-    tokens it refuses anyway: a name that starts like only owned options but is none of them)."""
+    """A regular expression matching every argv token with which vLLM 0.33.0's parser sets one of dests: the
+    option or an abbreviation of it, then the end, `=value` or `.key`. An abbreviation is written as the shortest
+    prefix only owned options start with, then any name characters: a compact expression (the CRD's CEL cost
+    budget counts regex length x 4,096 characters x 64 items) that also takes a misspelling starting that way
+    (`--max-num-sequences` for --max-num-seqs), which vLLM would refuse anyway."""
     unknown = dests - {spec["dest"] for spec in options().values()}
     if unknown:
         raise ValueError(f"not a vLLM {snapshot()['header']['vllm_version']} option dest: {sorted(unknown)}")
