@@ -115,11 +115,12 @@ Server-side apply is a PATCH that creates a missing object, so it needs both pat
 - apiGroups: ["gateway.networking.k8s.io"]
   resources: ["httproutes"]
   verbs: ["get", "list", "create", "patch", "delete"]
-# Pods: observed for status and metrics, annotated with a deletion cost before a scale-down. get/list/watch
-# are also what the router's Role grants, and RBAC only lets the operator grant what it holds itself.
+# Pods: observed for status and metrics, annotated with a deletion cost before a scale-down, deleted to replace a
+# hung or straggling engine (controller/engine_health.py). get/list/watch are also what the router's Role grants,
+# and RBAC only lets the operator grant what it holds itself.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "watch", "patch"]
+  verbs: ["get", "list", "watch", "patch", "delete"]
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
