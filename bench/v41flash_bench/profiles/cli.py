@@ -19,11 +19,20 @@ from v41flash_bench.profiles.fit import build_profile
 def register(profile_subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     build = profile_subparsers.add_parser(
         "build", help="fit a capacity profile from measured (ISL, TTFT, batch, ITL) points")
-    build.add_argument("--from", dest="source", required=True, type=Path, help="benchmark-run JSON (or YAML)")
+    build.add_argument("--from", dest="source", required=True, type=Path,
+                       help="`v41flash bench serve` records (records.jsonl or its directory), or a benchmark-run "
+                            "JSON (or YAML)")
+    build.add_argument("--hold-out", metavar="LOAD",
+                       help="records: leave the points at this load out of the fit (concurrency=8, rate=2) and print "
+                            "what the profile predicts there against what was measured")
     build.add_argument("--out", type=Path, help="profile YAML to write (default: stdout)")
     build.add_argument("--name", help="metadata.name of the new profile (default: from the run)")
     build.add_argument("--no-base", action="store_true", help="do not fill unmeasured fields from a shipped profile")
     build.set_defaults(func=_build)
+
+
+def _is_records(path: Path) -> bool:
+    return path.is_dir() or path.suffix == ".jsonl"
 
 
 def _read_run(path: Path) -> dict:
@@ -32,8 +41,17 @@ def _read_run(path: Path) -> dict:
 
 
 def _build(args: argparse.Namespace) -> int:
+    records = None
     try:
-        run = _read_run(args.source)
+        if _is_records(args.source):
+            from v41flash_bench.profiles.from_records import run_from_records
+            from v41flash_bench.serve.records import read
+            records = read(args.source)
+            run = run_from_records(records, held_out=args.hold_out, name=args.name)
+        elif args.hold_out:
+            raise ValueError("--hold-out needs bench serve records (records.jsonl)")
+        else:
+            run = _read_run(args.source)
         if args.name:
             run["name"] = args.name
         if args.no_base:
@@ -41,7 +59,8 @@ def _build(args: argparse.Namespace) -> int:
         profile, fits = build_profile(run)
     except (OSError, ValueError, KeyError, ValidationError) as exc:
         print(f"profile build: {args.source}: {exc}", file=sys.stderr)
-        print("the run format is described in docs/decisions/2026-11-30-capacity-profiles.md", file=sys.stderr)
+        print("records: docs/benchmarking.md; the run format: docs/decisions/2026-11-30-capacity-profiles.md",
+              file=sys.stderr)
         return 1
     header = f"# Capacity profile {profile.metadata.name}: fitted by `v41flash profile build --from {args.source.name}`\n"
     text = header + profile.to_yaml()
@@ -49,6 +68,11 @@ def _build(args: argparse.Namespace) -> int:
         args.out.write_text(text, encoding="utf-8")
     else:
         sys.stdout.write(text)
+    if records is not None and args.hold_out:
+        from v41flash_bench.profiles.from_records import check_held_out
+        for row in check_held_out(profile, records, args.hold_out):
+            print(f"held out {row['load']}: {row['figure']}: predicted {row['predicted']:.4g}, measured "
+                  f"{row['measured']:.4g} ({row['error']:+.1%})", file=sys.stderr)
     for role, fit in fits.items():
         print(
             f"{role}: {fit.points} points, mean |error| {fit.mean_relative_error:.1%}, max {fit.max_relative_error:.1%}"

@@ -115,14 +115,15 @@ def _conversation(s: AgentSession, name: str,
     return turns, contexts
 
 
-def build_trace(sc: RoutingScenario) -> Trace:
-    """The scenario's root sessions (from the shared AgentX generator, ScaledDraws) as chat requests."""
+def build_trace(sc: RoutingScenario, prefix: str = "") -> Trace:
+    """The scenario's root sessions (from the shared AgentX generator, ScaledDraws) as chat requests; ``prefix``
+    starts every session's name (and so its words: sessions of two prefixes share only the system prompt)."""
     draws = ScaledDraws(random.Random(sc.seed), sc)
     system = ("system", _words("sys", sc.system_tokens))
     sessions: list[Session] = []
     sub_ids = itertools.count(sc.sessions)  # the tree's numbers; requests carry the names s<i>, s<i>.sub
     for i in range(sc.sessions):
-        sid = f"s{i}"
+        sid = f"{prefix}s{i}"
         tree = agent_session(draws, i, sub_ids.__next__)
         turns, contexts = _conversation(tree, sid, [system])
         sub, spawn = None, -1

@@ -1,4 +1,5 @@
-"""`v41flash profile show`: print what a capacity profile means.
+"""`v41flash profile show`: print what a capacity profile means; `v41flash profile apply`: put one in the ConfigMap
+that a deployment's spec.autoscaling.capacityProfile names.
 
 `v41flash profile build` (fitting a profile from a benchmark run) is evaluation tooling: the bench extra adds it to
 this group (cli/main.py, entry points ``v41flash.commands``).
@@ -29,6 +30,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     show.add_argument("--itl", type=float, default=1 / 100, help="ITL target, seconds (default 10 ms = 100 tok/s/user)")
     show.add_argument("--yaml", action="store_true", help="print the profiles as YAML instead of a table")
     show.set_defaults(func=_show)
+
+    apply = sub.add_parser(
+        "apply", help="put a profile in a ConfigMap and name it in a deployment's spec.autoscaling.capacityProfile",
+        description="Writes the profile (checked first) as profile.yaml of ConfigMap CONFIGMAP (default "
+                    "<deployment>-capacity-profile) and sets the deployment's spec.autoscaling.capacityProfile to it; "
+                    "the planner reads it on its next pass. --dry-run prints both objects instead (for Git).")
+    apply.add_argument("--from", dest="source", required=True, type=Path, help="profile YAML (`profile build --out`)")
+    apply.add_argument("--deployment", required=True, help="V41FlashDeployment name")
+    apply.add_argument("--namespace", "-n", default="default")
+    apply.add_argument("--configmap", help="ConfigMap name (default: <deployment>-capacity-profile)")
+    apply.add_argument("--kubeconfig", help="kubeconfig (default: $KUBECONFIG, ~/.kube/config, or in-cluster)")
+    apply.add_argument("--dry-run", action="store_true", help="print the ConfigMap and the CR's patch (a merge patch), apply nothing")
+    apply.set_defaults(func=_apply)
     parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
 
 
@@ -86,4 +100,57 @@ def _show(args: argparse.Namespace) -> int:
             f"| {r['profile']} | {r['layout']} | {r['prefill_s']:.3f} | {r['prefill_rps']:.2f} | {r['prefill_rps_gpu']:.3f} "
             f"| {r['decode_itl_b1_ms']:.2f} | {r['decode_seqs']:.0f} | {r['decode_tps_gpu']:.0f} |"
         )
+    return 0
+
+
+def profile_configmap(profile_text: str, name: str, namespace: str) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace,
+            "labels": {"app.kubernetes.io/component": "capacity-profile"}}, "data": {"profile.yaml": profile_text}}
+
+
+def _apply(args: argparse.Namespace) -> int:
+    import yaml
+
+    try:
+        text = args.source.read_text(encoding="utf-8")
+        profile = load_profile(args.source)
+    except (OSError, ValueError, ValidationError, yaml.YAMLError) as exc:
+        print(f"profile apply: {args.source}: {exc}", file=sys.stderr)
+        return 1
+    name = args.configmap or f"{args.deployment}-capacity-profile"
+    cm = profile_configmap(text, name, args.namespace)
+    patch = {"spec": {"autoscaling": {"capacityProfile": name}}}
+    if args.dry_run:
+        class Dumper(yaml.SafeDumper):  # profile.yaml as a block, readable in Git
+            pass
+        Dumper.add_representer(str, lambda d, v: d.represent_scalar("tag:yaml.org,2002:str", v,
+                                                                    style="|" if "\n" in v else None))
+        sys.stdout.write(yaml.dump_all([cm, {"apiVersion": "v41flash.io/v1alpha1", "kind": "V41FlashDeployment",
+                                             "metadata": {"name": args.deployment, "namespace": args.namespace},
+                                             **patch}], Dumper=Dumper, sort_keys=False))
+        return 0
+    import kubernetes
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        if args.kubeconfig or not __import__("os").environ.get("KUBERNETES_SERVICE_HOST"):
+            kubernetes.config.load_kube_config(config_file=args.kubeconfig)
+        else:
+            kubernetes.config.load_incluster_config()
+        core, custom = kubernetes.client.CoreV1Api(), kubernetes.client.CustomObjectsApi()
+        # the deployment first: a typo in its name must not leave a ConfigMap behind
+        custom.get_namespaced_custom_object("v41flash.io", "v1alpha1", args.namespace, "v41flashdeployments",
+                                            args.deployment)
+        core.patch_namespaced_config_map(name, args.namespace, cm, field_manager="v41flash-profile-apply",
+                                         force=True, _content_type="application/apply-patch+yaml")
+        custom.patch_namespaced_custom_object("v41flash.io", "v1alpha1", args.namespace, "v41flashdeployments",
+                                              args.deployment, patch, _content_type="application/merge-patch+json")
+    except ApiException as exc:
+        print(f"profile apply: {exc.status} {exc.reason}: {(exc.body or '')[:300]}", file=sys.stderr)
+        return 1
+    except kubernetes.config.ConfigException as exc:
+        print(f"profile apply: no cluster configuration: {exc} (give --kubeconfig)", file=sys.stderr)
+        return 1
+    print(f"configmap/{name} (profile {profile.metadata.name}) applied in {args.namespace}; "
+          f"v41f/{args.deployment} spec.autoscaling.capacityProfile={name}: the planner uses it from its next pass")
     return 0
