@@ -29,7 +29,8 @@ from typing import Callable
 import yaml
 
 from e2e.cluster_config import kwok_stages, lws_webhooks
-from e2e.nodes import NODE_ANNOTATION, claim_pod_network, fake_nodes, release_pod_network
+from e2e.dra import compute_domain_crd, device_classes, resource_slices
+from e2e.nodes import NODE_ANNOTATION, NODE_POOLS, claim_pod_network, fake_nodes, release_pod_network
 from e2e.pki import kubeconfig_yaml, make_pki
 from e2e.tools import E2E, REPO, VENV_BIN, Tools, log, project_crds
 from v41flash_bench.local_cluster import ClusterRecords, write_json
@@ -105,7 +106,8 @@ class Cluster(ClusterRecords):
             # harness did not install)
             tools = Tools.load()
             self.kubectl("apply", "--server-side", "--force-conflicts",
-                         *[f"-f={c}" for c in [*project_crds(), *tools.gie_crds, *tools.gateway_api_crds] if c.exists()])
+                         *[f"-f={c}" for c in [*project_crds(), *tools.gie_crds, *tools.gateway_api_crds,
+                                               self._compute_domain_crd()] if c.exists()])
             log(f"already up (kubeconfig {self.kubeconfig}); CRDs re-applied; `down` first to restart")
             return False
         if self.procs():
@@ -207,13 +209,15 @@ class Cluster(ClusterRecords):
                               "--node-lease-duration-seconds=40"])
         env = dict(os.environ, V41F_STATE=str(self.state), KUBECONFIG=kc)
         sup = start("supervisor", [sys.executable, "-m", "e2e.supervisor", "--state", self.state], env=env, cwd=REPO)
-        step("controller-manager, scheduler, kwok, supervisor started")
+        # NVIDIA's ComputeDomain controller, played by the harness (e2e/dra.py): each domain's channel template
+        start("imex-controller", [sys.executable, "-m", "e2e.dra", "--state", self.state], env=env, cwd=REPO)
+        step("controller-manager, scheduler, kwok, supervisor, ComputeDomain stand-in started")
 
         # mode Gateway's CRDs (InferencePool, InferenceObjective, HTTPRoute) are part of the default cluster; the
         # test of a missing InferencePool CRD removes and restores them (e2e/gateway.py: remove_gie_crds)
         crds = project_crds() + [
             tools.lws_assets / "leaderworkerset.x-k8s.io_leaderworkersets.yaml", *tools.gie_crds,
-            *tools.gateway_api_crds]
+            *tools.gateway_api_crds, self._compute_domain_crd()]
         self.kubectl("apply", "--server-side", "--force-conflicts", *[f"-f={c}" for c in crds])
 
         def established():  # (kubectl wait fails at once while a CRD has no conditions yet)
@@ -227,6 +231,9 @@ class Cluster(ClusterRecords):
         self.kubectl("create", "namespace", LWS_NAMESPACE)
         nodes = fake_nodes(net=net)
         self.kubectl("create", "-f", "-", input="\n---\n".join(yaml.safe_dump(n) for n in nodes), capture=True)
+        # DRA: the NVIDIA driver's DeviceClasses and the ResourceSlices its kubelet plugins would publish (e2e/dra.py)
+        self.kubectl("create", "-f", "-", capture=True, input="\n---\n".join(
+            yaml.safe_dump(o) for o in [*device_classes(), *resource_slices(nodes, NODE_POOLS)]))
         for name, p in (("kube-controller-manager", kcm), ("kube-scheduler", sched)):
             port = ports["kcm" if p is kcm else "scheduler"]
             wait_until(lambda port=port: _http_ok(f"https://127.0.0.1:{port}/healthz", insecure=True), 60,
@@ -269,6 +276,13 @@ class Cluster(ClusterRecords):
             raise RuntimeError("supervisor exited; see " + sup.log)
         log(f"cluster up in {time.monotonic() - t0:.1f}s; kubeconfig: {self.kubeconfig}")
         log(f"  export KUBECONFIG={self.kubeconfig}   # then: .venv/bin/kubectl get nodes")
+
+    def _compute_domain_crd(self) -> Path:
+        """The ComputeDomain CRD of e2e/dra.py, as a file kubectl applies beside the others."""
+        path = self.state / "computedomains.resource.nvidia.com.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(compute_domain_crd()))
+        return path
 
     def down(self) -> None:
         """Stop every recorded process (supervised sims/routers too) and remove the state (keeps artifacts)."""

@@ -53,6 +53,8 @@ NAMESPACED_RULES = {
     ("inference.networking.k8s.io", "inferencepools"): CHILD | {"watch"},  # mode Gateway; watch: the picker's Role
     ("inference.networking.x-k8s.io", "inferenceobjectives"): {"get", "list", "watch"},  # the picker's Role grants it
     ("gateway.networking.k8s.io", "httproutes"): CHILD,
+    ("resource.nvidia.com", "computedomains"): CHILD,  # multi-node NVLink replicas (render/compute_domain.py)
+    ("resource.k8s.io", "resourceclaimtemplates"): CHILD,  # spec.gpu.allocation: DRA (render/dra.py)
     ("", "pods"): {"get", "list", "watch", "patch"},
     ("", "events"): {"create"},
     ("events.k8s.io", "events"): {"create"},
@@ -219,7 +221,8 @@ def test_rbac_covers_every_child_kind_the_controller_prunes():
               "Service": "services",
               "ServiceAccount": "serviceaccounts", "Role": "roles", "RoleBinding": "rolebindings",
               "PodDisruptionBudget": "poddisruptionbudgets", "ConfigMap": "configmaps",
-              "NetworkPolicy": "networkpolicies", "InferencePool": "inferencepools", "HTTPRoute": "httproutes"}
+              "NetworkPolicy": "networkpolicies", "InferencePool": "inferencepools", "HTTPRoute": "httproutes",
+              "ComputeDomain": "computedomains", "ResourceClaimTemplate": "resourceclaimtemplates"}
     for api_version, kind in CHILD_KINDS:
         group = api_version.rpartition("/")[0]
         assert CHILD <= NAMESPACED_RULES[(group, plural[kind])], kind

@@ -64,9 +64,11 @@ def test_feature_fixture_renders_its_golden_file_and_validates(path):
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_builtin_kinds_validate_against_kubernetes_schema(path):
-    # LeaderWorkerSet, InferencePool and HTTPRoute are checked against their own CRDs (below; test_render_gateway.py)
+    # LeaderWorkerSet, InferencePool, HTTPRoute and ComputeDomain are checked against their own CRDs (below;
+    # test_render_gateway.py, test_compute_domain.py)
     builtin = [o for o in render(example(path))
-               if not o["apiVersion"].startswith(("leaderworkerset.", "inference.networking.", "gateway.networking."))]
+               if not o["apiVersion"].startswith(("leaderworkerset.", "inference.networking.", "gateway.networking.",
+                                                  "resource.nvidia.com/"))]
     assert builtin
     for obj in builtin:
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)

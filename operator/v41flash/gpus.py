@@ -78,6 +78,12 @@ GPU_PRODUCTS: dict[str, GpuProduct] = {
     )
 }
 
+# spec.gpu.allocation: DRA claims whole GPUs from the NVIDIA DRA driver (k8s-dra-driver-gpu): its driver name and the
+# DeviceClass its chart installs. Other vendors' products keep the device plugin.
+DRA_DRIVER = "gpu.nvidia.com"
+DRA_DEVICE_CLASS = "gpu.nvidia.com"
+DRA_VENDORS = ("nvidia",)
+
 # Product brief: the high-throughput profile is DEP2 (TP1 x DP2 with expert parallelism).
 HIGH_THROUGHPUT_DP = 2
 HIGH_THROUGHPUT_TP = 1

@@ -115,6 +115,14 @@ Server-side apply is a PATCH that creates a missing object, so it needs both pat
 - apiGroups: ["gateway.networking.k8s.io"]
   resources: ["httproutes"]
   verbs: ["get", "list", "create", "patch", "delete"]
+# Multi-node replicas on GB200/GB300 NVL72: the IMEX ComputeDomain of each such workload (apply, prune).
+- apiGroups: ["resource.nvidia.com"]
+  resources: ["computedomains"]
+  verbs: ["get", "list", "create", "patch", "delete"]
+# spec.gpu.allocation: DRA. The ResourceClaimTemplate of each engine workload's GPUs (apply, prune).
+- apiGroups: ["resource.k8s.io"]
+  resources: ["resourceclaimtemplates"]
+  verbs: ["get", "list", "create", "patch", "delete"]
 # Pods: observed for status and metrics, annotated with a deletion cost before a scale-down, deleted to replace a
 # hung or straggling engine (controller/engine_health.py). get/list/watch are also what the router's Role grants,
 # and RBAC only lets the operator grant what it holds itself.

@@ -477,6 +477,12 @@ class GPUSpec(Model):
         cel("!(self.rdmaResource in ['nvidia.com/gpu', 'amd.com/gpu'])",
             "rdmaResource may not be a GPU resource: its request of 1 would replace the GPU limit the operator "
             "sizes from the parallel sizes", field_path=".rdmaResource"),
+        cel("self.allocation == 'DRA' || self.deviceClassName == ''",
+            "deviceClassName applies only with allocation: DRA", field_path=".deviceClassName"),
+        cel("self.allocation != 'DRA' || !(self.product in "
+            f"{cel_list(p.name for p in gpus.GPU_PRODUCTS.values() if p.vendor not in gpus.DRA_VENDORS)})",
+            f"allocation: DRA claims GPUs from the NVIDIA DRA driver ({gpus.DRA_DRIVER}); this product keeps the "
+            "device plugin (allocation: DevicePlugin)", field_path=".allocation"),
     ))
     rdma_resource: str = Field("", max_length=F.LABEL_KEY_MAX, pattern=F.EXTENDED_RESOURCE.replace("^", "^$|^", 1),
                                description="RDMA device resource (an extended resource, domain/name) to request "
@@ -484,6 +490,16 @@ class GPUSpec(Model):
     tolerations: list[Toleration] = Field(
         [Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")],
         description="Tolerations for GPU node taints.")
+    allocation: Literal["DevicePlugin", "DRA"] = Field(
+        "DevicePlugin", description="How engine pods get their GPUs. DevicePlugin: the extended resource "
+                                    "(nvidia.com/gpu, amd.com/gpu) in their limits. DRA: Dynamic Resource Allocation "
+                                    "(resource.k8s.io/v1, Kubernetes 1.34+) from the NVIDIA DRA driver: a "
+                                    "ResourceClaimTemplate per engine workload asks for exactly the pod's GPUs of "
+                                    "the product (its productName and memory, in CEL) and every pod claims from it.")
+    device_class_name: str = Field(
+        "", max_length=253, pattern=F.DNS1123_SUBDOMAIN.replace("^", "^$|^", 1),
+        description=f"With allocation DRA: the DeviceClass the GPUs are claimed from; '' = {gpus.DRA_DEVICE_CLASS} "
+                    "(the NVIDIA DRA driver's class of whole GPUs).")
 
 
 class KVTransferSpec(Model):

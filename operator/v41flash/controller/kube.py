@@ -27,6 +27,7 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ConflictError, NotFoundError, ResourceNotFoundError
 
 from ..api import v1alpha1 as api
+from ..render import compute_domain, dra
 from ..render import labels as L
 from ..render.engine import LWS_API_VERSION
 from ..render.gateway import HTTPROUTE_API_VERSION, INFERENCE_POOL_API_VERSION
@@ -51,6 +52,8 @@ CHILD_KINDS: tuple[tuple[str, str], ...] = (
     ("networking.k8s.io/v1", "NetworkPolicy"),
     (INFERENCE_POOL_API_VERSION, "InferencePool"),  # spec.routing.mode: Gateway (render/gateway.py)
     (HTTPROUTE_API_VERSION, "HTTPRoute"),
+    (compute_domain.API_VERSION, compute_domain.KIND),  # multi-node NVLink replicas (render/compute_domain.py)
+    (dra.RESOURCE_API_VERSION, "ResourceClaimTemplate"),  # spec.gpu.allocation: DRA (render/dra.py)
 )
 
 

@@ -31,6 +31,8 @@ class DeploymentMemory:
     applied_rv: dict[ChildRef, str] = field(default_factory=dict)
     # revisions whose ControllerRevision this process created or found: one create per revision
     recorded: set[str] = field(default_factory=set)
+    # an undesired ComputeDomain waits for the pods that claim its channel: every tick prunes until it is gone
+    domains_draining: bool = False
 
 
 class Memory:

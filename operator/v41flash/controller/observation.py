@@ -104,11 +104,15 @@ def nodes_not_ready(pods: Sequence[PodView], roles: Sequence[str]) -> str | None
 
 
 _INSUFFICIENT = re.compile(r"Insufficient ([\w/-]+(?:\.[\w/-]+)*)")  # a resource name, not the sentence's dot
+# kube-scheduler's DynamicResources plugin when no node has free devices for a pod's claims (spec.gpu.allocation DRA)
+_NO_DEVICES = "cannot allocate all claims"
 
 
 def _why_unschedulable(messages: list[str]) -> str:
-    """'0/3 nodes are available: 3 Insufficient nvidia.com/gpu. preemption: ...' → 'Insufficient nvidia.com/gpu'."""
-    found = sorted({f"Insufficient {m}" for msg in messages for m in _INSUFFICIENT.findall(msg)})
+    """'0/3 nodes are available: 3 Insufficient nvidia.com/gpu. preemption: ...' → 'Insufficient nvidia.com/gpu';
+    '... 4 cannot allocate all claims. ...' (GPUs claimed by DRA) → 'cannot allocate all claims'."""
+    found = sorted({f"Insufficient {m}" for msg in messages for m in _INSUFFICIENT.findall(msg)} |
+                   {_NO_DEVICES for msg in messages if _NO_DEVICES in msg})
     if found:
         return ", ".join(found)
     first = messages[0].strip()

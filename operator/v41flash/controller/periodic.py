@@ -21,14 +21,14 @@ from .scheduler import Cycle, Scheduler, Work
 
 
 def periodic_work(uid: str, tick: int, applied_at: float, config: OperatorConfig, cycle: Cycle | None = None,
-                  now: float | None = None) -> Work:
+                  now: float | None = None, draining: bool = False) -> Work:
     """A tick's pass for one deployment: observe, or at its staggered drift slot (every drift_every-th tick)
     re-apply and prune — unless a full pass applied its children (at `applied_at`, monotonic) within the last
-    drift_recent_ticks ticks."""
+    drift_recent_ticks ticks. `draining` (an undesired ComputeDomain waits for its pods): every tick prunes."""
     now = time.monotonic() if now is None else now
     slot = (zlib.crc32(uid.encode()) + tick) % config.drift_every == 0
     recent = now - applied_at < config.drift_recent_ticks * config.timer_interval_seconds
-    drift = slot and not recent
+    drift = (slot and not recent) or draining
     return Work(trigger="periodic", full=drift, prune=drift, cycles=(cycle,) if cycle else ())
 
 
@@ -40,7 +40,9 @@ async def loop(rt: Runtime, scheduler: Scheduler, planners: Planners) -> None:
         uids = rt.memory.known()
         cycle = Cycle(set(uids))
         for uid in uids:
-            scheduler.request(uid, periodic_work(uid, tick, rt.memory.of(uid).applied_at, rt.config, cycle))
+            mem = rt.memory.of(uid)
+            scheduler.request(uid, periodic_work(uid, tick, mem.applied_at, rt.config, cycle,
+                                                 draining=mem.domains_draining))
             if autoscaled(rt.memory.body(uid) or {}):
                 planners.spawn(uid)
 

@@ -29,7 +29,7 @@ from kubernetes.client.exceptions import ApiException
 
 from ..api import v1alpha1 as api
 from ..pods import is_ready
-from ..render import gateway
+from ..render import compute_domain, dra, gateway
 from ..render import labels as L
 from ..render.resolve import LEADER_WORKER_SET
 from ..render.revision import revision_of
@@ -182,15 +182,17 @@ def list_children(io: Io, s: PassState) -> PassState:
 
 def check_kinds(io: Io, s: PassState) -> PassState:
     """Every kind the spec renders (and, in mode Gateway, the InferenceObjective its picker watches) is served by
-    the cluster: the LeaderWorkerSet CRD for multi-node replicas, the Gateway API Inference Extension's CRDs."""
+    the cluster: the LeaderWorkerSet CRD for multi-node replicas, the NVIDIA DRA driver's ComputeDomain for those on
+    NVL72 trays, resource.k8s.io/v1 for GPUs allocated by DRA, the Gateway API Inference Extension's CRDs."""
     need = {(o["apiVersion"], o["kind"]) for o in s.desired}
     if any(kind == "InferencePool" for _, kind in need):
         need |= set(gateway.WATCHED_KINDS)
     missing = sorted((kind, api_version) for api_version, kind in need if not io.kube.has_kind(api_version, kind))
     if not missing:
         return s
-    hints = {gateway.INSTALL_HINTS.get(kind, "the LeaderWorkerSet controller (multi-node replicas)"
-                                       if kind == LEADER_WORKER_SET else f"the CRD of {kind}") for kind, _ in missing}
+    known = {**gateway.INSTALL_HINTS, **compute_domain.INSTALL_HINTS, **dra.INSTALL_HINTS}
+    hints = {known.get(kind, "the LeaderWorkerSet controller (multi-node replicas)"
+                       if kind == LEADER_WORKER_SET else f"the CRD of {kind}") for kind, _ in missing}
     served = ", ".join(f"{kind}.{api_version}" for kind, api_version in missing)
     return replace(s, stall=Stall("KindNotInstalled", f"the cluster does not serve {served}: install "
                                                       f"{' and '.join(sorted(hints))}"))
@@ -212,16 +214,30 @@ def apply_children(io: Io, s: PassState) -> PassState:
 
 
 def prune(io: Io, s: PassState) -> PassState:
-    """Delete what the deployment owns and no longer wants."""
+    """Delete what the deployment owns and no longer wants. An IMEX ComputeDomain waits until no pod claims its
+    channel any more (a drained slot's pods terminate after their workload is gone); a later pass deletes it."""
     if not s.prunes:
         return s
     want, live, pruned = s.want, dict(s.live), list(s.pruned)
-    for ref in [r for r in live if r not in want]:
+    stale = [r for r in live if r not in want]
+    held = _held_domains(io.kube, s, [r for r in stale if r.kind == compute_domain.KIND])
+    io.mem.domains_draining = bool(held)
+    for ref in [r for r in stale if r not in held]:
         io.kube.delete(ref, s.namespace)
         io.mem.applied_rv.pop(ref, None)
         pruned.append(f"{ref.kind}/{ref.name}")
         del live[ref]
     return replace(s, live=live, pruned=tuple(pruned))
+
+
+def _held_domains(kube: KubeAPI, s: PassState, domains: list[ChildRef]) -> set[ChildRef]:
+    """The ComputeDomains among `domains` whose channel template a live pod of the deployment still claims."""
+    if not domains:
+        return set()
+    pods = kube.list_pods(s.namespace, L.label_selector({L.DEPLOYMENT_LABEL: s.name}))
+    claimed = compute_domain.template_holders(pods)
+    return {r for r in domains
+            if (s.live[r].get("spec") or {}).get("channel", {}).get("resourceClaimTemplate", {}).get("name") in claimed}
 
 
 def keep_records(io: Io, s: PassState) -> PassState:

@@ -4,11 +4,12 @@ The only orchestrator of the builders: the controller applies exactly this list 
 the rest, whether or not a rollout runs (the rollout machine decides the slots, rollout/); `v41flash render`
 prints it for slot "" alone. A deployment is a front plus one or two slots (render/slots.py). Same input, same
 output, same order: the ConfigMap (with the routing table), per enabled role its Service and PDB (over all slots)
-and each slot's engine workload, then (with spec.startup.weightCache.prefetch) the weight prefetcher's DaemonSet,
-then the front (the session proxy's ServiceAccount, Role, RoleBinding, Deployment, Service and the serving slot's
-router Service), each slot's vllm-router Deployment and Service, the router PDB (mode Gateway instead: the
-endpoint pickers' ServiceAccount, Role, RoleBinding, per slot a picker's ConfigMap, Deployment, Service and pool,
-the front picker Service and pool, the HTTPRoute when asked for), then the NetworkPolicies.
+and each slot's engine workload (after the GPUs' ResourceClaimTemplate with spec.gpu.allocation DRA and the IMEX
+ComputeDomain when its replicas span NVL72 trays), then (with spec.startup.weightCache.prefetch) the weight
+prefetcher's DaemonSet, then the front (the session proxy's ServiceAccount, Role, RoleBinding, Deployment, Service
+and the serving slot's router Service), each slot's vllm-router Deployment and Service, the router PDB (mode Gateway
+instead: the endpoint pickers' ServiceAccount, Role, RoleBinding, per slot a picker's ConfigMap, Deployment, Service
+and pool, the front picker Service and pool, the HTTPRoute when asked for), then the NetworkPolicies.
 """
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ from typing import Any
 
 from ..api import v1alpha1 as api
 from ..proxy.revisions import table_json
-from . import gateway
+from . import compute_domain, dra, gateway
 from . import labels as L
-from .engine import replica_commands
+from .engine import gpu_claim_spec, replica_commands
 from .network import network_policies
 from .objects import config_map, pdb, role_service
 from .prefetch import weight_prefetch
@@ -63,9 +64,13 @@ def render(obj: api.V41FlashDeployment, slots: Sequence[SlotSpec] | None = None,
     res = resolve(spec)
     revisions: dict[str, str] = {}
     engines: list[dict[str, Any]] = []
+    claim_templates: list[dict[str, Any]] = []  # spec.gpu.allocation DRA: each workload's (render/dra.py)
     for s in slots:
         revisions[s.slot], ws = slot_engines(name, namespace, s.spec, s.replicas, s.slot, owner, timing)
         engines += ws
+        slot_res = resolve(s.spec)
+        claim_templates += [dra.claim_template(w, gpu_claim_spec(slot_res, slot_res.roles[w["metadata"]["labels"][
+            L.ROLE_LABEL]]), owner) for w in ws if slot_res.gpu.dra]
     roles = [r for r in ROLE_ORDER if any(w["metadata"]["labels"][L.ROLE_LABEL] == r for w in engines)]
     gateway_mode = gateway.is_gateway(spec)
     if gateway_mode:
@@ -90,7 +95,11 @@ def render(obj: api.V41FlashDeployment, slots: Sequence[SlotSpec] | None = None,
     for role in roles:
         out.append(role_service(name, namespace, role, owner))
         out.append(pdb(name, namespace, role, owner))
-        out += [w for w in engines if w["metadata"]["labels"][L.ROLE_LABEL] == role]
+        workloads = [w for w in engines if w["metadata"]["labels"][L.ROLE_LABEL] == role]
+        # before the pods: they claim from these
+        out += [t for t in claim_templates if t["metadata"]["labels"][L.ROLE_LABEL] == role]
+        out += compute_domain.domains(workloads, owner)
+        out += workloads
     prefetch = weight_prefetch(name, namespace, spec, res, owner)
     if prefetch is not None:
         out.append(prefetch)

@@ -15,6 +15,9 @@ from ..defaults import PROGRESS_MARGIN_SECONDS
 from ..vllm import args as vargs
 from ..vllm import features as vfeatures
 from . import labels as L
+from .compute_domain import claim_channel, needs_domain
+from .dra import claim_gpus, template_spec
+from .dra import template_name as dra_template_name
 from .gateway import sidecar_container, uses_sidecar
 from .ports import ENGINE_PORT, VLLM_BEHIND_SIDECAR_PORT
 from .resolve import LEADER_WORKER_SET, Resolved, RoleResolved
@@ -262,7 +265,9 @@ def pod_template(cr_name: str, spec: api.V41FlashDeploymentSpec, res: Resolved, 
     if serving:
         pod_labels[L.SERVING_LABEL] = "true"
     volumes, mounts = _volumes(cr_name, namespace, spec, rs)
-    limits = {"cpu": rs.resources.cpu, "memory": rs.resources.memory, res.gpu.resource_name: str(rr.gpus_per_pod)}
+    limits = {"cpu": rs.resources.cpu, "memory": rs.resources.memory}
+    if not res.gpu.dra:  # with DRA the pod's GPUs are its claim's (below)
+        limits[res.gpu.resource_name] = str(rr.gpus_per_pod)
     if res.gpu.rdma_resource:
         limits[res.gpu.rdma_resource] = "1"
     container: dict[str, Any] = {
@@ -295,7 +300,17 @@ def pod_template(cr_name: str, spec: api.V41FlashDeploymentSpec, res: Resolved, 
         pod_spec["containers"] = [sidecar_container(spec, res), container]
     if spec.gpu.node_selector:
         pod_spec["nodeSelector"] = dict(sorted(spec.gpu.node_selector.items()))
+    workload = L.child_name(cr_name, role)
+    if res.gpu.dra:
+        claim_gpus(pod_spec, container, dra_template_name(workload, gpu_claim_spec(res, rr)))
+    if needs_domain(spec.gpu.product, rr.nodes_per_replica):  # MNNVL across trays: an IMEX channel per pod
+        claim_channel(pod_spec, container, workload)
     return {"metadata": {"labels": pod_labels}, "spec": pod_spec}
+
+
+def gpu_claim_spec(res: Resolved, rr: RoleResolved) -> dict[str, Any]:
+    """spec.gpu.allocation DRA: the ResourceClaimTemplate spec of one role's pods (render/dra.py)."""
+    return template_spec(res.gpu.product, res.gpu.device_class, rr.gpus_per_pod)
 
 
 # --- workloads -------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from typing import Any
 from ..api import v1alpha1 as api
 from ..vllm import args as vargs
 from . import labels as L
+from .dra import device_class
 from .engine import model_path
 from .ports import ENGINE_PORT
 from .timing import DRAIN_CONFIG_KEY, PodTiming
@@ -105,7 +106,8 @@ def config_map(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, r
         "model": {"checkpoint": res.checkpoint, "servedModelName": res.served_model_name,
                   "path": model_path(spec), "revision": spec.model.revision or "default branch"},
         "gpu": {"product": res.gpu.product, "gpusPerNode": res.gpu.gpus_per_node,
-                "resource": res.gpu.resource_name,
+                "resource": f"DRA claims of DeviceClass {device_class(res.gpu.device_class)}" if res.gpu.dra
+                else res.gpu.resource_name,
                 "nodeLabel": f"{res.gpu.product_label}={res.gpu.product_label_value}",
                 "topologyKey": res.gpu.topology_key, "rdmaResource": res.gpu.rdma_resource or "none"},
         "gpusAtMinReplicas": res.min_gpus(),

@@ -26,6 +26,12 @@ class GPUResolved:
     product_label_value: str  # the product's value of that label (GPU Feature Discovery's)
     topology_key: str
     rdma_resource: str
+    allocation: str = "DevicePlugin"  # DevicePlugin | DRA (spec.gpu.allocation; render/dra.py)
+    device_class: str = ""  # with DRA: spec.gpu.deviceClassName ('' = the driver's default class)
+
+    @property
+    def dra(self) -> bool:
+        return self.allocation == "DRA"
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,8 @@ def resolve_gpu(spec: api.V41FlashDeploymentSpec) -> GPUResolved:
         product_label_value=product.node_label_value,
         topology_key=spec.gpu.topology_key,
         rdma_resource=spec.gpu.rdma_resource,
+        allocation=spec.gpu.allocation,
+        device_class=spec.gpu.device_class_name,
     )
 
 

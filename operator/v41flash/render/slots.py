@@ -71,17 +71,22 @@ def _templates(w: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _in_slot(w: dict[str, Any], cr_name: str, slot: str) -> dict[str, Any]:
     """A rendered engine workload moved into a slot: its name, the slot label on it and its pods, and in a
-    Deployment's selector. Slot "" is the workload as rendered."""
+    Deployment's selector; the claim templates its pods name (render/compute_domain.py, render/dra.py) are the
+    slot's. Slot "" is the workload as rendered."""
     if not slot:
         return w
     w = copy.deepcopy(w)
     role = w["metadata"]["labels"][L.ROLE_LABEL]
+    rendered = w["metadata"]["name"]
     w["metadata"]["name"] = slot_workload_name(cr_name, role, slot)
     w["metadata"]["labels"][L.SLOT_LABEL] = slot
     if w["kind"] == "Deployment":
         w["spec"]["selector"]["matchLabels"][L.SLOT_LABEL] = slot
     for t in _templates(w):
         t["metadata"]["labels"][L.SLOT_LABEL] = slot
+        for claim in t["spec"].get("resourceClaims") or []:  # templates named after the workload: the slot's
+            claim["resourceClaimTemplateName"] = w["metadata"]["name"] + \
+                claim["resourceClaimTemplateName"].removeprefix(rendered)
     return w
 
 
