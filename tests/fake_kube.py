@@ -211,6 +211,13 @@ class FakeKube:
         self.annotated.append((name, annotations))
         self.writes.append(("annotate", f"Pod/{name}"))
 
+    def delete_pod(self, namespace: str, name: str, uid: str, grace_seconds: int | None = None) -> None:
+        self.calls.append(("delete_pod", name, grace_seconds))
+        self._failure("delete_pod", name)
+        self.pods = [p for p in self.pods if not (p.metadata.namespace == namespace and p.metadata.name == name
+                                                  and p.metadata.uid == uid)]
+        self.writes.append(("delete", f"Pod/{name}"))
+
     def apply(self, obj: dict[str, Any], namespace: str) -> dict[str, Any]:
         what = f"{obj['kind']}/{obj['metadata']['name']}"
         self.calls.append(("apply", what))

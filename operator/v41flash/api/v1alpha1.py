@@ -1030,6 +1030,38 @@ class RolloutSpec(Model):
         description="A candidate revision: roll it back and do not retry it (reverting the spec aborts too).")
 
 
+class HangWatchdogSpec(Model):
+    enabled: bool = Field(True, description="Watch every engine for a hang: requests running and no progress.")
+    seconds: int = Field(
+        30, ge=10, le=3600,
+        description="Seconds an engine may go with requests running and none of its work counters moving (tokens "
+                    "generated, prompt tokens, requests finished, engine steps), or without answering its /metrics, "
+                    "before it is taken out of routing (within 5 s more) and replaced, with an EngineHung Event and "
+                    "condition naming the pod. vLLM's /health answers while a collective is stuck, so liveness "
+                    "probes cannot see this. Longer than the longest legitimate pause: one prefill of the longest "
+                    "prompt (about 9 s for 262,144 tokens on B200).")
+
+
+class StragglerSpec(Model):
+    enabled: bool = Field(True, description="Find engines slower than their role's peers and take them out.")
+    ratio: float = Field(1.5, ge=1.1, le=10.0,
+                         description="An engine (a DEP group: its slowest rank) whose mean inter-token latency or "
+                                     "time to first token over windowSeconds is at least this many times its role's "
+                                     "peers' median at comparable load is a straggler: reported (status, Event, "
+                                     "metric) and replaced: its pod (a DEP group: the group's leader) is deleted, so "
+                                     "it takes no new request at once, drains the streams it holds for its preStop "
+                                     "deadline, stops counting as capacity, and its workload starts a new one. One "
+                                     "unit per role at a time, never the role's last Ready one.")
+    window_seconds: int = Field(60, ge=15, le=3600,
+                                description="The window the engine must be that slow over (its own ITL and TTFT "
+                                            "histograms at the window's start and end).")
+
+
+class EngineHealthSpec(Model):
+    hang: HangWatchdogSpec = Field(default_factory=HangWatchdogSpec, description="The hang watchdog.")
+    straggler: StragglerSpec = Field(default_factory=StragglerSpec, description="Stragglers.")
+
+
 class V41FlashDeploymentSpec(Model):
     model_config = ConfigDict(json_schema_extra=validations(
         cel("self.decode.enabled", "the decode role serves every request: to run aggregated, turn "
@@ -1087,6 +1119,9 @@ class V41FlashDeploymentSpec(Model):
                                                                          "revision) is rolled out.")
     startup: StartupSpec = Field(default_factory=StartupSpec, description="Shorter cold starts: the weights' loader "
                                                                          "and a node-local weight cache.")
+    engine_health: EngineHealthSpec = Field(default_factory=EngineHealthSpec,
+                                            description="Engines that hang or straggle: found from their own metrics, "
+                                                        "taken out of routing and replaced.")
 
 
 # --- status ---------------------------------------------------------------------------------------
@@ -1205,6 +1240,15 @@ class RevisionStatus(Model):
     accept_new: bool = True
 
 
+class EngineHealthStatus(Model):
+    model_config = ConfigDict(extra="ignore")
+    pod: str = Field(description="The engine pod (a DEP group: its leader pod's name).")
+    role: str = Field(description="prefill or decode.")
+    state: Literal["Hung", "Straggler"] = Field(description="Why it was taken out of routing and replaced.")
+    since: str = Field(description="When (RFC 3339).")
+    message: str = Field(description="What was measured.")
+
+
 class V41FlashDeploymentStatus(Model):
     model_config = ConfigDict(extra="ignore")
     observed_generation: int | None = None
@@ -1222,6 +1266,9 @@ class V41FlashDeploymentStatus(Model):
     decode: RoleStatus = Field(default_factory=RoleStatus)
     router: RouterStatus = Field(default_factory=RouterStatus)
     slo: ObservedSLO = Field(default_factory=ObservedSLO)
+    engine_health: list[EngineHealthStatus] = Field(
+        default_factory=list, description="Engines taken out of routing and replaced for a hang or as stragglers in "
+                                          "the last 10 minutes (the EngineHung and Straggler conditions name them).")
     last_decision: PlannerDecision = Field(default_factory=PlannerDecision)
     planner_state: dict[str, Any] = Field(
         default_factory=dict, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},

@@ -315,6 +315,17 @@ class Kube:
         self.core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": annotations}},
                                        field_manager=FIELD_MANAGER, _request_timeout=self.request_timeout)
 
+    def delete_pod(self, namespace: str, name: str, uid: str, grace_seconds: int | None = None) -> None:
+        """Delete one pod (its workload replaces it), the uid a precondition: never a new pod of the same name.
+        grace_seconds None: the pod's own grace period (its preStop drain runs)."""
+        self._may_write()
+        body = client.V1DeleteOptions(grace_period_seconds=grace_seconds, preconditions=client.V1Preconditions(uid=uid))
+        try:
+            self.core.delete_namespaced_pod(name, namespace, body=body, _request_timeout=self.request_timeout)
+        except ApiException as exc:
+            if exc.status not in (404, 409):  # gone already, or another pod by now
+                raise
+
     def read_cr(self, namespace: str, name: str) -> dict[str, Any] | None:
         """A fresh read of one V41FlashDeployment (not the watch's copy); None when it is gone."""
         try:
@@ -417,6 +428,8 @@ class KubeAPI(Protocol):
     def node_ready(self, name: str) -> bool | None: ...
 
     def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None: ...
+
+    def delete_pod(self, namespace: str, name: str, uid: str, grace_seconds: int | None = None) -> None: ...
 
     def read_cr(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 

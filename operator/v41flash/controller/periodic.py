@@ -14,6 +14,7 @@ import zlib
 from functools import partial
 
 from .config import OperatorConfig
+from .engine_health import HealthLoop
 from .passes import run_pass
 from .planners import Planners, autoscaled
 from .runtime import Runtime
@@ -51,10 +52,13 @@ def start(rt: Runtime) -> None:
     rt.scheduler = Scheduler(partial(run_pass, rt), rt.memory, rt.config)
     rt.scheduler.start()
     rt.periodic = asyncio.create_task(loop(rt, rt.scheduler, Planners(rt)))
+    rt.health = asyncio.create_task(HealthLoop(rt).run())  # engines' hangs and stragglers (engine_health.py)
 
 
 def stop(rt: Runtime) -> None:
     if rt.periodic is not None:
         rt.periodic.cancel()
+    if rt.health is not None:
+        rt.health.cancel()
     if rt.scheduler is not None:
         rt.scheduler.stop()

@@ -22,6 +22,7 @@ class Runtime:
     memory: Memory = field(default_factory=Memory)
     scheduler: Scheduler | None = None  # from startup until cleanup
     periodic: asyncio.Task | None = None  # the periodic loop
+    health: asyncio.Task | None = None  # the engine health loop (controller/engine_health.py)
 
     def autoscaler(self) -> Autoscaler:
         """The planner's edge, made with the first planner pass (its series register then); memory keeps it,

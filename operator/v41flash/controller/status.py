@@ -26,6 +26,7 @@ from ..render.slots import slot_workload_name
 from ..roles import ROLES
 from ..rollout.world import RolloutPass
 from .autoscale import PLANNER_CONDITIONS, PlannerOutcome
+from .engine_health import HEALTH_CONDITIONS, STATUS_KEY as ENGINE_HEALTH
 from .desired import desired_replicas
 from .kube import ChildRef
 
@@ -224,6 +225,10 @@ def deployment_status(*, body: dict[str, Any], model: api.V41FlashDeployment | N
         status.update({key: previous[key] for key in ("rollout", "revisions") if key in previous})
     status["conditions"] = _planner_conditions(status["conditions"], previous, planner if stall is None else None,
                                                generation, now)
+    # engine health writes its own fields (controller/engine_health.py); a pass carries them over
+    status["conditions"] += [c for c in previous.get("conditions") or [] if c.get("type") in HEALTH_CONDITIONS]
+    if previous.get(ENGINE_HEALTH):
+        status[ENGINE_HEALTH] = previous[ENGINE_HEALTH]
     return status
 
 

@@ -18,3 +18,6 @@ PREFIX_HITS = "vllm:prefix_cache_hits"
 PREFIX_QUERIES = "vllm:prefix_cache_queries"
 SUCCESS = "vllm:request_success"
 PREEMPTIONS = "vllm:num_preemptions"
+# A histogram of tokens per engine step: its count moves every step, also inside a long chunked prefill that
+# finishes no request and emits no token (the hang watchdog's finest progress signal, when the engine has it)
+ITERATION_TOKENS = "vllm:iteration_tokens_total"
