@@ -101,15 +101,16 @@ def _covered(path: str, variable: str) -> bool:
     return path == variable or path.startswith(variable + ".") or path.rsplit(".", 1)[-1] == variable
 
 
-# Facts that follow from an engine change without being a second variable: the rendered argv changes the
-# serving revision (identity, not compared) and nothing else; replicas Ready and GPUs serving follow the load.
-DERIVED = ("system.gpu_count", "system.roles.prefill.replicas_ready", "system.roles.decode.replicas_ready")
+# Measured, not chosen: replicas Ready and GPUs serving follow the load (the planner's), the token distributions
+# follow what the endpoint answered in the window. (An engine change also changes the serving revision: identity.)
+DERIVED = ("system.gpu_count", "system.roles.prefill.replicas_ready", "system.roles.decode.replicas_ready",
+           "workload.input_tokens", "workload.output_tokens")
 
 
 def comparable(a: dict, b: dict, variable: str) -> tuple[bool, list[str], list[str]]:
     """(ok, the differences the variable explains, the others). ok needs at least one explained difference
     (else there is no A/B) and no other; the workload's requests are compared digest for digest."""
-    diffs = [d for d in differences(a, b) if d not in DERIVED]
+    diffs = [d for d in differences(a, b) if not any(_covered(d, x) for x in DERIVED)]
     mine = [d for d in diffs if _covered(d, variable)]
     other = [d for d in diffs if not _covered(d, variable)]
     return bool(mine) and not other, mine, other

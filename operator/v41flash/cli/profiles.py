@@ -7,6 +7,7 @@ this group (cli/main.py, entry points ``v41flash.commands``).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -133,7 +134,7 @@ def _apply(args: argparse.Namespace) -> int:
     from kubernetes.client.exceptions import ApiException
 
     try:
-        if args.kubeconfig or not __import__("os").environ.get("KUBERNETES_SERVICE_HOST"):
+        if args.kubeconfig or not os.environ.get("KUBERNETES_SERVICE_HOST"):
             kubernetes.config.load_kube_config(config_file=args.kubeconfig)
         else:
             kubernetes.config.load_incluster_config()
