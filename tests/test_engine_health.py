@@ -126,6 +126,12 @@ def test_no_comparable_peer_or_no_whole_window_no_verdict():
     assert S.find_stragglers(figures(("a", 10, 4), ("b", 30, 4, {"tokens_per_s": 0.5})), 1.5) == []
     # scrapes that do not reach back a whole window
     assert S.latency_over(window("a", 10, 4, start=20, length=40), 60, 60) is None
+    # nor since the engine restarted (its counters went down): the fast minutes before do not count
+    before = window("a", 10, 4, start=0, length=60)
+    after = [snap("a", t, tokens=50 * (t - 70), running=4, itl=(50 * (t - 70), 50 * (t - 70) * 0.02))
+             for t in (70, 90, 110)]
+    assert S.latency_over(before + after, 110, 60) is None
+    assert S.latency_over(before + after, 130, 40).itl_s == pytest.approx(0.02)
 
 
 def test_a_dep_group_is_judged_by_its_slowest_rank_and_reported_as_one():

@@ -63,6 +63,9 @@ def latency_over(snapshots: Sequence[PodSnapshot], now: float, window_s: float, 
     """The engine's figures over the window ending at ``now`` from its scrapes (oldest first); None unless its
     scrapes reach back a whole window."""
     ok = [s for s in snapshots if s.ok]
+    # a restarted engine (its counters went down) is judged only on what it did since: a whole window of it
+    restarts = [i for i in range(1, len(ok)) if _sum(ok[i], ITL).count < _sum(ok[i - 1], ITL).count]
+    ok = ok[restarts[-1]:] if restarts else ok
     start = [s for s in ok if s.time <= now - window_s]
     if not start or ok[-1].time <= start[-1].time:
         return None
