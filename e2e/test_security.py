@@ -190,6 +190,11 @@ def test_the_operator_identity_writes_only_what_a_v41flashdeployment_owns(cluste
         assert r.returncode != 0 and "only annotates its own pods" in r.stderr, r.stderr
         r = as_operator("label", "pod", "engine-like", "-n", user_ns, "extra=1")
         assert r.returncode != 0 and "only annotates its own pods" in r.stderr, r.stderr
+        # and deletes only its own (a hung or straggling engine replaced, controller/engine_health.py)
+        r = as_operator("delete", "pod", "user-pod", "-n", user_ns, "--wait=false")
+        assert r.returncode != 0 and "only annotates its own pods" in r.stderr, r.stderr
+        assert as_operator("delete", "pod", "engine-like", "-n", user_ns, "--wait=false").returncode == 0, \
+            "the operator may delete a pod labelled as its own"
         assert as_operator("delete", "configmap", "x-config", "-n", user_ns).returncode == 0
         # the user's objects are untouched
         cm = cluster.kubectl_json("get", "configmap", "app-config", "-n", user_ns)
