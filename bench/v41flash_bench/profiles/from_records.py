@@ -9,6 +9,13 @@
   cold start from the engines' measured pod created → Ready; what the records cannot say (KV-cache capacity,
   tokens per step, KV hand-over) from the shipped profile of the same serving profile and GPU (``base``).
 
+A prefill replica may run several prompts at once (vLLM batches chunks; the simulators run max-num-seqs at a
+time, each slower): the planner models it as ``dataParallelSize`` serial queues. The records estimate those
+serial-equivalent slots as the most prefill work per second any point kept a replica busy with (requests/s per
+prefill replica × the fitted unqueued prefill seconds at that point's prompt), which is the capacity at a
+point that saturated prefill and a lower bound below it; the profile takes the divisor of gpusPerReplica nearest
+to it, never below the rendered DP ranks (``prefill_slots``: include a point that saturates prefill).
+
 ``held_out`` names a load ("concurrency=8", "rate=2") whose points are left out of the fit and predicted instead.
 """
 from __future__ import annotations
@@ -100,10 +107,38 @@ def run_from_records(records: Sequence[dict], *, held_out: str | None = None, na
         if pts:
             section["points"] = pts
         run[role] = section
+    slots = prefill_slots(run, fit_on, roles, disagg)
+    if slots:
+        run["prefillSlots"] = slots
+        gpus_r = run["prefill"]["gpusPerReplica"]
+        best = min((d for d in range(1, gpus_r + 1) if gpus_r % d == 0), key=lambda d: abs(d - slots["estimate"]))
+        run["prefill"]["dataParallelSize"] = max(run["prefill"]["dataParallelSize"], best)
     if not run["prefill"].get("points") and not run["decode"].get("points"):
         raise ValueError("no point to fit: prefill needs a warm point at concurrency 1, decode any warm point "
                          "with a decode batch (a deployment target: its decode ranks come from the CR)")
     return run
+
+
+def prefill_slots(run: dict, records: Sequence[dict], roles: dict, disagg: bool) -> dict | None:
+    """The most serial-equivalent prefill slots a point kept busy per prefill replica (see the module docstring)."""
+    from v41flash_bench.profiles.fit import fit_prefill
+    pts = run["prefill"].get("points")
+    if not pts:
+        return None
+    curve, _ = fit_prefill([(p["isl"] - p["cachedTokens"], p["cachedTokens"], p["ttftSeconds"]) for p in pts])
+    best = None
+    for r in records:
+        f = r["figures"]
+        replicas = ((r["system"].get("roles") or {}).get("prefill" if disagg else "decode") or {}).get("replicas_ready")
+        if r["state"] != "warm" or not replicas or not f["requests"]["succeeded"]:
+            continue
+        cached = f["throughput"]["cached_tokens_per_s"] / f["throughput"]["requests_per_s"]
+        new = f["tokens"]["input"]["mean"] - cached
+        s = curve.overhead + curve.per_token * new + curve.per_token_context * new * (new + 2 * cached)
+        busy = f["throughput"]["requests_per_s"] / replicas * s
+        if best is None or busy > best["estimate"]:
+            best = {"estimate": busy, "load": load_key(r)}
+    return best
 
 
 def check_held_out(profile: CapacityProfile, records: Sequence[dict], held_out: str) -> list[dict]:
