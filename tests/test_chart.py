@@ -55,7 +55,7 @@ NAMESPACED_RULES = {
     ("gateway.networking.k8s.io", "httproutes"): CHILD,
     ("resource.nvidia.com", "computedomains"): CHILD,  # multi-node NVLink replicas (render/compute_domain.py)
     ("resource.k8s.io", "resourceclaimtemplates"): CHILD,  # spec.gpu.allocation: DRA (render/dra.py)
-    ("", "pods"): {"get", "list", "watch", "patch"},
+    ("", "pods"): {"get", "list", "watch", "patch", "delete"},
     ("", "events"): {"create"},
     ("events.k8s.io", "events"): {"create"},
 }
@@ -447,7 +447,8 @@ def test_the_operator_may_write_only_what_a_v41flashdeployment_owns(helm):
     assert ok("UPDATE", pods, pod(OURS, cost), pod(OURS))  # the deletion-cost annotation on its pod
     assert not ok("UPDATE", pods, pod({"app": "db"}, cost), pod({"app": "db"}))  # someone else's pod
     assert not ok("UPDATE", pods, pod({**OURS, "extra": "1"}), pod(OURS))  # relabelling its own
-    assert not ok("DELETE", pods, None, pod(OURS)) and not ok("CREATE", pods, pod(OURS), None)
+    assert ok("DELETE", pods, None, pod(OURS))  # a hung or straggling engine replaced (controller/engine_health.py)
+    assert not ok("DELETE", pods, None, pod({"app": "db"})) and not ok("CREATE", pods, pod(OURS), None)
     # anyone else (the garbage collector, users, controllers) is not this policy's business
     assert admitted(policy, "system:serviceaccount:kube-system:generic-garbage-collector", "DELETE", svc, None, mine)
     assert admitted(policy, "alice", "UPDATE", pods, pod({"app": "db"}, cost), pod({"app": "db"}))

@@ -183,6 +183,8 @@ def register(subparsers) -> None:
     a.set_defaults(func=_autoscale)
     from v41flash_bench.cli_routing import add_routing_parser  # `bench routing` lives in its own module
     add_routing_parser(sub)
+    from v41flash_bench.front_bench import add_parser as add_front_parser  # `bench front`
+    add_front_parser(sub)
     from v41flash_bench.operator_load import add_parser as add_operator_parser  # `bench operator`
     add_operator_parser(sub)
     from v41flash_bench.sim.forecastability import add_parser as add_forecastability_parser  # `bench forecastability`

@@ -18,7 +18,8 @@ COMMAND_MODULES = (
     "v41flash.cli.manifests",  # render, validate, crd
     "v41flash.cli.operator",  # operator (run the controller)
     "v41flash.cli.profiles",  # profile show (capacity profiles)
-    "v41flash.cli.proxy",  # session-proxy (the router pod's front step)
+    "v41flash.cli.proxy",  # session-proxy (the session proxy: the benchmarks' baseline front)
+    "v41flash.cli.front",  # front-counters (the front pod's counters from Envoy's stats)
 )
 PLUGIN_GROUP = "v41flash.commands"
 PLUGIN_EXTRA = "bench"  # the extra that installs the plugins' package and what it needs

@@ -174,8 +174,8 @@ def clusters(table: list[Route], s: FrontSettings) -> dict[str, Any]:
             "connect_timeout": "10s",
             "load_assignment": {"cluster_name": cluster_name(r.revision), "endpoints": [{"lb_endpoints": [
                 {"endpoint": {"address": _address(u.hostname or "", port)}}]}]},
-            # the in-flight cap: over it, 503 at once (a pending queue would hold streams the client times out)
-            "circuit_breakers": {"thresholds": [{"max_connections": s.max_in_flight, "max_pending_requests": 1,
+            # the in-flight cap: over it, 503 at once (HTTP/1.1 upstream: a request waits for its connection as pending)
+            "circuit_breakers": {"thresholds": [{"max_connections": s.max_in_flight, "max_pending_requests": s.max_in_flight,
                                                  "max_requests": s.max_in_flight, "max_retries": 0}]},
         })
     return {"resources": out}
