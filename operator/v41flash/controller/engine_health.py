@@ -50,6 +50,16 @@ STATUS_KEY = "engineHealth"
 HOLD_SECONDS = 600  # an entry (and its condition) stays this long after the engine was replaced
 HUNG_GRACE_SECONDS = 10  # a hung engine finishes nothing: SIGTERM, then SIGKILL, without the preStop drain
 SCRAPE_DEADLINE_S = 2.0  # a page is a few KiB: an engine that cannot send it in 2 s is not answering
+LIST_EVERY_S = 15.0  # the engine pods are listed this often (and again before acting), not on every check
+SPEC_KEY = "engineHealth"  # spec.engineHealth
+
+
+def engine_health_spec(body: Mapping[str, Any]) -> api.EngineHealthSpec:
+    """spec.engineHealth alone (the rest of a spec, valid or not, does not change what engine health does)."""
+    try:
+        return api.EngineHealthSpec.model_validate((body.get("spec") or {}).get(SPEC_KEY) or {})
+    except ValueError:
+        return api.EngineHealthSpec()
 
 
 def interval_for(spec: api.EngineHealthSpec) -> float:
@@ -81,6 +91,8 @@ class DeploymentHealth:
     """What engine health keeps per deployment between ticks (lost on a restart: one window to learn again)."""
     progress: dict[str, W.Progress] = field(default_factory=dict)
     history: dict[str, deque] = field(default_factory=dict)  # pod -> its recent snapshots (a window's worth)
+    engines: list = field(default_factory=list)  # the engine pods as last listed
+    listed_at: float = float("-inf")  # monotonic
 
 
 @dataclass(frozen=True)
@@ -164,17 +176,14 @@ class EngineHealth:
         """One tick for one deployment: scrape its engines, find hung ones and stragglers, replace, report."""
         meta = body["metadata"]
         ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
-        try:
-            spec = api.V41FlashDeploymentSpec.model_validate(body.get("spec") or {})
-        except ValueError:
-            return
-        cfg = spec.engine_health
+        cfg = engine_health_spec(body)
         if not cfg.hang.enabled and not cfg.straggler.enabled:
             self.forget(uid)
             return
         state = self.states.setdefault(uid, DeploymentHealth())
-        engines = engines_of(self.kube.list_pods(ns, L.label_selector({L.DEPLOYMENT_LABEL: name})), name)
-        live = [e for e in engines if not e.deleting]
+        if time.monotonic() - state.listed_at >= LIST_EVERY_S:
+            self._list(state, ns, name)
+        live = [e for e in state.engines if not e.deleting]
         targets = [vllm_target(e.name, e.role, e.ip) for e in live]
         snapshots = asyncio.run(scrape(targets, timeout_s=SCRAPE_DEADLINE_S)) if targets else []
         now = max([now or time.time(), *(s.time for s in snapshots)])
@@ -184,19 +193,26 @@ class EngineHealth:
         slow: list[S.Straggler] = []
         if cfg.straggler.enabled:
             slow = self._stragglers(state, snapshots, live, now, cfg.straggler)
-        found = decide(engines, hung, slow)
         new = []
-        for kind, unit, role, message in found:
-            if kind == STRAGGLER:
-                s = next(x for x in slow if x.unit == unit)
-                message = s.message(cfg.straggler.window_seconds)
-            self._replace(body, [e for e in live if e.unit == unit], kind, role, message)
-            new.append(entry(kind, unit, role, now, message))
-            for e in live:
-                if e.unit == unit:
-                    state.progress.pop(e.name, None)
-                    state.history.pop(e.name, None)
+        if hung or slow:
+            self._list(state, ns, name)  # act on what runs now: Ready, terminating, the pods' uids
+            live = [e for e in state.engines if not e.deleting]
+            for kind, unit, role, message in decide(state.engines, hung, slow):
+                if kind == STRAGGLER:
+                    message = next(x for x in slow if x.unit == unit).message(cfg.straggler.window_seconds)
+                if not self._replace(body, [e for e in live if e.unit == unit], kind, role, message):
+                    continue
+                new.append(entry(kind, unit, role, now, message))
+                for e in live:
+                    if e.unit == unit:
+                        state.progress.pop(e.name, None)
+                        state.history.pop(e.name, None)
+                state.listed_at = float("-inf")  # list again next tick: its replacement
         self._report(body, self.unwritten.pop(uid, []) + new, now)
+
+    def _list(self, state: DeploymentHealth, ns: str, name: str) -> None:
+        state.engines = engines_of(self.kube.list_pods(ns, L.label_selector({L.DEPLOYMENT_LABEL: name})), name)
+        state.listed_at = time.monotonic()
 
     def _stragglers(self, state: DeploymentHealth, snapshots: Sequence[PodSnapshot], live: Sequence[Engine],
                     now: float, cfg: api.StragglerSpec) -> list[S.Straggler]:
@@ -214,8 +230,10 @@ class EngineHealth:
                    if (f := S.latency_over(list(state.history.get(pod, ())), now, cfg.window_seconds, unit))]
         return S.find_stragglers(figures, cfg.ratio)
 
-    def _replace(self, body: dict[str, Any], unit_pods: Sequence[Engine], kind: str, role: str, message: str) -> None:
+    def _replace(self, body: dict[str, Any], unit_pods: Sequence[Engine], kind: str, role: str, message: str) -> bool:
         """Delete the unit's pod (a DEP group: its leader; the LeaderWorkerSet recreates the group) and say so."""
+        if not unit_pods:
+            return False
         meta = body["metadata"]
         ns, name = meta["namespace"], meta["name"]
         leader = next((e for e in unit_pods if e.name == e.unit), unit_pods[0])
@@ -228,9 +246,10 @@ class EngineHealth:
             self.kube.delete_pod(ns, leader.name, leader.uid, grace)
         except ApiException as exc:
             log.warning("%s/%s: cannot delete %s (%s); next tick retries", ns, name, leader.name, exc.reason)
-            return
+            return False
         REPLACED.labels(ns, name, role, STATE[kind]).inc()
         self.kube.post_event_soon(body, "Warning", kind, f"{message}: {what}")
+        return True
 
     def _report(self, body: dict[str, Any], new: Sequence[dict[str, str]], now: float) -> None:
         previous = body.get("status") or {}
@@ -286,11 +305,6 @@ class HealthLoop:
             for uid in known:
                 if uid in self.running or now < self.due.get(uid, 0.0):
                     continue
-                body = self.rt.memory.body(uid) or {}
-                try:
-                    spec = api.EngineHealthSpec.model_validate((body.get("spec") or {}).get(STATUS_KEY) or {})
-                except ValueError:
-                    spec = api.EngineHealthSpec()
-                self.due[uid] = now + interval_for(spec)
+                self.due[uid] = now + interval_for(engine_health_spec(self.rt.memory.body(uid) or {}))
                 self.running.add(uid)
                 self.pool.submit(self._one, uid)
