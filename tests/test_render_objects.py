@@ -94,7 +94,7 @@ def test_every_object_carries_the_stable_labels():
     for o in render(example("gb300-pd-dep4-dep16")):
         labels = o["metadata"]["labels"]
         component = "network" if o["kind"] == "NetworkPolicy" else \
-            o["metadata"]["name"].removesuffix("-0").removesuffix("-serving").rsplit("-", 1)[1]
+            o["metadata"]["name"].removesuffix("-0").removesuffix("-serving").removesuffix("-imex").rsplit("-", 1)[1]
         assert labels["app.kubernetes.io/name"] == "v41flash"
         assert labels["app.kubernetes.io/instance"] == "gb300-pd-dep4-dep16"
         assert labels["app.kubernetes.io/managed-by"] == "v41flash-operator"
