@@ -33,9 +33,9 @@ def test_has_the_protocol_attributes(impl):
 
 def test_the_protocol_is_what_the_controller_calls():
     assert protocol_methods(KubeAPI) == [
-        "apply_many", "create", "delete", "has_kind", "list_children", "list_controller_revisions", "list_pods",
-        "node_ready", "patch_pod_annotations", "patch_status", "post_event_soon", "read", "read_cr", "read_many",
-        "urgent"]
+        "apply_many", "create", "delete", "delete_pod", "has_kind", "list_children", "list_controller_revisions",
+        "list_pods", "node_ready", "patch_pod_annotations", "patch_status", "post_event_soon", "read", "read_cr",
+        "read_many", "urgent"]
 
 
 def test_every_other_method_of_the_fake_is_kube_s_with_its_signature_or_the_test_s_side():
