@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import re
+import shlex
 import signal
+import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -26,7 +29,11 @@ import pytest
 import yaml
 
 from e2e.autoscale.calibrate import DECODE_MAX_NUM_SEQS, DECODE_SIM_ARGS, PREFILL_MAX_NUM_SEQS, PREFILL_SIM_ARGS
+from e2e.engine_pods import SIM_KV_TRANSFER_MS, SIM_ROLE_LATENCY
 from e2e.kit import wait_for
+from e2e.tools import VENV_BIN
+from v41flash_bench.serve import records as R
+from v41flash_bench.serve.simcheck import configured
 
 pytestmark = pytest.mark.e2e
 
@@ -338,3 +345,90 @@ def test_a_restart_keeps_the_forecaster_s_history(cluster, operator_process, ns)
     again = extended()
     assert again is not None and again["values"][:6] == after["values"][:6], again
     operator_process.assert_alive()
+
+
+FIT_NAME = "bench-fit"
+FIT_STEADY_CLIENTS = 2  # well inside one replica of each role: the SLO holds and the planner has nothing to add
+FIT_STEADY_S = 50  # three planner windows of WINDOW_S, learning from each
+
+
+def _v41flash(cluster, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    r = subprocess.run([str(VENV_BIN / "v41flash"), *args], capture_output=True, text=True, timeout=timeout,
+                       env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "MPLBACKEND": "Agg"})
+    print(f"$ v41flash {' '.join(args)}\n{r.stdout}{r.stderr[-3000:]}", flush=True)
+    assert r.returncode == 0, f"v41flash {args[0]} {args[1]} exited {r.returncode}"
+    return r
+
+
+def test_a_profile_fitted_from_bench_serve_holds_the_slo_with_corrections_near_1(cluster, operator_process, ns,
+                                                                                  tmp_path):
+    """The README's path: deploy, measure (`bench serve` through the front), fit (`profile build` from the
+    records), apply (`profile apply`: ConfigMap + spec.autoscaling.capacityProfile); then under steady load the
+    planner, on the fitted profile, holds the SLO and learns corrections near 1 (the profile says what the engines
+    do). The deployment is held at one replica per role while it is measured."""
+    doc = deployment()
+    doc["metadata"]["name"] = FIT_NAME
+    doc["spec"]["autoscaling"].pop("capacityProfile")
+    for role in ("prefill", "decode"):
+        doc["spec"][role]["maxReplicas"] = 1
+    cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(doc))
+
+    def ready():
+        cr = cluster.kubectl_json("get", "v41f", FIT_NAME, "-n", ns)
+        c = next((c for c in (cr.get("status") or {}).get("conditions", []) if c["type"] == "Ready"), None)
+        return cr if c and c["status"] == "True" else None
+    wait_for(ready, 240, f"{ns}/{FIT_NAME} Ready")
+    run = tmp_path / "run"
+    common = ["--deployment", FIT_NAME, "-n", ns, "--workload", "fixed", "--isl", "1000", "--osl", "64",
+              "--repeats", "1", "--no-plots"]
+    # measure: concurrency 1 (unqueued prefill), 4 and 12 (prefill saturated: its serial-equivalent slots)
+    _v41flash(cluster, "bench", "serve", *common, "--concurrency", "1,4,12", "--warmup", "3", "--duration", "8",
+              "--whole-sweep", "--out", str(run))
+    recs = R.read(run)
+    assert [r["workload"]["load"]["value"] for r in recs] == [1, 4, 12]
+    assert all(r["figures"]["requests"]["success_rate"] == 1.0 for r in recs), [r["figures"]["requests"] for r in recs]
+    one = recs[0]
+    assert one["system"]["gpu_model"] == "H200" and one["target"]["serving_revision"]
+    # the simulators' flags: prefill's TTFT (+ the KV hand-over), decode's inter-token latency; a loose bound here,
+    # the 10 % comparison is the benchmark's (docs/benchmarking.md)
+    flags = shlex.split(PREFILL_SIM_ARGS)  # the deployment's extra simulator flags override the role's
+    per_token_us = float(flags[flags.index("--prefill-time-per-token") + 1].removesuffix("us"))
+    prefill_lat = replace(SIM_ROLE_LATENCY["prefill"], prefill_us_per_token=per_token_us)
+    want_ttft = configured(prefill_lat, one["figures"]["tokens"]["input"]["mean"],
+                           kv_transfer_ms=SIM_KV_TRANSFER_MS)["ttft_s"]
+    want_itl = SIM_ROLE_LATENCY["decode"].inter_token_ms / 1000
+    got_ttft, got_itl = one["figures"]["latency"]["ttft_s"]["p50"], one["figures"]["latency"]["itl_s"]["p50"]
+    print(f"[e2e] concurrency 1 through the front: TTFT p50 {got_ttft * 1000:.0f} ms (flags: {want_ttft * 1000:.0f} "
+          f"ms), ITL p50 {got_itl * 1000:.1f} ms (flags: {want_itl * 1000:.1f} ms)", flush=True)
+    assert 0.9 * want_ttft < got_ttft < 2.0 * want_ttft and 0.9 * want_itl < got_itl < 2.0 * want_itl
+
+    profile = tmp_path / "profile.yaml"
+    _v41flash(cluster, "profile", "build", "--from", str(run / "records.jsonl"), "--out", str(profile))
+    _v41flash(cluster, "profile", "apply", "--from", str(profile), "--deployment", FIT_NAME, "-n", ns)
+    cm = cluster.kubectl_json("get", "configmap", f"{FIT_NAME}-capacity-profile", "-n", ns)
+    assert yaml.safe_load(cm["data"]["profile.yaml"])["kind"] == "CapacityProfile"
+    cluster.kubectl("patch", "v41f", FIT_NAME, "-n", ns, "--type=merge", "-p", json.dumps(
+        {"spec": {"prefill": {"maxReplicas": MAX_REPLICAS}, "decode": {"maxReplicas": MAX_REPLICAS}}}))
+    t_applied = time.time()
+
+    steady = tmp_path / "steady"
+    _v41flash(cluster, "bench", "serve", *common, "--concurrency", str(FIT_STEADY_CLIENTS), "--warmup", "0",
+              "--duration", str(FIT_STEADY_S), "--out", str(steady), timeout=FIT_STEADY_S + 120)
+    (held,) = R.read(steady)
+    assert held["figures"]["requests"]["success_rate"] == 1.0
+
+    def learned():
+        st = cluster.kubectl_json("get", "v41f", FIT_NAME, "-n", ns).get("status") or {}
+        ps, last = st.get("plannerState") or {}, st.get("lastDecision") or {}
+        t = _parse_iso(last.get("time"))
+        ok = t and t > t_applied and all((ps.get(r) or {}).get("corrections_learned", 0) >= 2 for r in ("prefill", "decode"))
+        return st if ok else None
+    st = wait_for(learned, 60, "two learned corrections per role on the fitted profile")
+    ps = st["plannerState"]
+    corr = {r: ps[r]["correction"] for r in ("prefill", "decode")}
+    print(f"[e2e] fitted profile: corrections {corr}; status.slo {st.get('slo')}; last decision "
+          f"{st['lastDecision']}; client TTFT p90 {held['figures']['latency']['ttft_s']['p90']:.3f} s", flush=True)
+    assert all(0.67 <= k <= 1.5 for k in corr.values()), corr
+    assert st["slo"]["ttftSeconds"] <= TTFT_TARGET_S and held["slo"]["met"], (st["slo"], held["slo"])
+    assert st["lastDecision"]["action"] != "scale_up" and all(
+        st[r]["desiredReplicas"] == MIN_REPLICAS for r in ("prefill", "decode")), st["lastDecision"]

@@ -77,7 +77,7 @@ def test_measured_ttft_and_itl_follow_the_simulators_flags(sims, tmp_path):
 
 
 def test_self_hosted_and_managed_on_the_same_sessions_by_cost_per_session(sims, tmp_path):
-    common = ["--model", "m", "--workload", "agentx", "--agentx-set", "turns_max=6", "--rate", "4",
+    common = ["--model", "m", "--workload", "agentx", "--agentx-set", "turns_max=6", "--rate", "4", "--seed", "7",
               "--warmup", "1", "--duration", "6", "--repeats", "1", "--slo-ttft", "2", "--slo-e2e-p95", "10"]
     serve("--url", sims["self"], "--gpus", "8", "--gpu-hour-price", "2.26", "--system", "gpu_model=H200",
           "--out", str(tmp_path / "self"), *common)

@@ -81,9 +81,16 @@ def run_from_records(records: Sequence[dict], *, held_out: str | None = None, na
         raise ValueError("the records do not say the serving profile and GPU (a --url run): measure a deployment, "
                          "or declare --system serving_profile=low-latency --system gpu_model=H200 and roles")
     roles = records[0]["system"].get("roles") or {}
-    if "decode" not in roles:
-        raise ValueError("the records carry no decode layout (system.roles.decode)")
     base = find_profile(serving, gpu)
+    if "decode" not in roles:  # a --url target: the layout is the shipped profile's, as the source says
+        if base is None:
+            raise ValueError("the records carry no decode layout (system.roles) and no shipped profile has one for "
+                             f"{serving} on {gpu}")
+        roles = {r: {"tp": int(getattr(base, r).parallelism.removeprefix("TP")) if getattr(base, r).parallelism
+                     .startswith("TP") else 1, "dp": getattr(base, r).data_parallel_size,
+                     "gpus_per_replica": getattr(base, r).gpus_per_replica, "replicas_ready": 1,
+                     "args": {"--max-num-seqs": str(base.decode.max_num_seqs)} if r == "decode" else {}}
+                 for r in ("prefill", "decode")}
     kv = base.kv_transfer if base is not None else None
     disagg = bool(records[0]["system"].get("disaggregated"))
     kv_seconds = (lambda toks: kv.seconds(toks)) if (kv is not None and disagg) else (lambda toks: 0.0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import sys
 import time
 from pathlib import Path
@@ -45,6 +46,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     t.add_argument("--gpu-hour-price", type=float, metavar="USD",
                    help="Self-hosted TCO $ per GPU-hour (default: the CR's autoscaling.costPerGpuHour).")
     t.add_argument("--gpus", type=int, help="GPUs behind a --url (per-GPU figures); a deployment's come from its CR.")
+    t.add_argument("--decode-ranks", type=int, help="Decode DP ranks behind a --url (the decode batch the profile fit "
+                                                    "needs); a deployment's come from its CR.")
     t.add_argument("--system", action="append", default=[], metavar="KEY=VALUE",
                    help="Declare a system fact of a --url target (checkpoint, gpu_model, precision, ...).")
     w = p.add_argument_group("workload")
@@ -63,7 +66,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     m.add_argument("--duration", type=float, default=30.0, help="Seconds of each measured window (%(default)s).")
     m.add_argument("--repeats", type=int, default=3, help="Repeats per point: median and range (%(default)s).")
     m.add_argument("--drain", type=float, default=60.0, help="Seconds in-flight requests may finish after a window.")
-    m.add_argument("--seed", type=int, default=41, help="Seed of the requests and arrivals (A/B: keep it equal).")
+    m.add_argument("--seed", type=int,
+                   help="Seed of the requests and arrivals (default: a new one per run, recorded: a run never hits "
+                        "what an earlier run left in the engines' caches). A/B: give both runs the same seed.")
     m.add_argument("--cold", action="store_true", help="Also record the first warm-up as a point of state cold.")
     m.add_argument("--whole-sweep", action="store_true", help="Measure every point even after the SLO breaks.")
     m.add_argument("--slo-ttft", type=float, metavar="S", help="TTFT target (default: the CR's).")
@@ -111,8 +116,9 @@ def build(args):
         raise ValueError("a managed API's prices are three: --price-input, --price-output, --price-cached")
     if args.deployment and prices[0] is not None:
         raise ValueError("--price-* are a managed API's (with --url alone); a deployment costs --gpu-hour-price")
-    if args.system and args.deployment:
-        raise ValueError("--system declares a --url target's facts; a deployment's come from its CR")
+    if (args.system or args.gpus or args.decode_ranks) and args.deployment:
+        raise ValueError("--system, --gpus and --decode-ranks declare a --url target's facts; a deployment's come "
+                         "from its CR")
     if args.concurrency and args.rate:
         raise ValueError("give --concurrency (closed loop) or --rate (open loop), not both")
     if args.workload == "replay" and not args.replay:
@@ -150,6 +156,7 @@ def build(args):
         target = url_target(args.url, args.model, declared, gpus=args.gpus,
                             prices=dict(zip(("input", "output", "cached"), prices)) if prices[0] is not None else None,
                             usd_per_gpu_hour=args.gpu_hour_price, slo=slo)
+        target.decode_ranks = args.decode_ranks
     headers = {}
     if args.api_key_env:
         key = os.environ.get(args.api_key_env)
@@ -158,7 +165,8 @@ def build(args):
         headers["Authorization"] = f"Bearer {key}"
     ep = Endpoint(target.url, target.model, headers, ignore_eos=args.ignore_eos or args.workload == "fixed")
     wl = WorkloadSpec(args.workload, overrides, args.replay or "", args.isl, args.osl)
-    method = Method(args.warmup, args.duration, args.repeats, args.drain, args.seed, args.cold,
+    seed = args.seed if args.seed is not None else secrets.randbelow(1 << 31)
+    method = Method(args.warmup, args.duration, args.repeats, args.drain, seed, args.cold,
                     not args.whole_sweep)
     return target, ep, wl, loads, method
 
@@ -194,7 +202,7 @@ def cmd_serve(args) -> int:
 
     progress(f"{target.kind} {target.identity.get('deployment') or target.url} at {target.url}, model "
              f"{target.model}; {len(loads)} points × {method.repeats} repeats × ({method.warmup_s:g} + "
-             f"{method.duration_s:g}) s; unknown: {', '.join(target.unknown) or 'nothing'}")
+             f"{method.duration_s:g}) s; seed {method.seed}; unknown: {', '.join(target.unknown) or 'nothing'}")
     recs = sweep(target, ep, wl, loads, method, out, progress)
     if not recs:
         print("error: no point was measured", file=sys.stderr)
