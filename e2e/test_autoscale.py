@@ -91,6 +91,13 @@ def deployment() -> dict:
     }
 
 
+def ready_cr(cluster, ns: str, name: str) -> dict | None:
+    """The CR when its Ready condition is True, else None (for wait_for)."""
+    cr = cluster.kubectl_json("get", "v41f", name, "-n", ns)
+    c = next((c for c in (cr.get("status") or {}).get("conditions", []) if c["type"] == "Ready"), None)
+    return cr if c and c["status"] == "True" else None
+
+
 def _parse_iso(s: str | None) -> float | None:
     try:
         return datetime.strptime(s, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
@@ -207,16 +214,13 @@ class Timeline:
         return "\n".join([self.header(), *(self.format(r) for r in self.rows)])
 
 
-def test_ttft_breach_scales_up_recovers_and_idle_returns_to_min(cluster, operator_process, ns):
+def _serving(cluster, ns: str, doc: dict) -> Load:
+    """Apply the deployment (with the simulators' capacity profile), wait until it is Ready and its router answers;
+    a Load on its front."""
     cluster.kubectl("create", "configmap", "sim-capacity-profile", "-n", ns, f"--from-file=profile.yaml={PROFILE}")
-    doc = deployment()
     cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(doc))
 
-    def ready():
-        cr = cluster.kubectl_json("get", "v41f", NAME, "-n", ns)
-        c = next((c for c in (cr.get("status") or {}).get("conditions", []) if c["type"] == "Ready"), None)
-        return cr if c and c["status"] == "True" else None
-    wait_for(ready, 240, f"{ns}/{NAME} Ready")
+    wait_for(lambda: ready_cr(cluster, ns, NAME), 240, f"{ns}/{NAME} Ready")
     router_pod = wait_for(lambda: cluster.kubectl_json("get", "pods", "-n", ns, "-l",
                                                        f"v41flash.io/deployment={NAME},v41flash.io/role=router,v41flash.io/front=true")["items"],
                           60, "the router pod")[0]["metadata"]["name"]
@@ -226,6 +230,12 @@ def test_ttft_breach_scales_up_recovers_and_idle_returns_to_min(cluster, operato
     wait_for(lambda: httpx.post(f"{load.url}/v1/chat/completions", timeout=30, json={
         "model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": "hello"}]}).status_code == 200,
         90, "a 200 from the router")
+    return load
+
+
+def test_ttft_breach_scales_up_recovers_and_idle_returns_to_min(cluster, operator_process, ns):
+    doc = deployment()
+    load = _serving(cluster, ns, doc)
 
     t0 = time.time()
     timeline = Timeline(cluster, ns, load, t0)
@@ -373,11 +383,7 @@ def test_a_profile_fitted_from_bench_serve_holds_the_slo_with_corrections_near_1
         doc["spec"][role]["maxReplicas"] = 1
     cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(doc))
 
-    def ready():
-        cr = cluster.kubectl_json("get", "v41f", FIT_NAME, "-n", ns)
-        c = next((c for c in (cr.get("status") or {}).get("conditions", []) if c["type"] == "Ready"), None)
-        return cr if c and c["status"] == "True" else None
-    wait_for(ready, 240, f"{ns}/{FIT_NAME} Ready")
+    wait_for(lambda: ready_cr(cluster, ns, FIT_NAME), 240, f"{ns}/{FIT_NAME} Ready")
     run = tmp_path / "run"
     common = ["--deployment", FIT_NAME, "-n", ns, "--workload", "fixed", "--isl", "1000", "--osl", "64",
               "--repeats", "1", "--no-plots"]
@@ -432,3 +438,63 @@ def test_a_profile_fitted_from_bench_serve_holds_the_slo_with_corrections_near_1
     assert st["slo"]["ttftSeconds"] <= TTFT_TARGET_S and held["slo"]["met"], (st["slo"], held["slo"])
     assert st["lastDecision"]["action"] != "scale_up" and all(
         st[r]["desiredReplicas"] == MIN_REPLICAS for r in ("prefill", "decode")), st["lastDecision"]
+
+
+DRA_BUDGET = 12  # decode's 4 GPUs and two prefill replicas of 4: the breach above wants a third
+
+
+def _gpus_claimed(cluster, ns: str, pod) -> set[str]:
+    """The H200 devices a pod's GPU claim was allocated (spec.gpu.allocation DRA), checked to be on its node."""
+    from kubernetes import client
+    (status,) = [s for s in pod.status.resource_claim_statuses or [] if s.name == "gpus"]
+    claim = client.ResourceV1Api(cluster.api).read_namespaced_resource_claim(status.resource_claim_name, ns)
+    results = claim.status.allocation.devices.results
+    assert {(r.driver, r.pool) for r in results} == {("gpu.nvidia.com", pod.spec.node_name)}, results
+    return {f"{r.pool}/{r.device}" for r in results}
+
+
+def test_dra_claims_hold_the_h200_gpus_and_the_planner_keeps_to_the_gpu_budget(cluster, operator_process, ns):
+    """spec.gpu.allocation: DRA (docs/decisions/2026-12-07-compute-domains.md): every engine pod is scheduled by its
+    claim, no nvidia.com/gpu requested, 4 H200 devices each; under the TTFT breach of the test above the planner
+    wants a third prefill replica, which gpuBudget 12 does not allow: it clamps to 2 and says so."""
+    doc = deployment()
+    doc["spec"]["gpu"]["allocation"] = "DRA"
+    doc["spec"]["decode"].update(minReplicas=1, maxReplicas=1)
+    doc["spec"]["autoscaling"]["gpuBudget"] = DRA_BUDGET
+    t0 = time.monotonic()
+    load = _serving(cluster, ns, doc)
+
+    def engine_pods():
+        pods = cluster.core.list_namespaced_pod(ns, label_selector=f"v41flash.io/deployment={NAME},"
+                                                                   "v41flash.io/role in (prefill,decode)").items
+        return [p for p in pods if not p.metadata.deletion_timestamp]
+    for p in engine_pods():
+        limits = p.spec.containers[0].resources.limits or {}
+        assert "nvidia.com/gpu" not in limits and [c.name for c in p.spec.containers[0].resources.claims] == ["gpus"]
+        assert len(_gpus_claimed(cluster, ns, p)) == 4
+    seen: list[tuple[int, str]] = []  # (prefill desired, last decision's reason)
+
+    def clamped():
+        st = cluster.kubectl_json("get", "v41f", NAME, "-n", ns).get("status") or {}
+        seen.append(((st.get("prefill") or {}).get("desiredReplicas") or 0, (st.get("lastDecision") or {}).get("reason", "")))
+        return seen[-1][0] == 2 and any(f"GPU budget {DRA_BUDGET}" in why for _, why in seen)
+
+    def prefill_ready():
+        pods = [p for p in engine_pods() if p.metadata.labels["v41flash.io/role"] == "prefill"]
+        return pods if len(pods) == 2 and all(any(c.type == "Ready" and c.status == "True"
+                                                  for c in p.status.conditions or []) for p in pods) else None
+    # more clients than the test above: the planner must want a third prefill replica, not just a second
+    load_thread = threading.Thread(target=load.run, args=(CLIENTS + 4, 90))
+    load_thread.start()
+    try:
+        wait_for(clamped, 120, "a decision clamped to the GPU budget at 2 prefill replicas", interval=2)
+        ready = wait_for(prefill_ready, 90, "2 prefill pods Ready")
+    finally:
+        load_thread.join(120)
+    held = [_gpus_claimed(cluster, ns, p) for p in engine_pods()]
+    assert len(held) == 3 and len(set().union(*held)) == 12, held  # 12 distinct GPUs: the budget, all claimed
+    assert max(d for d, _ in seen) <= 2, seen
+    assert not load.failed, load.failed[:5]
+    print(f"\n[dra] H200 by claims: {len(ready)} prefill + 1 decode pods on {len(set().union(*held))} claimed GPUs; "
+          f"clamped: {next(why for _, why in seen if f'GPU budget {DRA_BUDGET}' in why)!r}; {load.ok} requests, "
+          f"{time.monotonic() - t0:.0f} s")

@@ -38,7 +38,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     t.add_argument("--namespace", "-n", default="default")
     t.add_argument("--kubeconfig", help="kubeconfig (default: $KUBECONFIG, ~/.kube/config, or in-cluster).")
     t.add_argument("--url", help="OpenAI-compatible base URL (without /v1): a managed API, a port-forward, a Gateway.")
-    t.add_argument("--model", help="Model name to send (default: the CR's servedModelName; required with --url).")
+    t.add_argument("--model", help="Model name to send (default: the CR's servedModelName; a --url's only model).")
     t.add_argument("--api-key-env", metavar="VAR", help="Send $VAR as a bearer token.")
     t.add_argument("--price-input", type=float, metavar="USD", help="Managed API: $ per million input tokens.")
     t.add_argument("--price-output", type=float, metavar="USD", help="Managed API: $ per million output tokens.")
@@ -102,6 +102,25 @@ def _slo(args) -> dict | None:
     return {"ttft_s": args.slo_ttft, "ttft_percentile": args.slo_ttft_percentile, "e2e_p95_s": args.slo_e2e_p95}
 
 
+def headers_for(args) -> dict:
+    if not args.api_key_env:
+        return {}
+    key = os.environ.get(args.api_key_env)
+    if not key:
+        raise ValueError(f"--api-key-env {args.api_key_env}: the variable is not set")
+    return {"Authorization": f"Bearer {key}"}
+
+
+def endpoint_models(url: str, headers: dict) -> list[str] | None:
+    """The model ids the endpoint lists at /v1/models; None when it does not answer with a list."""
+    import httpx
+    try:
+        r = httpx.get(f"{url.rstrip('/')}/v1/models", headers=headers, timeout=10)
+        return [m["id"] for m in r.json()["data"]] if r.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        return None
+
+
 def build(args):
     """(target, endpoint, workload, loads, method) from the arguments; ValueError/LookupError name the flag."""
     from v41flash_bench.serve.driver import Endpoint, Load
@@ -150,19 +169,21 @@ def build(args):
         target = deployment_target(args.deployment, args.namespace, url=args.url, model=args.model,
                                    kubeconfig=args.kubeconfig, usd_per_gpu_hour=args.gpu_hour_price, slo=slo)
     else:
-        if not args.model:
-            raise ValueError("--url needs --model (the name the endpoint serves)")
+        models = endpoint_models(args.url, headers_for(args))
+        if not args.model and len(models or ()) != 1:
+            raise ValueError(f"--url needs --model: the endpoint serves {models or 'an unknown list (no /v1/models)'}")
         declared = parse_sets(args.system)
-        target = url_target(args.url, args.model, declared, gpus=args.gpus,
+        target = url_target(args.url, args.model or models[0], declared, gpus=args.gpus,
                             prices=dict(zip(("input", "output", "cached"), prices)) if prices[0] is not None else None,
                             usd_per_gpu_hour=args.gpu_hour_price, slo=slo)
         target.decode_ranks = args.decode_ranks
-    headers = {}
-    if args.api_key_env:
-        key = os.environ.get(args.api_key_env)
-        if not key:
-            raise ValueError(f"--api-key-env {args.api_key_env}: the variable is not set")
-        headers["Authorization"] = f"Bearer {key}"
+    headers = headers_for(args)
+    models = endpoint_models(target.url, headers)
+    target.identity["endpoint_models"] = models
+    if models is None:
+        target.unknown.append("the endpoint's /v1/models")
+    elif target.model not in models:
+        raise ValueError(f"the endpoint serves {models}, not {target.model!r} (--model)")
     ep = Endpoint(target.url, target.model, headers, ignore_eos=args.ignore_eos or args.workload == "fixed")
     wl = WorkloadSpec(args.workload, overrides, args.replay or "", args.isl, args.osl)
     seed = args.seed if args.seed is not None else secrets.randbelow(1 << 31)
