@@ -8,12 +8,12 @@ machine. Plain numbers: the planner imports this without the API.
 from __future__ import annotations
 
 PLANNER_INTERVAL_SECONDS = 30  # spec.autoscaling.intervalSeconds; PlannerConfig.interval_s
-# spec.autoscaling.scaleDownStabilizationSeconds; PlannerConfig.scale_down_stabilization_s
+# spec.autoscaling.scaleDownStabilizationSeconds; PlannerConfig.act.scale_down_stabilization_s
 SCALE_DOWN_STABILIZATION_SECONDS = 600
-# spec.autoscaling.movedSessionsHoldSeconds; PlannerConfig.moved_sessions_hold_s: how long the moved-sessions guard
+# spec.autoscaling.movedSessionsHoldSeconds; PlannerConfig.act.moved_sessions_hold_s: how long the moved-sessions guard
 # may hold a prefill scale-down the demand allows (an hour: at most one re-prefill breach an hour from it)
 MOVED_SESSIONS_HOLD_SECONDS = 3600
-# spec.autoscaling.forecast.quantile; PlannerConfig.forecast_quantile: the learned seasonal forecast sizes for this
+# spec.autoscaling.forecast.quantile; PlannerConfig.foresight.forecast_quantile: the learned seasonal forecast sizes for this
 # quantile of how far days exceed what their past said (0: off)
 FORECAST_QUANTILE = 0.9
 SLO_WINDOW_SECONDS = 60  # spec.slo.windowSeconds; Slo.window_s
