@@ -153,3 +153,12 @@ def test_a_scale_down_whose_moved_turns_would_overload_the_replicas_left_is_held
     over = size("prefill", 45.0, observe(45, prefill=21).prefill, True, learned(LONG, rate=45.0), BUDGETS, PROFILE,
                 SLO, CFG)
     assert over.down_guard.startswith("the 20 replicas left") and over.down_guard_overload
+
+
+def test_a_scale_down_step_as_large_as_the_fleet_leaves_one_replica_to_judge():
+    """max_scale_down_step ≥ the replicas (e.g. --planner-set max_scale_down_step=2 at 2 replicas): every session
+    moves and one replica is left, never zero (it divided by zero)."""
+    cfg = CFG.with_knobs(max_scale_down_step=2)
+    assert guard(2, cfg=cfg, rate=10.0).startswith("a scale-down would move 100% of the sessions")
+    tail, overload = moved_sessions_checks("prefill", True, 2, learned(LONG, 1.0, 10.0), BUDGETS, PROFILE, SLO, cfg)
+    assert overload.startswith("the 1 replicas left would be")

@@ -53,9 +53,10 @@ def moved_sessions_checks(role: Role, disaggregated: bool, current: int, learned
                     f"(> the {budgets.prefill_ttft_s:.2f}s TTFT budget)")
     ranks = pp.data_parallel_size if disaggregated else profile.decode.data_parallel_size
     turn = (1 - moved) * pp.request_seconds(sized.new_tokens, sized.cached_tokens) * k + moved * full
-    rho = sized.prefill_rate * turn / (ranks * (current - config.act.max_scale_down_step))
+    left = max(1, current - config.act.max_scale_down_step)  # a scale-down never removes the last replica
+    rho = sized.prefill_rate * turn / (ranks * left)
     if rho >= 1.0:
-        overload_why = (f"the {current - config.act.max_scale_down_step} replicas left would be {rho:.0%} busy while the "
+        overload_why = (f"the {left} replicas left would be {rho:.0%} busy while the "
                         f"{moved:.0%} of sessions a scale-down moves re-prefill their {fmt_k(sized.isl)}-token "
                         f"contexts")
     return tail_why, overload_why
