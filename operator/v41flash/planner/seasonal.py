@@ -76,7 +76,7 @@ def seeded(bucket_s: float, start: float, rates: list[float | None]) -> History:
 
 # ---------------------------------------------------------------- the forecaster
 @dataclass(frozen=True)
-class Model:
+class SeasonModel:
     period_s: float  # the season used (a day, a week)
     headroom: float  # the quantile of actual ÷ forecast, ≥ 1
     error: float  # the season's backtest error (p75 |log|) ...
@@ -141,7 +141,7 @@ def _log_err(actual: float, forecast: float) -> float:
     return abs(math.log(max(actual, 1e-6) / max(forecast, 1e-6)))
 
 
-def fit(h: History, horizon_s: float, s: Settings) -> Model | None:
+def fit(h: History, horizon_s: float, s: Settings) -> SeasonModel | None:
     """The season that forecasts this history ``horizon_s`` ahead, or None (no season, or too little history).
 
     Each past bucket i is forecast as the planner would have from bucket i − h (h = the horizon in buckets): the
@@ -151,7 +151,7 @@ def fit(h: History, horizon_s: float, s: Settings) -> Model | None:
         return None
     hb = max(1, math.ceil(horizon_s / h.bucket_s))
     first = h.last - len(h.values) + 1
-    best: Model | None = None
+    best: SeasonModel | None = None
     for period in s.periods_s:
         p = round(period / h.bucket_s)
         if p < 2 or len(h.values) < 2 * p + hb + s.min_backtest:
@@ -173,14 +173,14 @@ def fit(h: History, horizon_s: float, s: Settings) -> Model | None:
         e, ep = _quantile(errs, ERROR_QUANTILE), _quantile(persist, ERROR_QUANTILE)
         if e > s.skill * ep:
             continue
-        model = Model(period_s=p * h.bucket_s, headroom=min(s.max_headroom, max(1.0, _quantile(ratios, s.quantile))),
+        model = SeasonModel(period_s=p * h.bucket_s, headroom=min(s.max_headroom, max(1.0, _quantile(ratios, s.quantile))),
                       error=round(e, 3), persistence_error=round(ep, 3), samples=len(errs))
         if best is None or model.error < best.error:
             best = model
     return best
 
 
-def peak(h: History, model: Model, now: float, horizon_s: float, s: Settings) -> tuple[float, float] | None:
+def peak(h: History, model: SeasonModel, now: float, horizon_s: float, s: Settings) -> tuple[float, float] | None:
     """(the highest forecast demand (req/s) over [now, now + horizon_s] at the model's quantile, today's level);
     None without the ``min_periods`` past values it needs."""
     p = round(model.period_s / h.bucket_s)
