@@ -369,3 +369,28 @@ def test_the_planner_metrics_rule_catches_a_planted_import(planted_tree, module,
     with pytest.raises(AssertionError) as caught:
         check_does_not_import(["v41flash.planner"], METRICS_IO)
     assert chain in str(caught.value)
+
+
+# --- one class per name ------------------------------------------------------------------------------------------
+
+def class_homes(paths: dict[str, Path]) -> dict[str, list[str]]:
+    """Top-level class name -> the modules that define it."""
+    out: dict[str, list[str]] = {}
+    for module, path in paths.items():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef):
+                out.setdefault(node.name, []).append(module)
+    return out
+
+
+def test_every_class_name_is_defined_once_in_the_product():
+    """Two classes of one name (Decision, Model, Observed were) make a reader guess which one a module means."""
+    twice = {name: homes for name, homes in class_homes(modules()).items() if len(homes) > 1}
+    assert twice == {}, f"class names defined in more than one module: {twice}"
+
+
+def test_the_class_name_check_catches_a_second_definition(tmp_path):
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("class Decision:\n    pass\n")
+    b.write_text("import x\n\n\nclass Decision(x.Base):\n    pass\n\n\ndef f():\n    class Local:\n        pass\n")
+    assert class_homes({"v41flash.a": a, "v41flash.b": b}) == {"Decision": ["v41flash.a", "v41flash.b"]}
