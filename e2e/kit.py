@@ -254,6 +254,22 @@ class OperatorProcess:
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
+    def timer_cycles(self) -> int:
+        """Periodic ticks whose passes have all finished (v41flash_periodic_cycle_seconds_count on its /metrics)."""
+        import urllib.request
+
+        from prometheus_client.parser import text_string_to_metric_families
+        with urllib.request.urlopen(self.metrics_url, timeout=5) as r:
+            text = r.read().decode()
+        return int(next((s.value for f in text_string_to_metric_families(text) for s in f.samples
+                         if s.name == "v41flash_periodic_cycle_seconds_count"), 0))
+
+    def wait_timer_passes(self, n: int = 1, timeout: float = 120) -> None:
+        """Until n whole timer passes of every deployment have run after now (a tick already under way when this
+        is called does not count): "a pass later" as an event, not a sleep sized for an idle machine."""
+        start = self.timer_cycles()
+        wait_for(lambda: self.timer_cycles() >= start + n + 1, timeout, f"{n} timer pass(es) of the operator")
+
     def wait_serving(self, timeout: float = 60) -> None:
         """Until it answers /healthz (standing by or leading); raises with its log as soon as it exits."""
         import urllib.request

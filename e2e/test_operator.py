@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import httpx
@@ -15,7 +14,7 @@ import pytest
 import yaml
 
 from e2e.corpus import invalid_cases
-from e2e.kit import CHILD_RESOURCES, TIMER_INTERVAL_S, wait_for
+from e2e.kit import CHILD_RESOURCES, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -226,7 +225,7 @@ def test_slo_and_router_changes_restart_no_engine(cluster, operator_process, ns)
     assert "round_robin" in sum(container_args(router), [])  # the change did land
     drain = cluster.kubectl_json("get", "configmap", f"{name}-config", "-n", ns)["data"]["engine-drain-seconds"]
     assert drain == "190"  # 120 s x 1.5 + 10 s: the new deadline, in the file the pods mount
-    time.sleep(5)  # a pass later: nothing was replaced behind the Ready status
+    operator_process.wait_timer_passes(1)  # a pass later: nothing was replaced behind the Ready status
     assert {n: p["metadata"]["uid"] for n, p in engine_pods(cluster, ns, name).items()} == before
     assert get_cr(cluster, ns, name)["status"]["servingRevision"] == revision
 
@@ -268,10 +267,10 @@ def test_reapplying_the_same_spec_writes_nothing(cluster, operator_process, ns):
         return (last.get("time", "") >= ready_at and "partial metrics" not in last.get("reason", "")
                 and (st.get("slo") or {}).get("arrivalRate") is not None)
     wait_for(settled, 180, "a planner decision on complete metrics after the pods were Ready")
-    time.sleep(3)  # let the last status write land
+    operator_process.wait_timer_passes(1)  # let the last status write land
     before, cr_before = _versions(cluster, ns, name), get_cr(cluster, ns, name)
     apply(cluster, doc, ns)
-    time.sleep(2 * TIMER_INTERVAL_S + 5)  # > 2 timer passes: each recomputes status (and may re-apply children)
+    operator_process.wait_timer_passes(2)  # 2 timer passes: each recomputes status (and may re-apply children)
     after = _versions(cluster, ns, name)
     assert after == before, ("a no-op re-apply or timer pass wrote something", _cr_diff(cr_before, get_cr(cluster, ns, name)))
     # every write of ours names the operator as its field manager (not the client library's default)

@@ -281,7 +281,7 @@ def test_show5_router_and_slo_changes_restart_no_engine(cluster, operator_proces
         apply(cluster, doc, ns)
         cr = wait_ready(cluster, ns, name)
         load.wait_requests(6)
-        time.sleep(6)  # a rollout pass later: nothing replaced behind the Ready status
+        operator_process.wait_timer_passes(1)  # a rollout pass later: nothing replaced behind the Ready status
     assert {p.metadata.name: p.metadata.uid for p in _engine_pods(cluster, ns, name)} == before
     cr = get_cr(cluster, ns, name)
     assert cr["status"]["servingRevision"] == revision and "rollout" not in cr["status"]
@@ -457,7 +457,7 @@ def test_show4_no_surge_room_waits_saying_why_and_in_place_completes_never_at_ze
         rec = condition(cr, "Reconciling") or {}
         assert rec.get("status") == "True" and rec["reason"] == "WaitingForSurgeRoom", rec
         assert "needs 8 GPUs" in rec["message"] and "gpuBudget 16" in rec["message"], rec
-        time.sleep(6)  # a pass later: still waiting, nothing of the serving revision touched
+        operator_process.wait_timer_passes(1)  # a pass later: still waiting, nothing of the serving revision touched
         assert {p.metadata.uid for p in _engine_pods(cluster, ns, name)} == before
         # opt in to in-place replacement: capacity handed over in P/D pairs
         doc["spec"]["rollout"]["whenNoSurgeRoom"] = "InPlace"

@@ -360,3 +360,38 @@ def test_the_e2e_child_kinds_are_the_product_s():
     assert kubectl_resource("v1", "Service") == "services"
     assert kubectl_resource("networking.k8s.io/v1", "NetworkPolicy") == "networkpolicies.networking.k8s.io"
     assert len(CHILD_RESOURCES.split(",")) == len(CHILD_KINDS) and "daemonsets.apps" in CHILD_RESOURCES.split(",")
+
+
+def test_a_timer_pass_later_is_read_from_the_operator_s_periodic_cycle_count():
+    """OperatorProcess.wait_timer_passes: "a pass later" as the operator's own count of finished periodic ticks
+    (v41flash_periodic_cycle_seconds_count), not a sleep sized for an idle machine; a tick under way does not count."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from e2e.kit import OperatorProcess
+    count = {"n": 4}
+
+    class Metrics(BaseHTTPRequestHandler):
+        def do_GET(self):
+            count["n"] += 1  # one more tick finished between two reads
+            body = ("# TYPE v41flash_periodic_cycle_seconds histogram\n"
+                    f'v41flash_periodic_cycle_seconds_bucket{{le="+Inf"}} {count["n"]}\n'
+                    f"v41flash_periodic_cycle_seconds_count {count['n']}\n"
+                    "v41flash_periodic_cycle_seconds_sum 1.5\n").encode()
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        op = OperatorProcess.__new__(OperatorProcess)
+        op.metrics_port = server.server_address[1]
+        assert op.timer_cycles() == 5
+        op.wait_timer_passes(2, timeout=10)  # read at 6, returns once a read says 6 + 3
+        assert count["n"] == 9
+    finally:
+        server.shutdown()
