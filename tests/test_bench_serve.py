@@ -248,3 +248,25 @@ def test_profile_apply_dry_run_prints_the_configmap_and_the_patch(tmp_path):
     r = subprocess.run([sys.executable, "-m", "v41flash.cli.main", "profile", "apply", "--from", str(bad),
                         "--deployment", "d", "--dry-run"], capture_output=True, text=True)
     assert r.returncode == 1 and "bad.yaml" in r.stderr
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "--deployment NAME"),
+    (["--url", "http://x", "--price-input", "0.3"], "three"),
+    (["--deployment", "d", "--price-input", "1", "--price-output", "1", "--price-cached", "1"], "managed API's"),
+    (["--deployment", "d", "--gpus", "8"], "declare a --url target"),
+    (["--url", "http://x", "--concurrency", "1", "--rate", "1"], "not both"),
+    (["--url", "http://x", "--workload", "replay"], "--replay FILE"),
+    (["--url", "http://x", "--workload", "fixed", "--agentx-set", "turns_max=3"], "belongs to --workload agentx"),
+    (["--url", "http://x", "--agentx-set", "nope=3"], "nope"),
+    (["--url", "http://x", "--cold", "--warmup", "0"], "--warmup > 0"),
+    (["--url", "http://x", "--rate", "0"], "numbers > 0"),
+])
+def test_bench_serve_refuses_flags_that_would_be_ignored_or_contradict(argv, message):
+    import argparse
+    from v41flash_bench.serve.cli import add_parsers, build
+    parser = argparse.ArgumentParser()
+    add_parsers(parser.add_subparsers())
+    args = parser.parse_args(["serve", "--out", "x", *argv])
+    with pytest.raises(ValueError, match=message):
+        build(args)
