@@ -177,12 +177,14 @@ def _front_address(cr: dict, namespace: str, pods: list) -> str:
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
         host, _, port = service.rpartition(":")
         return f"http://{host}:{port}" if "." in host else f"http://{host}.{namespace}.svc:{port}"
-    from v41flash_bench.local_cluster import ClusterRecords
     from v41flash.render import labels as L  # noqa: N812
+    from v41flash_bench.local_cluster import ClusterRecords
+    from v41flash_bench.procs import proc_start_ticks
     local = ClusterRecords()
     front = [p.metadata.name for p in pods if (p.metadata.labels or {}).get(L.ROLE_LABEL) == "router"
              and (p.metadata.labels or {}).get(L.FRONT_LABEL) == "true"]
-    sims = [s for s in local.supervised() if s.get("namespace") == namespace and s.get("pod") in front]
+    sims = [s for s in local.supervised() if s.get("namespace") == namespace and s.get("pod") in front
+            and proc_start_ticks(s.get("pid", 0)) == s.get("start")]
     if sims:
         return f"http://{sims[0]['ip']}:{sims[0]['port']}"
     raise LookupError(f"the front Service {service} is not reachable from here: run `kubectl port-forward -n "
