@@ -1,6 +1,6 @@
 """extraArgs may not set what a field owns, in any spelling vLLM 0.33.0's parser accepts (issue 39).
 
-The refused spellings come from the parser snapshot (vllm/flags.spelling_pattern); here they are checked against
+The refused spellings come from the parser snapshot (serve_flags.spelling_pattern); here they are checked against
 Python's own argparse matcher, built from the same snapshot the way FlexibleArgumentParser feeds it: every token
 argparse resolves to an owned setting matches the group's pattern, and no token it resolves to another setting
 does."""
@@ -17,7 +17,7 @@ from v41flash.api import escape_hatch as eh
 from v41flash.api import v1alpha1 as api
 from v41flash.api.validation import validate
 from v41flash.render.checks import operator_checks
-from v41flash.vllm import flags
+from v41flash import serve_flags as flags
 from v41flash.vllm.catalog import feature_configs, preset_configs, reference_configs
 from dataclasses import replace
 

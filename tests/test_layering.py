@@ -26,7 +26,7 @@ BENCH = "v41flash_bench"
 # The fact modules the API may import: each a leaf (it imports nothing of the package), shared with the renderer,
 # the argument builder and the planner (v41flash/__init__.py lists what each holds).
 LEAF_FACTS = ("v41flash.defaults", "v41flash.roles", "v41flash.facts", "v41flash.gpus", "v41flash.lanes",
-              "v41flash.cron", "v41flash.figures")
+              "v41flash.cron", "v41flash.figures", "v41flash.serve_flags")
 
 # Function-local imports of the package allowed, by module, each with its reason. Keep it tiny.
 LOCAL_IMPORTS_ALLOWED = {

@@ -7,13 +7,13 @@ what the operator wires, not a user who may already create pods.
 """
 from __future__ import annotations
 
-from ..vllm.flags import dests_of, spelling_pattern
+from ..serve_flags import dests_of, spelling_pattern
 
 # vllm serve settings the operator sets, a field owns, or that change which weights load or what the engine is, with
 # the reason (naming the field that owns it) shown on refusal. Each key lists one option string per setting; every
 # other spelling vLLM 0.33.0's parser accepts for it (aliases such as -tp, --no-/--disable- forms, '_' for '-',
 # `=value`, dotted JSON keys, abbreviations, `-n2`) is refused too: arg_rule() derives them from the parser snapshot
-# (vllm/flags.spelling_pattern). tests/test_escape_hatch.py checks that every flag the builder renders is here or in
+# (serve_flags.spelling_pattern). tests/test_escape_hatch.py checks that every flag the builder renders is here or in
 # RECIPE_FLAGS.
 REFUSED_ARGS: dict[tuple[str, ...], str] = {
     ("--host",): "the operator binds engines to the pod IP the router discovers; another host makes the pod "
