@@ -49,6 +49,7 @@ NAMESPACED_RULES = {
     ("rbac.authorization.k8s.io", "roles"): CHILD,
     ("rbac.authorization.k8s.io", "rolebindings"): CHILD,
     ("policy", "poddisruptionbudgets"): CHILD,
+    ("autoscaling", "horizontalpodautoscalers"): CHILD,
     ("networking.k8s.io", "networkpolicies"): CHILD,
     ("inference.networking.k8s.io", "inferencepools"): CHILD | {"watch"},  # mode Gateway; watch: the picker's Role
     ("inference.networking.x-k8s.io", "inferenceobjectives"): {"get", "list", "watch"},  # the picker's Role grants it
@@ -221,6 +222,7 @@ def test_rbac_covers_every_child_kind_the_controller_prunes():
               "Service": "services",
               "ServiceAccount": "serviceaccounts", "Role": "roles", "RoleBinding": "rolebindings",
               "PodDisruptionBudget": "poddisruptionbudgets", "ConfigMap": "configmaps",
+              "HorizontalPodAutoscaler": "horizontalpodautoscalers",
               "NetworkPolicy": "networkpolicies", "InferencePool": "inferencepools", "HTTPRoute": "httproutes",
               "ComputeDomain": "computedomains", "ResourceClaimTemplate": "resourceclaimtemplates"}
     for api_version, kind in CHILD_KINDS:

@@ -30,13 +30,14 @@ LEAF_FACTS = ("v41flash.defaults", "v41flash.roles", "v41flash.facts", "v41flash
 
 # Function-local imports of the package allowed, by module, each with its reason. Keep it tiny.
 LOCAL_IMPORTS_ALLOWED = {
-    # The CLI is the entry point of three processes: the operator, the router pod's session proxy and the offline
-    # tools. Each subcommand loads its own stack when it runs, so `session-proxy` starts without kopf, kubernetes
+    # The CLI is the entry point of four processes: the operator, the front pod's counters, the session proxy and the
+    # offline tools. Each subcommand loads its own stack when it runs, so `session-proxy` starts without kopf, kubernetes
     # or the API models, and only `v41flash operator` imports controller.handlers (importing it registers the kopf
     # handlers).
     "v41flash.cli.manifests": "per-command stack",
     "v41flash.cli.operator": "per-command stack",
     "v41flash.cli.proxy": "per-command stack",
+    "v41flash.cli.front": "per-command stack",
 }
 
 

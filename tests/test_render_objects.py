@@ -60,7 +60,7 @@ def flag(args, name):
 
 
 def router_containers(objs, name="t"):
-    """The front's session proxy and slot ""'s vllm-router, by container name."""
+    """The front's Envoy and counters and slot ""'s vllm-router, by container name."""
     found = by_kind_name(objs)
     return {c["name"]: c for dep in (found[("Deployment", f"{name}-router")], found[("Deployment", f"{name}-router-0")])
             for c in dep["spec"]["template"]["spec"]["containers"]}
@@ -84,7 +84,7 @@ def test_default_pd_objects_names_and_order():
         ("Service", "t-decode"), ("PodDisruptionBudget", "t-decode"), ("Deployment", "t-decode"),
         ("ServiceAccount", "t-router"), ("Role", "t-router"), ("RoleBinding", "t-router"),
         ("Deployment", "t-router"), ("Service", "t-router"), ("Service", "t-router-serving"),
-        ("Deployment", "t-router-0"), ("Service", "t-router-0"), ("PodDisruptionBudget", "t-router"),
+        ("HorizontalPodAutoscaler", "t-router"), ("Deployment", "t-router-0"), ("Service", "t-router-0"), ("PodDisruptionBudget", "t-router"),
         ("NetworkPolicy", "t-engines"), ("NetworkPolicy", "t-router-ingress"),
     ]
     assert all(o["metadata"]["namespace"] == "ns" for o in objs)
@@ -278,55 +278,74 @@ def test_router_rbac_and_service():
         (8000, "http"), (29000, "metrics")}
 
 
-def test_session_key_client_keeps_the_proxy_in_front():
-    # the proxy is the router admin API's only guard: it runs with sessionKey: client too, forwarding as sent
+def test_session_key_client_keeps_the_front_in_front():
+    # the front is the router admin API's only guard: it runs with sessionKey: client too, forwarding as sent
     objs = render(cr({"routing": {"sessionKey": "client", "policy": "cache_aware",
                                   "apiKeySecretRef": {"name": "keys", "key": "k"}}}))
     cs = router_containers(objs)
-    assert list(cs) == ["session-proxy", "router"]
-    proxy, router = cs["session-proxy"], cs["router"]
-    assert proxy["args"] == ["session-proxy", "--listen", "0.0.0.0:30000", "--upstream",
-                             "http://t-router-serving.ns.svc:8000", "--session-key", "client", "--api-key-env",
-                             "V41FLASH_PROXY_API_KEY", "--routes-file", "/etc/v41flash/routes/routes.json",
-                             "--session-ttl-seconds", "600"]
-    assert proxy["env"][0]["valueFrom"]["secretKeyRef"] == {"name": "keys", "key": "k"}
+    assert list(cs) == ["front", "counters", "router"]
+    front, router = cs["front"], cs["router"]
+    assert front["env"] == [{"name": "V41FLASH_PROXY_API_KEY",
+                             "valueFrom": {"secretKeyRef": {"name": "keys", "key": "k"}}}]
+    boot = json.loads(objs[0]["data"]["front-envoy.json"])
+    lua = boot["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"][1]
+    source = lua["typed_config"]["default_source_code"]["inline_string"]
+    assert 'SESSION_KEY_MODE = "client"' in source and 'API_KEY_ENV = "V41FLASH_PROXY_API_KEY"' in source
     assert [p["name"] for p in router["ports"]] == ["http", "metrics"]
     ra = parse_router_args(router["args"])
     assert (ra.host, ra.port) == ("0.0.0.0", 30001)  # never the Service's port; the NetworkPolicy opens it to the front
     conf = yaml.safe_load(objs[0]["data"]["resolved.yaml"])
-    assert conf["router"]["sessionProxy"]["command"] == [*proxy["command"], *proxy["args"]]
+    assert conf["router"]["front"]["command"] == [*front["command"], *front["args"]]
     assert conf["router"]["sessionKey"].startswith("client")
 
 
-def test_session_proxy_fronts_the_router_on_the_service_port():
+def test_the_front_is_envoy_on_the_service_port_scaled_by_an_autoscaler():
     objs = render(cr())
+    found = by_kind_name(objs)
     cs = router_containers(objs)
-    assert list(cs) == ["session-proxy", "router"]
-    proxy, router = cs["session-proxy"], cs["router"]
-    # the Service's "http" target is the proxy (the front); slot ""'s router is reached through its own Service
-    assert [p["name"] for p in proxy["ports"]] == ["http"] and proxy["ports"][0]["containerPort"] == 30000
+    assert list(cs) == ["front", "counters", "router"]
+    front, counters, router = cs["front"], cs["counters"], cs["router"]
+    # the Service's "http" target is Envoy; slot ""'s router is reached through its own Service
+    assert [p["name"] for p in front["ports"]] == ["http"] and front["ports"][0]["containerPort"] == 30000
     assert [(p["name"], p["containerPort"]) for p in router["ports"]] == [("http", 30001), ("metrics", 29000)]
-    assert proxy["image"] == "v41flash/operator:0.1.0" and proxy["command"] == ["v41flash"]
-    assert proxy["args"] == ["session-proxy", "--listen", "0.0.0.0:30000", "--upstream",
-                             "http://t-router-serving.ns.svc:8000", "--routes-file", "/etc/v41flash/routes/routes.json",
-                             "--session-ttl-seconds", "600"]
-    serving = by_kind_name(objs)[("Service", "t-router-serving")]
+    assert front["image"] == "docker.io/envoyproxy/envoy:v1.40.0" and front["command"] == ["envoy"]
+    assert front["args"][:2] == ["-c", "/etc/v41flash/front/front-envoy.json"]
+    assert counters["image"] == "v41flash/operator:0.1.0" and counters["args"][0] == "front-counters"
+    assert "ports" not in counters  # loopback only: Envoy routes /proxy/metrics to it
+    dep = found[("Deployment", "t-router")]
+    assert "replicas" not in dep["spec"]  # the autoscaler's
+    hpa = found[("HorizontalPodAutoscaler", "t-router")]
+    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "t-router"}
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 8)
+    assert hpa["spec"]["metrics"][0]["containerResource"]["container"] == "front"
+    pod = dep["spec"]["template"]
+    assert {i["key"] for i in pod["spec"]["volumes"][0]["configMap"]["items"]} == {
+        "front-envoy.json", "front-routes.json", "front-clusters.json"}
+    assert all(k in objs[0]["data"] for k in ("front-envoy.json", "front-routes.json", "front-clusters.json"))
+    # a routing edit that changes Envoy's bootstrap changes the pod template's hash (Envoy re-reads only routes and
+    # clusters in place); one that does not, leaves it
+    other = by_kind_name(render(cr({"routing": {"sessionHeader": "x-conversation-id"}})))
+    same = by_kind_name(render(cr({"routing": {"sessionAffinityTtlSeconds": 900}})))
+    hash_of = lambda o: o[("Deployment", "t-router")]["spec"]["template"]["metadata"]["annotations"]  # noqa: E731
+    assert hash_of(other) != hash_of(found) == hash_of(same)
+    serving = found[("Service", "t-router-serving")]
     assert serving["spec"]["selector"]["v41flash.io/slot"] == "0" and serving["spec"]["ports"][0]["port"] == 8000
     ra = parse_router_args(router["args"])
     assert ra.port == 30001 and ra.prefill_selector["v41flash.io/serving-revision"] == revision_of(objs)
-    assert proxy["readinessProbe"]["httpGet"] == {"path": "/readiness", "port": "http"}  # forwarded: whole chain
-    assert proxy["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}  # the proxy's own
+    assert front["readinessProbe"]["httpGet"] == {"path": "/readiness", "port": "http"}  # the serving router's
+    assert front["livenessProbe"]["tcpSocket"] == {"port": "http"}
+    assert front["lifecycle"]["preStop"]["exec"]["command"][0] == "/bin/bash"  # drains before SIGTERM
     assert router["livenessProbe"]["httpGet"] == {"path": "/liveness", "port": "http"}
     assert router["readinessProbe"]["httpGet"] == {"path": "/readiness", "port": "http"}  # 503 without a worker
-    assert proxy["securityContext"]["readOnlyRootFilesystem"] and proxy["resources"]["limits"]["memory"]
+    for c in (front, counters):
+        assert c["securityContext"]["readOnlyRootFilesystem"] and c["resources"]["limits"]["memory"]
     assert flag(router["args"], "--policy" if "--policy" in router["args"] else "--prefill-policy") == \
         "sticky_least_loaded"
     conf = yaml.safe_load(objs[0]["data"]["resolved.yaml"])
-    assert conf["router"]["sessionProxy"]["command"] == [*proxy["command"], *proxy["args"]]
-    # a configured client header is passed on; the image is the spec's
-    custom = router_containers(render(cr({"routing": {"sessionHeader": "X-Conversation-Id",
-                                                      "sessionProxyImage": "reg/op:1"}})))["session-proxy"]
-    assert flag(custom["args"], "--session-header") == "X-Conversation-Id" and custom["image"] == "reg/op:1"
+    assert conf["router"]["front"]["command"] == [*front["command"], *front["args"]]
+    custom = router_containers(render(cr({"routing": {"sessionProxyImage": "reg/op:1",
+                                                      "front": {"image": "reg/envoy:1", "minReplicas": 3}}})))
+    assert custom["counters"]["image"] == "reg/op:1" and custom["front"]["image"] == "reg/envoy:1"
 
 
 # --- selectors, pods, GPUs ----------------------------------------------------------------------------

@@ -103,16 +103,17 @@ def test_each_slot_router_discovers_only_its_revision(pair):
         assert L.FRONT_LABEL not in d["spec"]["template"]["metadata"]["labels"]
 
 
-def test_front_is_the_proxy_alone_with_the_routing_table(pair):
+def test_front_is_envoy_with_the_routing_table(pair):
     old, new, objs = pair
     name = old.metadata["name"]
     got = by_name(objs)
     front = got[("Deployment", f"{name}-router")]
     pod = front["spec"]["template"]
-    assert [c["name"] for c in pod["spec"]["containers"]] == ["session-proxy"]
-    args = pod["spec"]["containers"][0]["args"]
-    assert args[args.index("--routes-file") + 1] == f"/etc/v41flash/routes/{ROUTES_CONFIG_KEY}"
-    assert args[args.index("--upstream") + 1] == f"http://{name}-router-serving.default.svc:8000"
+    assert [c["name"] for c in pod["spec"]["containers"]] == ["front", "counters"]
+    cm = got[("ConfigMap", f"{name}-config")]["data"]
+    clusters = {c["name"]: c for c in json.loads(cm["front-clusters.json"])["resources"]}
+    address = clusters["serving"]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]
+    assert address["socket_address"] == {"address": f"{name}-router-serving.default.svc", "port_value": 8000}
     assert got[("Service", f"{name}-router-serving")]["spec"]["selector"][L.SLOT_LABEL] == "0"
     assert pod["metadata"]["labels"][L.FRONT_LABEL] == "true"
     # the Service selects the front's pods and a router pod from before every deployment had a front (the upgrade

@@ -147,7 +147,8 @@ def run_path(path: str, cfg: FrontBenchConfig, out: Path, say) -> dict[str, Any]
                 d = out / "front-config" / f"{path}-{k}"
                 d.mkdir(parents=True, exist_ok=True)
                 s = FrontSettings(config_dir=str(d))
-                files = config_files([Route("bench", f"http://{LOOPBACK}:{router_port}", 100)], s)
+                router = f"http://{LOOPBACK}:{router_port}"
+                files = config_files([Route("bench", router, 100)], s, router)
                 boot = json.loads(files.pop("front-envoy.json"))
                 boot["static_resources"]["listeners"][0]["address"]["socket_address"].update(
                     address=LOOPBACK, port_value=port)

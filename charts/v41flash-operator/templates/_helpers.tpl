@@ -99,6 +99,10 @@ Server-side apply is a PATCH that creates a missing object, so it needs both pat
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
   verbs: ["get", "list", "create", "patch", "delete"]
+# The front's HorizontalPodAutoscaler (spec.routing.front)
+- apiGroups: ["autoscaling"]
+  resources: ["horizontalpodautoscalers"]
+  verbs: ["get", "list", "create", "patch", "delete"]
 # Per deployment: only its router reaches its engines, only the operator scrapes them.
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]

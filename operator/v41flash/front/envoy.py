@@ -56,6 +56,8 @@ COUNTERS_PATH = "/proxy/metrics"
 HASHED_BYTES = 65_536  # a derived key hashes at most this much of the first message (JSON text as sent)
 CONFIG_DIR = "/etc/v41flash/front"  # where the pod mounts the three files
 BOOTSTRAP_FILE, ROUTES_FILE, CLUSTERS_FILE = "front-envoy.json", "front-routes.json", "front-clusters.json"
+FRONT_FILES = (BOOTSTRAP_FILE, ROUTES_FILE, CLUSTERS_FILE)  # ConfigMap keys = file names in CONFIG_DIR
+SERVING_CLUSTER = "serving"  # the serving slot's router Service: the health paths
 
 _T = "type.googleapis.com/envoy."
 
@@ -160,19 +162,20 @@ def cluster_name(revision: str) -> str:
     return f"revision-{revision}"
 
 
-def clusters(table: list[Route], s: FrontSettings) -> dict[str, Any]:
-    """The CDS file: one cluster per routed revision, its slot router's address (a Service name: DNS)."""
+def clusters(table: list[Route], s: FrontSettings, serving: str) -> dict[str, Any]:
+    """The CDS file: one cluster per routed revision, its slot router's address (a Service name: DNS), and the
+    serving slot's router Service (``serving``, a URL) for the health paths."""
     out = []
-    for r in table:
-        u = urlsplit(r.upstream)
+    for name, url in [(cluster_name(r.revision), r.upstream) for r in table] + [(SERVING_CLUSTER, serving)]:
+        u = urlsplit(url)
         port = u.port or (443 if u.scheme == "https" else 80)
         out.append({
             "@type": _T + "config.cluster.v3.Cluster",
-            "name": cluster_name(r.revision),
+            "name": name,
             "type": "STRICT_DNS",
             "dns_lookup_family": "V4_PREFERRED",
             "connect_timeout": "10s",
-            "load_assignment": {"cluster_name": cluster_name(r.revision), "endpoints": [{"lb_endpoints": [
+            "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [
                 {"endpoint": {"address": _address(u.hostname or "", port)}}]}]},
             # the in-flight cap: over it, 503 at once (HTTP/1.1 upstream: a request waits for its connection as pending)
             "circuit_breakers": {"thresholds": [{"max_connections": s.max_in_flight, "max_pending_requests": s.max_in_flight,
@@ -197,8 +200,8 @@ def routes(table: list[Route], s: FrontSettings) -> dict[str, Any]:
     ranges = bucket_ranges(table)
     serving = max((r for r, _, _ in ranges), key=lambda r: r.share)
 
-    def action(r: Route) -> dict[str, Any]:
-        return {"cluster": cluster_name(r.revision), "timeout": f"{s.request_timeout_s}s",
+    def action(r: Route | None) -> dict[str, Any]:
+        return {"cluster": cluster_name(r.revision) if r else SERVING_CLUSTER, "timeout": f"{s.request_timeout_s}s",
                 "idle_timeout": f"{s.request_timeout_s}s"}
 
     def add_revision(r: Route) -> list[dict[str, Any]]:
@@ -206,7 +209,9 @@ def routes(table: list[Route], s: FrontSettings) -> dict[str, Any]:
 
     rs: list[dict[str, Any]] = [{"match": {"path": COUNTERS_PATH, "headers": [_method("GET")]},
                                  "route": {"cluster": "front-counters", "timeout": "10s"}}]
-    for path, methods in {**SERVING_PATHS, **HEALTH_PATHS}.items():
+    for path, methods in HEALTH_PATHS.items():  # the serving slot's router answers for the chain
+        rs += [{"match": {"path": path, "headers": [_method(m)]}, "route": action(None)} for m in methods]
+    for path, methods in SERVING_PATHS.items():
         for m in methods:
             if path in KEYED_PATHS and len(ranges) > 1:
                 for r, lo, hi in ranges:
@@ -224,8 +229,7 @@ def routes(table: list[Route], s: FrontSettings) -> dict[str, Any]:
         {"name": CLASS_HEADER, "string_match": {"exact": f"{src}{first.replace('_', '-')}"}}]}
         for src in KEY_SOURCES for first in ("", "_first")]
     return {"resources": [{"@type": _T + "config.route.v3.RouteConfiguration", "name": VHOST,
-                           "request_headers_to_remove": [],
-                           "virtual_hosts": [{"name": VHOST, "domains": ["*"], "routes": rs,
+                                                      "virtual_hosts": [{"name": VHOST, "domains": ["*"], "routes": rs,
                                               "virtual_clusters": vclusters}]}]}
 
 
@@ -233,11 +237,12 @@ def _method(m: str) -> dict[str, Any]:
     return {"name": ":method", "string_match": {"exact": m}}
 
 
-def config_files(table: list[Route], s: FrontSettings) -> dict[str, str]:
-    """The three files the front pod mounts (ConfigMap keys = file names), as JSON text (YAML Envoy reads too)."""
+def config_files(table: list[Route], s: FrontSettings, serving: str) -> dict[str, str]:
+    """The three files the front pod mounts (ConfigMap keys = file names), as JSON text. ``serving``: the URL of
+    the serving slot's router Service."""
     return {BOOTSTRAP_FILE: json.dumps(bootstrap(s), indent=1, sort_keys=True),
             ROUTES_FILE: json.dumps(routes(table, s), indent=1, sort_keys=True),
-            CLUSTERS_FILE: json.dumps(clusters(table, s), indent=1, sort_keys=True)}
+            CLUSTERS_FILE: json.dumps(clusters(table, s, serving), indent=1, sort_keys=True)}
 
 
 def bootstrap_hash(s: FrontSettings) -> str:

@@ -3,11 +3,11 @@
 The only orchestrator of the builders: the controller applies exactly this list (server-side apply) and prunes
 the rest, whether or not a rollout runs (the rollout machine decides the slots, rollout/); `v41flash render`
 prints it for slot "" alone. A deployment is a front plus one or two slots (render/slots.py). Same input, same
-output, same order: the ConfigMap (with the routing table), per enabled role its Service and PDB (over all slots)
+output, same order: the ConfigMap (the routing table, the front's Envoy files), per enabled role its Service and PDB
 and each slot's engine workload (after the GPUs' ResourceClaimTemplate with spec.gpu.allocation DRA and the IMEX
 ComputeDomain when its replicas span NVL72 trays), then (with spec.startup.weightCache.prefetch) the weight
-prefetcher's DaemonSet, then the front (the session proxy's ServiceAccount, Role, RoleBinding, Deployment, Service
-and the serving slot's router Service), each slot's vllm-router Deployment and Service, the router PDB (mode Gateway
+prefetcher's DaemonSet, then the front (its ServiceAccount, Role, RoleBinding, the Envoy Deployment, Service, the
+serving slot's router Service and the front's HorizontalPodAutoscaler), each slot's vllm-router Deployment and Service, the router PDB (mode Gateway
 instead: the endpoint pickers' ServiceAccount, Role, RoleBinding, per slot a picker's ConfigMap, Deployment, Service
 and pool, the front picker Service and pool, the HTTPRoute when asked for), then the NetworkPolicies.
 """
@@ -26,7 +26,7 @@ from .objects import config_map, pdb, role_service
 from .prefetch import weight_prefetch
 from .resolve import Resolved, resolve
 from .revision import revision_of
-from .router import ROUTES_CONFIG_KEY, front_objects, router_args, session_proxy_command, slot_router_objects
+from .router import ROUTES_CONFIG_KEY, front_files, front_objects, router_args, slot_router_objects
 from .slots import (FIRST_SLOT, SlotSpec, check_slots, effective_replicas, routes, slot_engines, slot_router_name,
                     spec_revision)
 from .timing import PodTiming, drain_seconds
@@ -75,8 +75,7 @@ def render(obj: api.V41FlashDeployment, slots: Sequence[SlotSpec] | None = None,
     gateway_mode = gateway.is_gateway(spec)
     if gateway_mode:
         front = _gateway_slots(name, namespace, spec, slots, revisions, serving, owner)
-        router_command, proxy_command = ["vllm-router", *router_args(name, namespace, spec, res)], \
-            session_proxy_command(spec)
+        router_command, proxy_command = ["vllm-router", *router_args(name, namespace, spec, res)], []
     else:
         front = front_objects(name, namespace, spec, serving.slot, owner)
         for s in slots:  # each slot's router takes the current routing settings
@@ -84,13 +83,15 @@ def render(obj: api.V41FlashDeployment, slots: Sequence[SlotSpec] | None = None,
                                          s.slot, revisions[s.slot], owner)
         front.append(pdb(name, namespace, L.ROUTER, owner))
         router_command = _command(front, slot_router_name(name, serving.slot), "router")
-        proxy_command = _command(front, L.child_name(name, L.ROUTER), "session-proxy")
+        proxy_command = _command(front, L.child_name(name, L.ROUTER), "front")
     commands = {rr.role: replica_commands(spec, res, rr.role) for rr in res.enabled_roles}
     cm = config_map(name, namespace, spec, res, commands, effective_replicas(res, serving.replicas),
                     router_command, proxy_command, timing, drain_seconds(spec.slo.e2e_p95_seconds),
                     revisions[serving.slot], owner)
     if not gateway_mode:
-        cm["data"][ROUTES_CONFIG_KEY] = table_json(routes(name, namespace, slots, revisions))
+        table = routes(name, namespace, slots, revisions)
+        cm["data"][ROUTES_CONFIG_KEY] = table_json(table)
+        cm["data"].update(front_files(name, namespace, spec, table))
     out: list[dict[str, Any]] = [cm]
     for role in roles:
         out.append(role_service(name, namespace, role, owner))

@@ -119,14 +119,14 @@ def config_map(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, r
             "command": router_command,
             "intraNodeDataParallelSize": intra_node_dp_size(res),
             "kvEventSources": KV_EVENT_SOURCES if spec.routing.kv_events else "none (kvEvents off)",
-            # vllm-router 0.1.17 reads only its built-in headers; the session proxy makes sure x-session-id is set
-            "sessionKey": ("derive: the session proxy sets x-session-id when a client sent none"
+            # vllm-router 0.1.17 reads only its built-in headers; the front makes sure x-session-id is set
+            "sessionKey": ("derive: the front sets x-session-id when a client sent none"
                            + (f" (from header {spec.routing.session_header}, else derived)"
                               if spec.routing.session_header else " (derived from the conversation)")
                            if spec.routing.session_key == "derive" else
-                           "client: the session proxy forwards the x-session-id clients send, unchanged"),
-            # in every mode: vllm-router's admin API is reachable only through the proxy's path allowlist
-            "sessionProxy": {"image": spec.routing.session_proxy_image, "command": proxy_command},
+                           "client: the front forwards the x-session-id clients send, unchanged"),
+            # in every mode: vllm-router's admin API is reachable only through the front's path allowlist
+            "front": {"image": spec.routing.front.image, "command": proxy_command} if proxy_command else "none",
         },
         "podTiming": {"preStopDrainSeconds": drain_s,
                       "preStopDrainSource": f"this ConfigMap's {DRAIN_CONFIG_KEY} (updated in place)",

@@ -18,12 +18,14 @@ import copy
 from typing import Any
 
 from ..api import v1alpha1 as api
-from ..proxy.revisions import ROUTES_FILE_NAME
+from ..front.envoy import (ADMIN_PORT, BOOTSTRAP_FILE, CONFIG_DIR, COUNTERS_PORT, FRONT_FILES, FrontSettings,
+                           bootstrap_hash, config_files)
+from ..proxy.revisions import ROUTES_FILE_NAME, Route
 from . import labels as L
 from .ports import ENGINE_PORT, METRICS_PORT, ROUTER_INTERNAL_PORT, ROUTER_PORT, SERVICE_PORT  # noqa: F401 (importers)
 from .resolve import Resolved, resolve
 
-PROXY_API_KEY_ENV = "V41FLASH_PROXY_API_KEY"  # the session proxy reads the client API key from it
+PROXY_API_KEY_ENV = "V41FLASH_PROXY_API_KEY"  # the front reads the client API key from it
 POLICIES_WITH_CACHE_THRESHOLDS = ("cache_aware",)
 # vllm-router 0.1.17's sticky_least_loaded counts a session on its engine until it has been idle this many seconds
 # (its own default 7200); nothing tells it a session ended, so the count is of sessions seen in that window.
@@ -98,42 +100,70 @@ def router_args(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, 
     return args
 
 
-def session_proxy_command(spec: api.V41FlashDeploymentSpec) -> list[str]:
-    """The proxy's command line (the operator image's `v41flash` entry point)."""
-    cmd = ["v41flash", "session-proxy", "--listen", f"0.0.0.0:{ROUTER_PORT}",
-           "--upstream", f"http://127.0.0.1:{ROUTER_INTERNAL_PORT}"]
-    if spec.routing.session_key != "derive":
-        cmd += ["--session-key", spec.routing.session_key]
-    if spec.routing.session_header:
-        cmd += ["--session-header", spec.routing.session_header]
-    if spec.routing.api_key_secret_ref is not None:
-        cmd += ["--api-key-env", PROXY_API_KEY_ENV]
-    return cmd
+def front_settings(spec: api.V41FlashDeploymentSpec) -> FrontSettings:
+    """What spec.routing decides about the front's Envoy (front/envoy.py)."""
+    routing = spec.routing
+    return FrontSettings(session_key=routing.session_key, session_header=routing.session_header,
+                         api_key_env=PROXY_API_KEY_ENV if routing.api_key_secret_ref is not None else "",
+                         max_in_flight=routing.front.max_in_flight, max_connections=routing.front.max_connections,
+                         request_timeout_s=routing.request_timeout_seconds)
 
 
-def session_proxy_container(spec: api.V41FlashDeploymentSpec) -> dict[str, Any]:
-    cmd = session_proxy_command(spec)
-    return {
-        "name": "session-proxy",
-        "image": spec.routing.session_proxy_image,
+def front_command() -> list[str]:
+    """Envoy's command line in the front container (its configuration: the mounted ConfigMap files)."""
+    return ["envoy", "-c", f"{CONFIG_DIR}/{BOOTSTRAP_FILE}", "--concurrency", str(FRONT_WORKERS),
+            "--disable-hot-restart", "--drain-time-s", str(FRONT_DRAIN_S), "--drain-strategy", "immediate",
+            "--log-level", "warn"]
+
+
+# A stopping front replica: Envoy drains its listener (new connections refused, kept-alive ones closed after
+# their answer) and the hook waits until no request is in flight (at most the grace period), then SIGTERM.
+# bash's /dev/tcp reaches the admin API on loopback (the Envoy image has no HTTP client).
+_DRAIN_SCRIPT = (
+    "adm() { exec 3<>/dev/tcp/127.0.0.1/%d && printf '%%s /%%s HTTP/1.1\\r\\nHost: l\\r\\nConnection: close"
+    "\\r\\n\\r\\n' \"$1\" \"$2\" >&3 && cat <&3; exec 3<&-; }; "
+    "adm POST 'drain_listeners?graceful&inboundonly' >/dev/null; "
+    "while :; do r=$(adm GET 'stats?filter=^http.front.downstream_rq_active$'); [ -z \"$r\" ] && exit 0; "
+    "printf '%%s' \"$r\" | grep -q 'rq_active: 0$' && exit 0; sleep 1; done" % ADMIN_PORT)
+
+
+def front_containers(spec: api.V41FlashDeploymentSpec) -> list[dict[str, Any]]:
+    """Envoy on the Service's port, and `v41flash front-counters` (the operator image) on loopback."""
+    routing = spec.routing
+    cmd = front_command()
+    secure = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
+              "readOnlyRootFilesystem": True}
+    envoy = {
+        "name": "front",
+        "image": routing.front.image,
         "imagePullPolicy": spec.image_pull_policy,
         "command": cmd[:1],
         "args": cmd[1:],
         "ports": [{"name": "http", "containerPort": ROUTER_PORT, "protocol": "TCP"}],
         **({"env": [{"name": PROXY_API_KEY_ENV, "valueFrom": {"secretKeyRef": {
-            "name": spec.routing.api_key_secret_ref.name, "key": spec.routing.api_key_secret_ref.key}}}]}
-           if spec.routing.api_key_secret_ref is not None else {}),
-        # /readiness is forwarded to vllm-router: Ready only when the whole chain (proxy -> router ->
-        # a healthy worker) answers. /healthz is the proxy's own, so a router restart does not restart it.
+            "name": routing.api_key_secret_ref.name, "key": routing.api_key_secret_ref.key}}}]}
+           if routing.api_key_secret_ref is not None else {}),
+        # /readiness goes to the serving slot's router: Ready only when the whole chain answers
         "readinessProbe": {"httpGet": {"path": "/readiness", "port": "http"},
-                           "periodSeconds": 5, "timeoutSeconds": 3, "failureThreshold": 3},
-        "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"},
-                          "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 6},
-        # bodies are read whole (capped at 64 MiB each); responses stream through
-        "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"memory": "2Gi"}},
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
-                            "runAsNonRoot": True, "readOnlyRootFilesystem": True},
+                           "periodSeconds": 2, "timeoutSeconds": 3, "failureThreshold": 2},
+        "livenessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 10, "timeoutSeconds": 5,
+                          "failureThreshold": 6},
+        "lifecycle": {"preStop": {"exec": {"command": ["/bin/bash", "-c", _DRAIN_SCRIPT]}}},
+        # Envoy's workers relay the streams: FRONT_WORKERS threads on about one core at full load
+        "resources": {"requests": {"cpu": "1", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
+        "securityContext": dict(secure),
+        "volumeMounts": [{"name": "front", "mountPath": CONFIG_DIR, "readOnly": True}],
     }
+    counters = {
+        "name": "counters",
+        "image": routing.session_proxy_image,
+        "imagePullPolicy": spec.image_pull_policy,
+        "command": ["v41flash"],
+        "args": ["front-counters", "--listen", f"127.0.0.1:{COUNTERS_PORT}", "--admin", f"127.0.0.1:{ADMIN_PORT}"],
+        "resources": {"requests": {"cpu": "50m", "memory": "96Mi"}, "limits": {"memory": "256Mi"}},
+        "securityContext": dict(secure),
+    }
+    return [envoy, counters]
 
 
 def _num(value: float) -> str:
@@ -171,7 +201,7 @@ def router_objects(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpe
         "livenessProbe": {"httpGet": {"path": "/metrics", "port": "metrics"},
                           "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 6},
     }
-    containers = [session_proxy_container(spec), container]
+    containers = [container]
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -232,8 +262,10 @@ def router_objects(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpe
 
 # --- the front and the slots' routers (render/slots.py) ---------------------------------------------------
 
-ROUTES_CONFIG_KEY = ROUTES_FILE_NAME  # the routing table's key in the deployment's ConfigMap
-ROUTES_MOUNT_DIR = "/etc/v41flash/routes"
+ROUTES_CONFIG_KEY = ROUTES_FILE_NAME  # the routing table in the deployment's ConfigMap (the front's routes are built
+# from it; kept there for people and tools to read)
+FRONT_WORKERS = 2  # Envoy worker threads per front replica (its CPU request is one core)
+FRONT_DRAIN_S = 5  # a stopping front replica closes kept-alive connections over this long
 
 
 def serving_router_name(cr_name: str) -> str:
@@ -249,30 +281,52 @@ def _one(objs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
 
 def front_objects(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, serving_slot: str,
                   owner: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """``<cr>-router``: the session proxy alone, reading the routing table; its ServiceAccount/Role/RoleBinding
-    are the slot routers' too (pod discovery); ``<cr>-router-serving``: the serving slot's router."""
+    """``<cr>-router``: the front (Envoy, configured from the ConfigMap's front files, and its counters), scaled by
+    a HorizontalPodAutoscaler between routing.front.minReplicas and maxReplicas; its ServiceAccount/Role/RoleBinding
+    are the slot routers' (pod discovery); ``<cr>-router-serving``: the serving slot's router (the front's health
+    paths)."""
     objs = router_objects(cr_name, namespace, spec, resolve(spec), owner)
     deployment, service = _one(objs, "Deployment"), _one(objs, "Service")
+    name = deployment["metadata"]["name"]
     pod = deployment["spec"]["template"]
-    proxy = session_proxy_container(spec)
-    i = proxy["args"].index("--upstream")
-    proxy["args"][i + 1] = f"http://{serving_router_name(cr_name)}.{namespace}.svc:{SERVICE_PORT}"
-    proxy["args"] += ["--routes-file", f"{ROUTES_MOUNT_DIR}/{ROUTES_CONFIG_KEY}",
-                      "--session-ttl-seconds", str(spec.routing.session_affinity_ttl_seconds or 600)]
-    proxy["volumeMounts"] = [{"name": "routes", "mountPath": ROUTES_MOUNT_DIR, "readOnly": True}]
-    # The front's own metrics: the proxy's, on its serving port (/proxy/metrics).
-    pod["spec"]["containers"] = [proxy]
-    pod["spec"]["volumes"] = [{"name": "routes", "configMap": {
-        "name": L.config_name(cr_name), "items": [{"key": ROUTES_CONFIG_KEY, "path": ROUTES_CONFIG_KEY}]}}]
+    del deployment["spec"]["replicas"]  # the autoscaler's (the one writer)
+    pod["spec"]["containers"] = front_containers(spec)
+    pod["spec"]["volumes"] = [{"name": "front", "configMap": {
+        "name": L.config_name(cr_name), "items": [{"key": k, "path": k} for k in FRONT_FILES]}}]
+    pod["spec"]["terminationGracePeriodSeconds"] = min(spec.routing.request_timeout_seconds, 600)
     pod["metadata"]["labels"][L.FRONT_LABEL] = "true"
+    # Envoy reads its bootstrap only at start: a change of it rolls the front (routes and clusters do not)
+    pod["metadata"]["annotations"] = {L.CONFIG_HASH_ANNOTATION: bootstrap_hash(front_settings(spec))}
     service["spec"]["selector"] = {**L.selector_labels(cr_name, L.ROUTER), L.COMPONENT_LABEL: L.ROUTER}
     service["spec"]["ports"] = [p for p in service["spec"]["ports"] if p["name"] == "http"]
     serving_service = copy.deepcopy(_one(objs, "Service"))
     serving_service["metadata"]["name"] = serving_router_name(cr_name)
     serving_service["spec"]["selector"] = {**L.selector_labels(cr_name, L.ROUTER), L.SLOT_LABEL: L.slot_tag(serving_slot)}
     serving_service["spec"]["ports"] = [p for p in serving_service["spec"]["ports"] if p["name"] == "http"]
+    front = spec.routing.front
+    hpa = {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": L.metadata(cr_name, namespace, name, L.ROUTER, owner),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+            "minReplicas": front.min_replicas,
+            "maxReplicas": front.max_replicas,
+            "metrics": [{"type": "ContainerResource", "containerResource": {
+                "name": "cpu", "container": "front",
+                "target": {"type": "Utilization", "averageUtilization": front.target_cpu_utilization_percent}}}],
+        },
+    }
     return [o for o in objs if o["kind"] in ("ServiceAccount", "Role", "RoleBinding")] + [deployment, service,
-                                                                                            serving_service]
+                                                                                            serving_service, hpa]
+
+
+def front_files(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec,
+                table: list[Route]) -> dict[str, str]:
+    """The front's three ConfigMap files: Envoy's bootstrap, the routes (the revision split) and the clusters (each
+    revision's router, and the serving slot's router Service for health)."""
+    serving = f"http://{serving_router_name(cr_name)}.{namespace}.svc:{SERVICE_PORT}"
+    return config_files(table, front_settings(spec), serving)
 
 
 def slot_router_objects(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, slot: str, revision: str,
