@@ -409,11 +409,10 @@ def test_a_profile_fitted_from_bench_serve_holds_the_slo_with_corrections_near_1
 
     profile = tmp_path / "profile.yaml"
     _v41flash(cluster, "profile", "build", "--from", str(run / "records.jsonl"), "--out", str(profile))
-    _v41flash(cluster, "profile", "apply", "--from", str(profile), "--deployment", FIT_NAME, "-n", ns)
+    _v41flash(cluster, "profile", "apply", "--from", str(profile), "--deployment", FIT_NAME, "-n", ns,
+              "--enable-planner")
     cm = cluster.kubectl_json("get", "configmap", f"{FIT_NAME}-capacity-profile", "-n", ns)
     assert yaml.safe_load(cm["data"]["profile.yaml"])["kind"] == "CapacityProfile"
-    cluster.kubectl("patch", "v41f", FIT_NAME, "-n", ns, "--type=merge", "-p",
-                    json.dumps({"spec": {"autoscaling": {"enabled": True}}}))
     t_applied = time.time()
 
     steady = tmp_path / "steady"

@@ -42,6 +42,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     apply.add_argument("--namespace", "-n", default="default")
     apply.add_argument("--configmap", help="ConfigMap name (default: <deployment>-capacity-profile)")
     apply.add_argument("--kubeconfig", help="kubeconfig (default: $KUBECONFIG, ~/.kube/config, or in-cluster)")
+    apply.add_argument("--enable-planner", action="store_true",
+                       help="also set spec.autoscaling.enabled: true (a deployment measured at fixed replicas)")
     apply.add_argument("--dry-run", action="store_true", help="print the ConfigMap and the CR's patch (a merge patch), apply nothing")
     apply.set_defaults(func=_apply)
     parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
@@ -120,7 +122,7 @@ def _apply(args: argparse.Namespace) -> int:
         return 1
     name = args.configmap or f"{args.deployment}-capacity-profile"
     cm = profile_configmap(text, name, args.namespace)
-    patch = {"spec": {"autoscaling": {"capacityProfile": name}}}
+    patch = {"spec": {"autoscaling": {"capacityProfile": name, **({"enabled": True} if args.enable_planner else {})}}}
     if args.dry_run:
         class Dumper(yaml.SafeDumper):  # profile.yaml as a block, readable in Git
             pass
@@ -153,5 +155,6 @@ def _apply(args: argparse.Namespace) -> int:
         print(f"profile apply: no cluster configuration: {exc} (give --kubeconfig)", file=sys.stderr)
         return 1
     print(f"configmap/{name} (profile {profile.metadata.name}) applied in {args.namespace}; "
-          f"v41f/{args.deployment} spec.autoscaling.capacityProfile={name}: the planner uses it from its next pass")
+          f"v41f/{args.deployment} spec.autoscaling.capacityProfile={name}"
+          + (", autoscaling.enabled=true" if args.enable_planner else "") + ": the planner uses it from its next pass")
     return 0
