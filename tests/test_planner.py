@@ -180,8 +180,12 @@ def test_partial_metrics_never_scale_down_but_may_scale_up():
 
 
 # ------------------------------------------------------------------ bounds and budget
+NO_BREACH_STEP = PlannerConfig().with_knobs(breach_step_ratio=0.0)  # the model's own answer in a breach
+
+
 def test_bounds_clamp_and_say_so():
-    d = decide(observe(40, prefill=2, decode=1), bounds=Bounds(prefill=RoleBounds(1, 4), decode=RoleBounds(2, 20)))
+    d = decide(observe(40, prefill=2, decode=1), bounds=Bounds(prefill=RoleBounds(1, 4), decode=RoleBounds(2, 20)),
+               config=NO_BREACH_STEP)
     assert d.prefill.desired == 4 and d.prefill.clamped == "max replicas 4 (wanted 7)"
     assert "clamped to max replicas 4" in d.prefill.reason
     assert d.decode.desired >= 2
@@ -203,9 +207,9 @@ def test_autoscale_off_leaves_role_alone():
 
 def test_gpu_budget_splits_by_pressure_and_reports():
     # unclamped: prefill 2→7, decode 1→2 = 36 GPUs at 4 GPUs/replica; budget 28 GPUs = 7 replicas
-    free = decide(observe(40, prefill=2, decode=1))
+    free = decide(observe(40, prefill=2, decode=1), config=NO_BREACH_STEP)
     assert (free.prefill.desired, free.decode.desired) == (7, 2)
-    d = decide(observe(40, prefill=2, decode=1), bounds=replace(WIDE, gpu_budget=28))
+    d = decide(observe(40, prefill=2, decode=1), bounds=replace(WIDE, gpu_budget=28), config=NO_BREACH_STEP)
     total = (d.prefill.desired + d.decode.desired) * 4
     assert total == 28
     assert d.prefill.desired > 2 and d.decode.desired > 1  # both starving roles got some
@@ -272,9 +276,10 @@ def test_measured_prefill_time_is_the_floor_of_the_prefill_correction():
 def test_prefill_sheds_one_replica_at_a_time_but_decode_faster():
     # 100 prefill and 40 decode replicas, demand for a few: a removed prefill replica's sessions re-prefill
     # their whole context elsewhere, so prefill shrinks one replica per step; decode (no prefix cache to
-    # lose) by up to max_scale_down_fraction
+    # lose) by up to max_scale_down_fraction (an overshoot this large sheds faster: test_planner_unseen.py)
     big = Bounds(prefill=RoleBounds(1, 200), decode=RoleBounds(1, 200))
-    decisions, _ = run([14.0] * 60, Cluster(prefill=100, decode=40), bounds=big)
+    decisions, _ = run([14.0] * 60, Cluster(prefill=100, decode=40), bounds=big,
+                       config=PlannerConfig().with_knobs(overshoot_ratio=0.0))
     prefill = [d.prefill.desired for d in decisions]
     decode = [d.decode.desired for d in decisions]
     p_steps = [a - b for a, b in zip(prefill, prefill[1:]) if a > b]

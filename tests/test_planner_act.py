@@ -88,10 +88,11 @@ def test_the_rules_run_in_the_documented_order():
     assert [r.__name__ for r in RULES] == [
         "autoscaling_off", "no_need",
         "need", "within_noise", "step_up_at_correction_limit", "proven_capacity", "foreseen_capacity",
-        "scale_up_stabilization",
-        "learn_down_margin", "down_recommendation", "proven_down", "stabilization_window", "unattainable",
-        "wait_for_capacity_in_flight", "scale_up", "no_scale_down_on_incomplete_data", "current_fits", "down_blocked",
-        "cancel_not_serving", "moved_sessions_guard", "step_down",
+        "breach_step", "scale_up_stabilization",
+        "learn_down_margin", "down_recommendation", "proven_down", "outage_memory", "stabilization_window",
+        "unattainable",
+        "cancel_on_clear", "wait_for_capacity_in_flight", "scale_up", "no_scale_down_on_incomplete_data",
+        "current_fits", "down_blocked", "cancel_not_serving", "moved_sessions_guard", "overshoot_down", "step_down",
         "partial_metrics",
     ]
     assert all(f"``{r.__name__}``" in act.__doc__ for r in RULES)  # the docstring lists every rule

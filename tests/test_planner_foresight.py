@@ -72,7 +72,8 @@ def test_the_simulator_clock_maps_onto_the_wall_clock_by_epoch():
 
 # ------------------------------------------------------------------ the learned season
 DAY = 1800.0
-SEASON_CFG = PlannerConfig().with_knobs(season_bucket_s=60.0, season_periods_s=(DAY,), season_keep=400, headroom_quantile=0.0)
+SEASON_CFG = PlannerConfig().with_knobs(season_bucket_s=60.0, season_periods_s=(DAY,), season_keep=400, headroom_quantile=0.0,
+                                        breach_step_ratio=0.0)
 
 
 def daily(t):

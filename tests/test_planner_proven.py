@@ -73,7 +73,7 @@ def test_no_cap_while_the_slo_is_breached():
     held = observe(10, prefill=3, decode=2)
     hot = observe(30, prefill=3, decode=2)
     assert truth(30, 3, 2)["ttft"] > SLO.ttft_s
-    ds = run([held] * 3 + [hot])
+    ds = run([held] * 3 + [hot], config=PESSIMIST.with_knobs(breach_step_ratio=0.0))
     assert ds[3].prefill.slo_breached
     assert "proven capacity" not in ds[3].prefill.reason and ds[3].prefill.desired > 9
     assert ds[3].state.prefill.proven == ds[2].state.prefill.proven  # its ratio was below every proof
@@ -144,8 +144,10 @@ def test_a_fleet_above_what_was_proven_comes_down_to_it():
     downs = [d for d in ds if d.prefill.action == "scale_down"]
     assert downs, [d.prefill.reason for d in ds[-3:]]
     first = downs[0]
-    # through every scale-down guard: after the full stabilization window, one replica per step
-    assert first.prefill.desired == 7 and "scale-down to the proven capacity (3.0 × margin)" in first.prefill.reason
+    # through every scale-down guard: after the full stabilization window; 8 is over ×1.5 the proven 4 (3 × margin),
+    # so a quarter of the 8 go at once (act.overshoot_down)
+    assert first.prefill.desired == 6 and "scale-down to the proven capacity (3.0 × margin)" in first.prefill.reason
+    assert first.prefill.decided_by == "overshoot_down"
     assert ds.index(first) * 30 >= PESSIMIST.act.scale_down_stabilization_s
     # without it the model's own need holds the fleet
     off = run([held] * 3 + big, config=PESSIMIST.with_knobs(proven_down=False))

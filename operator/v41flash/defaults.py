@@ -16,6 +16,9 @@ MOVED_SESSIONS_HOLD_SECONDS = 3600
 # spec.autoscaling.forecast.quantile; PlannerConfig.foresight.forecast_quantile: the learned seasonal forecast sizes for this
 # quantile of how far days exceed what their past said (0: off)
 FORECAST_QUANTILE = 0.9
+# spec.autoscaling.outageMemorySeconds; PlannerConfig.outage_memory_s: after the demand collapses, how long no
+# scale-down goes below what the demand asked for before it (40 min: two of the longest cold starts, 20 min)
+OUTAGE_MEMORY_SECONDS = 2400
 SLO_WINDOW_SECONDS = 60  # spec.slo.windowSeconds; Slo.window_s
 TTFT_PERCENTILE = 90  # spec.slo.ttft.percentile; Slo.ttft_percentile (as a fraction)
 MIN_REPLICAS = 1  # spec.<role>.minReplicas; RoleBounds.min_replicas

@@ -137,7 +137,8 @@ def operator_default_config(a: AutoscalingSpec | None = None) -> PlannerConfig:
     a = a or AutoscalingSpec()
     return PlannerConfig.for_spec(a.interval_seconds, a.scale_down_stabilization_seconds,
                                   a.scale_up_stabilization_seconds, a.moved_sessions_hold_seconds,
-                                  tuple(Window.from_spec(w) for w in a.schedules), a.forecast.quantile)
+                                  tuple(Window.from_spec(w) for w in a.schedules), a.forecast.quantile,
+                                  a.outage_memory_seconds)
 
 
 def scenario_config(sc, overrides: dict | None = None) -> PlannerConfig:
@@ -160,7 +161,9 @@ def scenario_state(sc) -> PlannerState:
     if not isinstance(sc.workload, AgentSessionSpec):
         raise ValueError("history: only agentx workloads have a shape to take a past from")
     h = sc.history
-    rates = past_demand(sc.workload, sc.arrivals, sc.seed, -h.span_s, h.bucket_s, h.noise_cv)
+    rates = past_demand(sc.workload, sc.arrivals, sc.seed, -h.span_s, h.bucket_s, h.noise_cv, sc.duration_s,
+                        h.shift_s)
+    rates = [r * h.level for r in rates]
     return PlannerState(season=seasonal.seeded(h.bucket_s, -h.span_s, rates))
 
 

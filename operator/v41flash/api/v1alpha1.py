@@ -964,7 +964,7 @@ class AutoscalingSpec(Model):
                     "smaller than 1 / (1 - percentile) replicas then never shrinks.")
     outage_memory_seconds: int = Field(
         defaults.OUTAGE_MEMORY_SECONDS, ge=0, le=86400,
-        description="After the demand collapses (below 0.3 of its highest of this many seconds), no scale-down goes "
+        description="After the demand collapses (below 0.15 of its highest of this many seconds), no scale-down goes "
                     "below the replicas the demand asked for before the collapse until this many seconds after it, "
                     "so a crowd that returns after an outage finds capacity that takes minutes to start "
                     "(the HPA's scale-down stabilisation, longer). 0 = no outage memory.")

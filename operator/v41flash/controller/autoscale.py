@@ -146,11 +146,12 @@ def durable_state(state: PlannerState, season_bytes: int = PlannerConfig.foresig
 
 
 def planner_config(a: api.AutoscalingSpec) -> PlannerConfig:
-    """The planner's knobs from spec.autoscaling: cadence, stabilization, the moved-sessions hold, the schedules
-    and the forecast's quantile."""
+    """The planner's knobs from spec.autoscaling: cadence, stabilization, the moved-sessions hold, the schedules,
+    the forecast's quantile and the outage memory."""
     return PlannerConfig.for_spec(a.interval_seconds, a.scale_down_stabilization_seconds,
                                   a.scale_up_stabilization_seconds, a.moved_sessions_hold_seconds,
-                                  tuple(Window.from_spec(w) for w in a.schedules), a.forecast.quantile)
+                                  tuple(Window.from_spec(w) for w in a.schedules), a.forecast.quantile,
+                                  a.outage_memory_seconds)
 
 
 def planner_due(known: PlannerState | None, status: Mapping[str, Any], now: float, interval_s: float) -> bool:
@@ -190,6 +191,8 @@ def planner_outcome(decision: Decision, slo_status: dict[str, Any], now: float, 
     last = {"time": iso_time(now), "action": decision.action, "reason": reason[:2000]}
     for d in decision.roles():
         last[d.role] = d.desired
+    last["decidedBy"] = {d.role: d.decided_by for d in decision.roles() if d.decided_by}
+    last["forecastBy"] = {d.role: d.forecast_by for d in decision.roles() if d.forecast_by}
     if advisory:
         last["advisory"] = True
     # The same decision again (only its figures moved) keeps the recorded one: no status churn.

@@ -36,6 +36,7 @@ class Acted:
     verdict: Verdict  # before bounds and budget
     state: RoleState  # stabilization window updated
     rules: tuple[str, ...] = ()  # the rules that fired, in order (act.RULES)
+    decided_by: str = ""  # the rule that chose hold, scale-up or scale-down
 
 
 def _observed_head(j: RoleJudgement, slo: Slo, itl_budget: float) -> str:
@@ -180,6 +181,7 @@ class Proposal:
     moves_sessions: bool = False  # a scale-down past the moved-sessions guard
     guard_held_since: float | None = None  # since when the moved-sessions guard alone holds a scale-down
     decided: bool = False  # a rule chose hold, scale-up or scale-down: the later deciding rules pass
+    decided_by: str = ""  # ... which one
     final: bool = False  # the answer is complete: no later rule runs
     fired: tuple[tuple[str, str], ...] = ()  # (rule, its words in the reason), in order
 
@@ -187,7 +189,7 @@ class Proposal:
         return replace(self, fired=self.fired + ((rule, words),), **changes)
 
     def decide(self, rule: str, words: str, desired: int, action: Action, **changes) -> Proposal:
-        return self.said(rule, words, desired=desired, action=action, decided=True, **changes)
+        return self.said(rule, words, desired=desired, action=action, decided=True, decided_by=rule, **changes)
 
 
 Rule = Callable[[ActContext, Proposal], Proposal]
@@ -282,6 +284,29 @@ def foreseen_capacity(c: ActContext, p: Proposal) -> Proposal:
     return p
 
 
+def breach_step(c: ActContext, p: Proposal) -> Proposal:
+    """In a breach, a scale-up no larger than one reading can justify: at most ``breach_step_ratio`` × the replicas
+    Ready or starting (at least +1); and while a queue builds (waiting ≥ Ready: the Ready replicas are saturated, so
+    what each completed in the window is its capacity), at most the demand ÷ that capacity × (1 + margin) — a
+    backlog inflates the latency the model sizes from, not the work (one reading of a cache-hit dip once asked for
+    160 replicas where 30 held; issue 40)."""
+    cfg = c.config.act
+    if cfg.breach_step_ratio <= 0 or not c.judged.breached or p.up_target <= c.current:
+        return p
+    ready, w = c.observed.replicas.ready, c.observed.window
+    cap = max(c.current + 1, math.ceil(max(1, ready + c.starting) * cfg.breach_step_ratio - 1e-9))
+    why = f"×{cfg.breach_step_ratio:g} the {ready + c.starting} Ready or starting"
+    if w is not None and ready > 0 and w.request_rate > 0 and w.waiting >= ready and c.demand_rate:
+        per_replica = w.request_rate / ready
+        by_rate = max(c.current + 1, math.ceil(c.demand_rate / per_replica * (1 + cfg.breach_rate_margin) - 1e-9))
+        if by_rate < cap:
+            cap, why = by_rate, (f"{c.demand_rate:.2f} req/s at the {per_replica:.2f} req/s each of {ready} saturated "
+                                 f"Ready replicas completed, ×{1 + cfg.breach_rate_margin:g}")
+    if p.up_target <= cap:
+        return p
+    return p.said("breach_step", f" (a breach's step: at most {cap}, {why})", up_target=cap)
+
+
 def scale_up_stabilization(c: ActContext, p: Proposal) -> Proposal:
     """HPA semantics: scale up only to the lowest recommendation of ``scale_up_stabilization_s``."""
     window = c.config.act.scale_up_stabilization_s
@@ -328,6 +353,31 @@ def proven_down(c: ActContext, p: Proposal) -> Proposal:
                   down_target=proven_rec)
 
 
+def outage_memory(c: ActContext, p: Proposal) -> Proposal:
+    """After the demand collapses (below ``outage_collapse_ratio`` × its highest of the last ``outage_memory_s``), no
+    scale-down below the most replicas the demand asked for before the collapse (need × margin), until ``outage_memory_s`` after it: the HPA's
+    scale-down stabilisation, long enough that a crowd returning after an outage finds capacity that takes minutes
+    to start. Those recommendations are remembered while the demand stands (``RoleState.recent_high``)."""
+    cfg = c.config.act
+    if cfg.outage_memory_s <= 0 or c.demand_rate is None:
+        return p
+    since = c.now - cfg.outage_memory_s
+    peak = max((h[1] for h in c.state.demand_history if h[0] >= since), default=0.0)
+    collapsed = peak > 0 and c.demand_rate < cfg.outage_collapse_ratio * peak
+    highs = tuple(x for x in p.state.recent_high if x[0] > since)
+    if not collapsed:  # what the standing demand asked for (not what ran: an overshoot is no peak to keep)
+        highs = tuple(x for x in highs if x[1] > p.down_target) + ((c.now, p.down_target),)
+    p = replace(p, state=replace(p.state, recent_high=highs))
+    if not collapsed or not highs or highs[0][1] <= p.down_target:
+        return p
+    floor = _within(c.bounds, highs[0][1])
+    return p.said("outage_memory", f"; outage memory: demand {c.demand_rate:.2f} req/s < "
+                                   f"{cfg.outage_collapse_ratio:g} × its {peak:.2f} of the last "
+                                   f"{cfg.outage_memory_s:.0f}s, keeping {floor} until "
+                                   f"{highs[0][0] + cfg.outage_memory_s - c.now:.0f}s from now",
+                  down_target=max(p.down_target, floor))
+
+
 def stabilization_window(c: ActContext, p: Proposal) -> Proposal:
     """Only complete windows count as evidence for a scale-down: record this one's recommendation, or start
     the window again."""
@@ -345,6 +395,26 @@ def unattainable(c: ActContext, p: Proposal) -> Proposal:
     if c.need.feasible:
         return p
     return p.said("unattainable", " — target unattainable with this profile even unloaded")
+
+
+def cancel_on_clear(c: ActContext, p: Proposal) -> Proposal:
+    """Replicas still starting when the breach that ordered them has cleared (TTFT at most
+    ``cancel_clear_ttft_ratio`` × its target, and this window's scale-down recommendation fits in the Ready replicas)
+    are cancelled at once: they hold nothing, and every second they start costs GPUs (the stabilization window
+    waits for evidence about Ready replicas, not about orders). Foresight and headroom are in the recommendation,
+    so an order a forecast wants stays."""
+    cfg, j = c.config.act, c.judged
+    if p.decided or cfg.cancel_clear_ttft_ratio <= 0 or not cfg.cancel_starting or c.starting <= 0 \
+            or j.breached or j.data != "ok" or c.state.last_action != "scale_up" or j.observed_ttft_s is None \
+            or j.observed_ttft_s > cfg.cancel_clear_ttft_ratio * c.slo.ttft_s:
+        return p
+    ready = c.current - c.starting - c.observed.replicas.unschedulable - c.observed.replicas.lost
+    target = max(p.down_target, ready)
+    if target >= c.current:
+        return p
+    return p.decide("cancel_on_clear", f"; {c.current} → {target}: the breach cleared (TTFT "
+                                       f"{fmt_s(j.observed_ttft_s)}), cancelling {c.current - target} replica(s) "
+                                       f"still starting", target, "scale_down")
 
 
 def wait_for_capacity_in_flight(c: ActContext, p: Proposal) -> Proposal:
@@ -427,6 +497,22 @@ def moved_sessions_guard(c: ActContext, p: Proposal) -> Proposal:
     return p.decide("moved_sessions_guard", words, cur, "hold", guard_held_since=held_since)
 
 
+def overshoot_down(c: ActContext, p: Proposal) -> Proposal:
+    """A fleet more than ``overshoot_ratio`` × the window's highest recommendation (an overshoot, or a peak that has
+    gone) sheds ``overshoot_down_fraction`` of its replicas per step, not one: the descent is the cost of every
+    overshoot. It runs after the moved-sessions guard, which still holds what would re-prefill more than the
+    replicas left can take."""
+    cfg, cur, rec = c.config.act, c.current, _stabilized(p)
+    if p.decided or cfg.overshoot_ratio <= 0 or cur <= cfg.overshoot_ratio * max(rec, 1):
+        return p
+    step = math.floor(cur * cfg.overshoot_down_fraction + 1e-9)
+    if step <= cfg.max_scale_down_step or (c.role != "prefill" and c.disaggregated):
+        return p  # no quicker than step_down (decode already sheds max_scale_down_fraction)
+    target = max(rec, cur - step)
+    return p.decide("overshoot_down", f"; {cur} → {target}: {cur} is over ×{cfg.overshoot_ratio:g} the {rec} the "
+                                      f"last {cfg.scale_down_stabilization_s:.0f}s asked for", target, "scale_down")
+
+
 def step_down(c: ActContext, p: Proposal) -> Proposal:
     """One step (``max_scale_down_step``, or the role's share of its replicas), never below the window's highest
     recommendation."""
@@ -449,12 +535,13 @@ def partial_metrics(c: ActContext, p: Proposal) -> Proposal:
 RULES: tuple[Rule, ...] = (
     autoscaling_off, no_need,
     # what a scale-up would ask for
-    need, within_noise, step_up_at_correction_limit, proven_capacity, foreseen_capacity, scale_up_stabilization,
+    need, within_noise, step_up_at_correction_limit, proven_capacity, foreseen_capacity, breach_step,
+    scale_up_stabilization,
     # what a scale-down would come down to
-    learn_down_margin, down_recommendation, proven_down, stabilization_window, unattainable,
+    learn_down_margin, down_recommendation, proven_down, outage_memory, stabilization_window, unattainable,
     # the answer: the first of these that applies
-    wait_for_capacity_in_flight, scale_up, no_scale_down_on_incomplete_data, current_fits, down_blocked,
-    cancel_not_serving, moved_sessions_guard, step_down,
+    cancel_on_clear, wait_for_capacity_in_flight, scale_up, no_scale_down_on_incomplete_data, current_fits, down_blocked,
+    cancel_not_serving, moved_sessions_guard, overshoot_down, step_down,
     partial_metrics,
 )
 
@@ -471,14 +558,16 @@ def act(c: ActContext) -> Acted:
     2. ``need`` states what users saw and the model needs; a scale-up would ask for the need, but
        ``within_noise`` (SLO holds, need within ``up_tolerance``), ``step_up_at_correction_limit`` (+1 on a
        breach the model cannot explain), ``proven_capacity`` and ``foreseen_capacity`` (P/D prefill: what held
-       this work before, what Ready replicas do at the season's rise) and ``scale_up_stabilization`` change it;
+       this work before, what Ready replicas do at the season's rise), ``breach_step`` (a breach's step no larger
+       than one reading justifies) and ``scale_up_stabilization`` change it;
     3. a scale-down would come down to the need × the margin (``learn_down_margin``, ``down_recommendation``),
-       or the proven capacity (``proven_down``); ``stabilization_window`` records it; ``unattainable`` says when
-       no replica count meets the target;
-    4. the first deciding rule that applies answers: ``wait_for_capacity_in_flight`` or ``scale_up``;
-       ``no_scale_down_on_incomplete_data``, ``current_fits`` or ``down_blocked`` hold;
-       ``cancel_not_serving``, ``moved_sessions_guard`` (hold, or one replica after its hold) or ``step_down``
-       scale down;
+       or the proven capacity (``proven_down``), never below the peak before a collapse of the demand
+       (``outage_memory``); ``stabilization_window`` records it; ``unattainable`` says when no replica count meets
+       the target;
+    4. the first deciding rule that applies answers: ``cancel_on_clear`` (orders a cleared breach no longer needs),
+       ``wait_for_capacity_in_flight`` or ``scale_up``; ``no_scale_down_on_incomplete_data``, ``current_fits`` or
+       ``down_blocked`` hold; ``cancel_not_serving``, ``moved_sessions_guard`` (hold, or one replica after its hold),
+       ``overshoot_down`` (a quarter of a fleet far above its need) or ``step_down`` scale down;
     5. ``partial_metrics`` names the data that was missing.
     """
     p = Proposal(desired=c.current, state=c.state)
@@ -488,7 +577,8 @@ def act(c: ActContext) -> Acted:
             break
     why = "".join(words for _, words in p.fired)
     verdict = Verdict(p.desired, p.action, why, moves_sessions=p.moves_sessions)
-    return Acted(verdict, replace(p.state, guard_held_since=p.guard_held_since), tuple(r for r, _ in p.fired))
+    return Acted(verdict, replace(p.state, guard_held_since=p.guard_held_since), tuple(r for r, _ in p.fired),
+                 p.decided_by)
 
 
 def remember(rs: RoleState, v: Verdict, current: int, need: float | None, now: float) -> RoleState:

@@ -199,6 +199,27 @@ class ActConfig:
     # breach for about one turn) and the hold starts again. Without it a fleet of fewer than 1 / (1 − percentile)
     # replicas never shrinks. 0: hold for ever
     moved_sessions_hold_s: float = float(defaults.MOVED_SESSIONS_HOLD_SECONDS)
+    # A breach's scale-up is bounded by what one reading can justify (act.breach_step): at most this × the replicas
+    # Ready or starting (at least +1), and, while a queue builds (waiting ≥ Ready), at most the demand ÷ what each Ready
+    # replica completed in the window (its measured capacity) × (1 + breach_rate_margin): a backlog inflates latency
+    # and the model's answer with it, not the work. 0: no bound
+    breach_step_ratio: float = 2.0
+    breach_rate_margin: float = 0.25
+    # replicas still starting are cancelled as soon as the SLO holds clearly again (TTFT at most this × its target) and
+    # this window's scale-down recommendation fits in the Ready ones (act.cancel_on_clear): an order a breach made
+    # that the breach no longer needs. 0: they wait for the stabilization window like any scale-down
+    cancel_clear_ttft_ratio: float = 0.8
+    # Outage memory (act.outage_memory): when the demand collapses below outage_collapse_ratio × its highest of the
+    # last outage_memory_s, no scale-down goes below the most replicas run at a demand above that, until
+    # outage_memory_s after it: a returning crowd finds them (the HPA's scale-down stabilisation, longer for a model
+    # that takes minutes to start). 0 s: off
+    outage_memory_s: float = float(defaults.OUTAGE_MEMORY_SECONDS)
+    outage_collapse_ratio: float = 0.15  # a diurnal trough (0.3 of its peak or more) is no outage
+    # replicas that hold prefix caches, above overshoot_ratio × the stabilization window's highest recommendation,
+    # shed this share of themselves per scale-down (act.overshoot_down), not one replica; the moved-sessions guard
+    # still applies first. 0: off
+    overshoot_ratio: float = 1.5
+    overshoot_down_fraction: float = 0.25
 
 
 @dataclass(frozen=True)
@@ -263,7 +284,8 @@ class PlannerConfig:
                  scale_up_stabilization_s: float = 0.0,
                  moved_sessions_hold_s: float = defaults.MOVED_SESSIONS_HOLD_SECONDS,
                  schedules: tuple[Window, ...] = (),
-                 forecast_quantile: float = defaults.FORECAST_QUANTILE) -> PlannerConfig:
+                 forecast_quantile: float = defaults.FORECAST_QUANTILE,
+                 outage_memory_s: float = defaults.OUTAGE_MEMORY_SECONDS) -> PlannerConfig:
         """The knobs a V41FlashDeployment's spec.autoscaling sets (the operator and the benchmark both use it)."""
         return cls(
             interval_s=float(interval_s),
@@ -271,6 +293,7 @@ class PlannerConfig:
                 scale_up_stabilization_s=float(scale_up_stabilization_s),
                 scale_down_stabilization_s=float(scale_down_stabilization_s),
                 moved_sessions_hold_s=float(moved_sessions_hold_s),
+                outage_memory_s=float(outage_memory_s),
                 # a user's shorter scaleDownStabilizationSeconds also shortens the post-scale-up cooldown and
                 # the spacing of scale-downs
                 scale_down_cooldown_s=min(ActConfig.scale_down_cooldown_s, float(scale_down_stabilization_s)),
@@ -310,6 +333,9 @@ class RoleState:
     # since when the moved-sessions guard alone has held a scale-down (None: it is not holding one); memory only:
     # a restarted operator holds a full moved_sessions_hold_s again (the safe direction)
     guard_held_since: float | None = None
+    # (time, replicas) run while the demand had not collapsed, within outage_memory_s, each above every later one
+    # (the outage memory's floor is the first)
+    recent_high: tuple[tuple[float, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -340,7 +366,7 @@ class PlannerState:
 
         def role(d: dict | None) -> RoleState:
             d = dict(d or {})
-            for key in ("recommendations", "demand_history", "up_recommendations", "proven"):
+            for key in ("recommendations", "demand_history", "up_recommendations", "proven", "recent_high"):
                 d[key] = tuple(tuple(r) for r in d.get(key, ()))
             known = {f for f in RoleState.__dataclass_fields__}
             return RoleState(**{k: v for k, v in d.items() if k in known})
@@ -373,6 +399,8 @@ class RoleDecision:
     correction: float = 1.0
     clamped: str | None = None  # what bound/budget changed the model's answer, if any
     slo_breached: bool = False
+    decided_by: str = ""  # the act rule that chose hold, scale-up or scale-down (act.RULES)
+    forecast_by: str = ""  # what set the demand sized for (forecast.RoleForecast.source)
 
 
 @dataclass(frozen=True)

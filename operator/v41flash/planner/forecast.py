@@ -15,6 +15,9 @@ class RoleForecast:
     state: RoleState  # Holt level and trend, the queue length and the demand history, updated
     demand_rate: float | None  # req/s to size for; None when the data cannot be used
     headroom_note: str = ""  # set when the learned headroom raised the demand
+    # what set demand_rate: "level" (the smoothed rate), "trend" (its damped trend), "observed" (the raw rate in a
+    # breach), "headroom" (the learned rises), "foresight" (a schedule or the season); "+backlog" when a queue added
+    source: str = ""
 
 
 def _holt(rs: RoleState, rate: float | None, now: float, horizon: float, cfg: PlannerConfig) -> tuple[RoleState, float]:
@@ -89,6 +92,9 @@ def forecast(judged: RoleJudgement, demand: Demand, computes_prompts: bool, cold
     if not usable:
         return RoleForecast(state=rs, demand_rate=None)
     # smoothed demand normally (noise must not scale); the raw rate too when users already suffer
+    level_now = rs.rate_level if rs.rate_level is not None else predicted
+    source = "observed" if judged.breached and observed_rate > predicted else \
+        "trend" if predicted > level_now * 1.001 else "level"
     rate = (max(observed_rate, predicted) if judged.breached else predicted) + backlog / cfg.forecast.backlog_drain_s
     if rise > 1.0:
         # the upper forecast: the smoothed demand level (not the trend forecast: the learned rises already
@@ -97,10 +103,14 @@ def forecast(judged: RoleJudgement, demand: Demand, computes_prompts: bool, cold
         seen = max((h[1] for h in rs.demand_history), default=level)
         if samples < cfg.forecast.headroom_min_samples:  # the carried headroom: capped by the peak seen before the restart
             seen = max(seen, rs.headroom_peak or 0.0)
-        rate = max(rate, min(level * rise, max(level, seen)) + backlog / cfg.forecast.backlog_drain_s)
+        up = min(level * rise, max(level, seen)) + backlog / cfg.forecast.backlog_drain_s
+        if up > rate:
+            rate, source = up, "headroom"
     foreseen_rate, why = foreseen
-    if foreseen_rate is not None:
-        rate = max(rate, foreseen_rate + backlog / cfg.forecast.backlog_drain_s)
+    if foreseen_rate is not None and foreseen_rate + backlog / cfg.forecast.backlog_drain_s > rate:
+        rate, source = foreseen_rate + backlog / cfg.forecast.backlog_drain_s, "foresight"
     if why:
         note = f"{note}; {why}" if note else why
-    return RoleForecast(state=rs, demand_rate=rate, headroom_note=note)
+    if backlog > 0:
+        source += "+backlog"
+    return RoleForecast(state=rs, demand_rate=rate, headroom_note=note, source=source)

@@ -61,7 +61,7 @@ def plan(
     new_share = new_session_share(observed)
     new_state = remember_demand(learned.state, demand.prefill_rate if judged.role(front).usable else None, now,
                                 config)
-    claims, rates = [], {}
+    claims, rates, deciders = [], {}, {}
     for role in roles:
         obs, role_bounds, role_profile = getattr(observed, role), getattr(bounds, role), getattr(profile, role)
         cold = cold_start_of(obs, role_profile)
@@ -75,6 +75,9 @@ def plan(
                                budgets, fc.state, now, config, fc.headroom_note, profile, new_share, foreseen))
         new_state = new_state.with_role(role, acted.state)
         rates[role] = fc.demand_rate
+        # which foresight: the season or a schedule (foresee's note says which), else the forecast's own term
+        source = fc.source.replace("foresight", "season" if seen.seasonal else "schedule")
+        deciders[role] = (acted.decided_by, source)
         # a schedule's floor bounds the answer (clamp), never the stabilization's recommendations: gone at its end
         floored = role_bounds if seen.replicas <= role_bounds.min_replicas else RoleBounds(
             min(seen.replicas, role_bounds.max_replicas), role_bounds.max_replicas, role_bounds.autoscale)
@@ -100,6 +103,7 @@ def plan(
             predicted_ttft_s=pred.ttft_s, predicted_e2e_p95_s=pred.e2e_p95_s, predicted_itl_s=pred.itl_s,
             correction=round(learned.prefill_correction if role == "prefill" else learned.decode_correction, 4),
             clamped=v.clamped, slo_breached=j.breached,
+            decided_by=deciders[role][0], forecast_by=deciders[role][1],
         )
     return Decision(time=now, decode=decisions["decode"], prefill=decisions.get("prefill"),
                     state=replace(new_state, last_decision_time=now), notes=judged.notes + clamped.notes)
