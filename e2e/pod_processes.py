@@ -20,9 +20,10 @@ from e2e.gateway_pods import (EPP_PORT_FLAGS, epp_command, forward_command, is_r
                               sidecar_container)
 from e2e.pod_spec import go_flag, command_tokens, container_env, flag_values, http_port, volume_paths
 from e2e.probes import ProbeRun, probe_url, readiness_url
-from e2e.router_pods import (UNREACHABLE, has_router, local_routes, proxy_command, proxy_container,
+from e2e.router_pods import (UNREACHABLE, front_container, has_router, local_front_bootstrap, local_front_clusters,
+                             local_routes, proxy_command, proxy_container,
                              resolve_service_url, router_command, routes_volume)
-from e2e.tools import log
+from e2e.tools import VENV_BIN, log
 from v41flash_bench.inference_sim import split_knobs
 from v41flash_bench.procs import Proc, free_ports
 
@@ -121,7 +122,9 @@ class PodProcesses:
         tag = f"{meta['namespace']}-{meta['name']}"
         if role == "epp":
             return self.epp_children(pod, c, env, toks, ip, tag)
-        if role == "router" and not has_router(pod):  # a rollout's front: the session proxy alone
+        if role == "router" and front_container(pod) is not None:  # the front: Envoy and its counters
+            return self.envoy_front_children(pod, ip, tag)
+        if role == "router" and not has_router(pod):  # a front of an older operator: the session proxy alone
             return [self.front_child(pod, ip, tag)]
         if role == "router":
             logdir = self.logs / f"router-{tag}.d"
@@ -226,6 +229,73 @@ class PodProcesses:
                    str(self.logs / f"proxy-{tag}.log"), readiness_url(pod, pc), extra=extra, container=pc["name"])
         self.sync_routes(ch)
         return ch
+
+    def envoy_front_children(self, pod: dict, ip: str, tag: str) -> list[Child]:
+        """The front's Envoy with its rendered arguments, reading copies of its ConfigMap files (sync_front: the
+        listener on the pod IP, admin and counters on free loopback ports, Service names resolved to Ready pods),
+        and `v41flash front-counters` reading that admin port."""
+        meta = pod["metadata"]
+        c = front_container(pod)
+        assert c is not None
+        env = container_env(pod, c)
+        toks = command_tokens(c, env)
+        admin, counters = free_ports(2, "127.0.0.1")
+        local = self.state / "front" / tag
+        local.mkdir(parents=True, exist_ok=True)
+        i = toks.index("-c") + 1
+        rendered = toks[i]
+        src = routes_volume(pod, c, rendered)
+        if src is None:
+            raise ValueError(f"-c {rendered} is not a configMap volume file")
+        cdir = rendered.rpartition("/")[0]
+        items = {f"{cdir}/{it['path']}": it["key"] for v in pod["spec"].get("volumes") or []
+                 if (v.get("configMap") or {}).get("name") == src[0] for it in v["configMap"].get("items") or []}
+        toks[i] = str(local / rendered.rpartition("/")[2])
+        port = next(p["containerPort"] for p in c.get("ports") or [] if p.get("name") == "http")
+        extra = {"front": {"namespace": meta["namespace"], "configmap": src[0], "dir": str(local), "ip": ip,
+                           "admin": admin, "counters": counters,
+                           "files": {k: path.rpartition("/")[2] for path, k in items.items()},
+                           "bootstrap": src[1]}}
+        envoy = Child(meta["uid"], meta["namespace"], meta["name"], "router", "front", ip, port,
+                      [str(VENV_BIN / "envoy"), *toks[1:]], {"PATH": os.environ.get("PATH", ""), **env},
+                      str(self.logs / f"front-{tag}.log"), readiness_url(pod, c), extra=extra, container=c["name"])
+        counter = Child(meta["uid"], meta["namespace"], meta["name"], "router", "counters", ip, counters,
+                        [str(VENV_BIN / "v41flash"), "front-counters", "--listen", f"127.0.0.1:{counters}",
+                         "--admin", f"127.0.0.1:{admin}"], {"PATH": os.environ.get("PATH", ""), "PYTHONUNBUFFERED": "1"},
+                        str(self.logs / f"counters-{tag}.log"), container="counters")
+        self.sync_front(envoy)
+        return [envoy, counter]
+
+    def sync_front(self, ch: Child) -> None:
+        """Copy the front's files from its ConfigMap (each tick): the bootstrap once, made local; the routes as they
+        are; the clusters with Services resolved. Written by rename, which Envoy's watched directory picks up."""
+        f = ch.extra.get("front")
+        if not f or time.monotonic() < self.routes_synced.get(ch.uid, 0.0) + 1.0:
+            return
+        self.routes_synced[ch.uid] = time.monotonic()
+        try:
+            cm = self.api.read_namespaced_config_map(f["configmap"], f["namespace"], _request_timeout=10)
+            data = cm.data or {}
+            services = self.services(f["namespace"])
+        except Exception as e:  # noqa: BLE001 - apiserver hiccup: Envoy keeps what it has
+            log(f"front files for {ch.namespace}/{ch.pod}: {str(e)[:200]}")
+            return
+        d = Path(f["dir"])
+        for key, name in f["files"].items():
+            text = data.get(key)
+            if text is None:
+                continue
+            if key == f["bootstrap"]:
+                if (d / name).exists():
+                    continue  # Envoy reads its bootstrap at start only (a change rolls the pod)
+                text = local_front_bootstrap(text, f["ip"], f["admin"], f["counters"], str(d))
+            elif "resources" in text and '"STRICT_DNS"' in text:
+                text = local_front_clusters(text, services, list(self.pods.values()))
+            path = d / name
+            if not path.exists() or path.read_text() != text:
+                tmp = d / f".{name}.tmp"
+                tmp.write_text(text)
+                os.replace(tmp, path)
 
     def services(self, namespace: str) -> dict:
         lst = self.api.list_namespaced_service(namespace, _request_timeout=10)

@@ -137,3 +137,55 @@ def routes_volume(pod: dict, container: dict, path: str) -> tuple[str, str] | No
             if f"{mounts[v['name']]}/{item['path']}" == path:
                 return cm["name"], item["key"]
     return None
+
+
+# --- the front: Envoy with the operator's configuration files ---------------------------------------------------
+
+def is_front(container: dict) -> bool:
+    """The front's Envoy container (render/router.py: `envoy -c <the ConfigMap's bootstrap>`)."""
+    cmd = [str(t) for t in (container.get("command") or [])]
+    return bool(cmd) and os.path.basename(cmd[0]) == "envoy"
+
+
+def front_container(pod: dict) -> dict | None:
+    return next((c for c in pod["spec"]["containers"] if is_front(c)), None)
+
+
+def local_front_bootstrap(text: str, pod_ip: str, admin_port: int, counters_port: int, config_dir: str) -> str:
+    """The rendered bootstrap as this machine runs it: the listener on the pod IP, the admin API and the counters on
+    free loopback ports (every pod shares this loopback), the routes and clusters read from config_dir."""
+    doc = json.loads(text)
+    doc["admin"]["address"]["socket_address"]["port_value"] = admin_port
+    for listener in doc["static_resources"]["listeners"]:
+        listener["address"]["socket_address"]["address"] = pod_ip
+    for cluster in doc["static_resources"]["clusters"]:
+        for ep in cluster["load_assignment"]["endpoints"][0]["lb_endpoints"]:
+            ep["endpoint"]["address"]["socket_address"]["port_value"] = counters_port
+    text = json.dumps(doc, sort_keys=True)
+    rendered_dir = doc["dynamic_resources"]["cds_config"]["path_config_source"]["watched_directory"]["path"]
+    return text.replace(json.dumps(rendered_dir)[:-1] + "/", json.dumps(config_dir)[:-1] + "/").replace(
+        json.dumps(rendered_dir), json.dumps(config_dir))
+
+
+def local_front_clusters(text: str, services: dict, pods: list) -> str:
+    """The rendered clusters (each a Service name, DNS) with each Service's Ready pods as static addresses, as
+    kube-proxy spreads a ClusterIP's connections; a Service with none refuses connections (UNREACHABLE)."""
+    doc = json.loads(text)
+    for c in doc["resources"]:
+        sa = c["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]
+        url = f"http://{sa['address']}:{sa['port_value']}"
+        m = _SVC_URL.match(url)
+        found = []
+        if m:
+            _, name, ns, port, _ = m.groups()
+            found = sorted((ip, target) for _, ip, target in ready_backends(services.get((ns, name)), int(port),
+                                                                             pods, ns))
+        else:
+            found = [(sa["address"], sa["port_value"])]
+        if not found:
+            found = [("127.0.0.1", 9)]  # UNREACHABLE
+        c["type"] = "STATIC"
+        c.pop("dns_lookup_family", None)
+        c["load_assignment"]["endpoints"] = [{"lb_endpoints": [
+            {"endpoint": {"address": {"socket_address": {"address": ip, "port_value": port}}}} for ip, port in found]}]
+    return json.dumps(doc, sort_keys=True)

