@@ -52,7 +52,7 @@ def test_tuning_and_held_out_seeds_are_disjoint():
 def test_seed_sets_print_as_the_ranges_parse_seeds_reads():
     for seeds in (suite.TUNING_SEEDS, suite.HELD_OUT_SEEDS, (1, 2, 3, 7), (5,)):
         assert suite.parse_seeds(suite.seeds_text(seeds)) == sorted(seeds)
-    assert suite.seeds_text(suite.TUNING_SEEDS) == "1-48,101-124,1001-1080"
+    assert suite.seeds_text(suite.TUNING_SEEDS) == "1-48,101-124,1001-1080,2001-2100"
     assert suite.seeds_text((1, 2, 3, 7)) == "1-3,7"
 
 

@@ -104,6 +104,10 @@ def _autoscale(args: argparse.Namespace) -> int:
         return 2
     if args.seed is not None:
         sc = sc.model_copy(update={"seed": args.seed})
+    if args.duration is not None and args.duration <= sc.warmup_s:
+        print(f"error: --duration {args.duration:g} leaves no scored window after the scenario's {sc.warmup_s:g} s "
+              f"warm-up: give more than {sc.warmup_s:g}", file=sys.stderr)
+        return 2
     if args.router is not None or args.router_session_ttl is not None:
         sc = with_router(sc, args.router, args.router_session_ttl)
     if args.fast_starts:

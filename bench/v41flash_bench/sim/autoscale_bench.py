@@ -317,17 +317,26 @@ def run_benchmark(sc: AutoscaleScenario, out_dir: Path, policies: tuple[str, ...
                 progress(f"oracle {label}: attainment {s_['window_attainment']:.3f}, {s_['gpu_hours']:.1f} GPU-h "
                          f"({res.speed['cpu_s']:.1f}s CPU)")
 
-            # 1) the smallest prefill scale factor (of a grid, simulated in parallel) whose schedule
-            #    meets the SLO in most windows (oracleGridAttainment); the largest if none does
+            # 1) the smallest prefill scale factor whose schedule meets the SLO in most windows
+            #    (oracleGridAttainment): the grid simulated in parallel, then widened and bisected until it settles
+            #    (oracle.settle_factor: the answer does not move with the grid)
             grid = {f: oracle_mod.scaled(shape, {"prefill": f}, bounds, sc.oracle_interval_s, lead)
                     for f in sc.oracle_factors}
             futs = {f: pool.submit("schedule", "oracle", sch, initial) for f, sch in grid.items()}
-            trials = {f: fut.result() for f, fut in futs.items()}
+            trials = {round(f, 4): fut.result() for f, fut in futs.items()}
             for f in sorted(trials):
                 record(f"scale {f:.2f}", trials[f])
-            passing = [f for f in sorted(trials)
-                       if (trials[f].score["window_attainment"] or 0.0) >= sc.oracle_grid_attainment]
-            factor = passing[0] if passing else max(trials)
+
+            def attainment(f: float) -> float:
+                if f not in trials:
+                    grid[f] = oracle_mod.scaled(shape, {"prefill": f}, bounds, sc.oracle_interval_s, lead)
+                    trials[f] = pool.submit("schedule", "oracle", grid[f], initial).result()
+                    record(f"scale {f:.2f}", trials[f])
+                return trials[f].score["window_attainment"] or 0.0
+
+            grid = {round(f, 4): v for f, v in grid.items()}
+            factor = oracle_mod.settle_factor(attainment, tuple(trials), sc.oracle_grid_attainment,
+                                              sc.oracle_max_factor, sc.oracle_tolerance)
             schedule, orc = grid[factor], trials[factor]
             # 2) local fix-ups where 1-minute windows still fail
             for rnd in range(sc.oracle_rounds):

@@ -27,6 +27,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -213,3 +214,48 @@ def scaled(schedule: dict[str, list[int]], factor: dict[str, float], bounds: dic
         raw = [_times(v, factor.get(role, 1.0), bounds[role]) for v in s]
         out[role] = keep_through_gaps(raw, interval_s, cold_start[role])
     return out
+
+
+def settle_factor(attainment: Callable[[float], float], grid: tuple[float, ...], target: float,
+                  max_factor: float = 5.0, tolerance: float = 0.05) -> float:
+    """The smallest prefill scale factor whose schedule reaches ``target`` of windows, found so that it does not
+    depend on the grid it starts from: the grid first (``attainment`` is a full simulation; its results are
+    cached), then, if none passes, ×1.5 steps above it up to ``max_factor`` (the largest tried when none passes),
+    then bisection between the largest failing and the smallest passing factor until they are within
+    ``tolerance`` (relative). Two grids that both bracket the answer end within ``tolerance`` of each other."""
+    seen: dict[float, float] = {}
+
+    def ok(f: float) -> bool:
+        f = round(f, 4)
+        if f not in seen:
+            seen[f] = attainment(f)
+        return seen[f] >= target
+
+    fs = sorted(grid)
+    for f in fs:
+        ok(f)
+    passing = [f for f in seen if seen[f] >= target]
+    f = fs[-1]
+    while not passing and f < max_factor:
+        f = min(max_factor, f * 1.5)
+        if ok(f):
+            passing.append(f)
+    if not passing:
+        return max(seen)
+    hi = min(passing)
+    failing = [x for x in seen if x < hi and seen[x] < target]
+    if failing:
+        lo = max(failing)
+    else:  # the smallest tried passes: look below it, down to 1.0 (the pooled shape itself)
+        lo = 1.0
+        if hi <= lo:
+            return hi
+        if ok(lo):
+            return lo
+    while hi / lo > 1 + tolerance:
+        mid = round((hi * lo) ** 0.5, 4)
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi

@@ -97,6 +97,10 @@ class HistorySpec(_M):
     season_periods_s: tuple[float, ...] = Field(
         min_length=1, description="The planner's season periods: the scenario's (compressed) day and week.")
     noise_cv: float = Field(default=0.05, ge=0, description="Per-bucket noise of the recorded means.")
+    level: float = Field(default=1.0, gt=0, description="The past at this × the run's shape (below 1: today's demand "
+                                                         "drifted above the days the status holds).")
+    shift_s: float = Field(default=0.0, description="The past is the run's shape this many seconds later (a clock "
+                                                     "change or a job moved since: the run's shape is shifted by it).")
 
 
 class SloSpec(_M):
@@ -141,6 +145,11 @@ class AutoscaleScenario(_M):
     oracle_factors: tuple[float, ...] = Field(
         default=(1.3, 1.6, 2.0), min_length=1, description="Prefill scale factors tried (in parallel)."
     )
+    oracle_max_factor: float = Field(
+        default=5.0, ge=1, description="The scale search widens ×1.5 above the grid up to this when none passes.")
+    oracle_tolerance: float = Field(
+        default=0.05, gt=0, description="The scale search bisects until its failing and passing factors are this "
+                                        "close (relative): the oracle settles whatever grid it starts from.")
     epoch: str = Field(default=EPOCH, description="The wall clock (UTC, ISO 8601) at t = 0: where schedules' crons "
                                                   "fall (the default is a Monday 00:00).")
     schedules: tuple[api.ScheduleWindow, ...] = Field(
@@ -238,9 +247,13 @@ def profiles(sc: AutoscaleScenario, base_dir: Path | None = None) -> tuple[Capac
         return found
 
     cold = dep.cold_start_s
-    if cold is not None and dep.startup.model().any:
+    truth = resolve(dep.truth_profile)
+    if dep.startup.model().any and cold is None:  # without coldStartS: the truth profile's own, per role, shortened
+        truth = truth.model_copy(update={r: getattr(truth, r).model_copy(update={"cold_start_seconds": startup.cold_start(
+            getattr(truth, r).cold_start_seconds, dep.startup.model())}) for r in ("prefill", "decode")})
+    elif cold is not None and dep.startup.model().any:
         cold = startup.cold_start(cold, dep.startup.model())
-    truth = with_cold_start(resolve(dep.truth_profile), cold)
+    truth = with_cold_start(truth, cold)
     planner = resolve(dep.planner_profile) if dep.planner_profile else truth
     if dep.planner_knows_cold_start:
         planner = with_cold_start(planner, cold)

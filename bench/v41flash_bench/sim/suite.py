@@ -48,7 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
-from v41flash_bench.sim import traces
+from v41flash_bench.sim import traces, unseen
 from v41flash_bench.sim.workload import AgentSessionSpec, ArrivalSpec, past_demand
 from v41flash_bench.sim import startup
 from v41flash_bench.sim.scenario import POLICIES, AutoscaleScenario, profiles, with_router, with_startup
@@ -62,9 +62,10 @@ FORESIGHT_FAMILY_FROM = 701
 FORECASTABLE = ("daily", "weekly", "batch")
 GPU_PRODUCTS = ("H200", "B200", "B300", "GB300")
 SERVING_PROFILES = ("low-latency", "high-throughput")
-TUNING_SEEDS = (*range(1, 49), *range(101, 125), *range(1001, 1081))
+TUNING_SEEDS = (*range(1, 49), *range(101, 125), *range(1001, 1081), *unseen.UNSEEN_TUNING_SEEDS)
 HELD_OUT_SEEDS = (*range(201, 249), *range(301, 349), *range(401, 457), *range(501, 557), *range(601, 657),
-                  *range(701, 781), *range(781, 861))
+                  *range(701, 781), *range(781, 861), *unseen.UNSEEN_HELD_OUT_SEEDS)
+ALL_FAMILIES = FAMILIES + unseen.UNSEEN_FAMILIES  # seeds from unseen.UNSEEN_FROM draw the issue-40 families
 MAX_SIM_PERIOD_S = 1800.0
 BURST_PEAK_FACTOR = 0.6
 ORACLE_FACTORS = (1.3, 1.7)
@@ -140,6 +141,8 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def family_of(seed: int) -> str:
+    if seed >= unseen.UNSEEN_FROM:
+        return unseen.family_of(seed)
     families = FAMILIES if seed >= FORESIGHT_FAMILY_FROM else FAMILIES[:7] if seed >= TRACE_FAMILY_FROM \
         else FAMILIES[:6]
     return families[seed % len(families)]
@@ -162,7 +165,10 @@ def draw_scenario(seed: int, suite: str = "mixed") -> tuple[str, AutoscaleScenar
     arrivals: dict = {"cv": 1.0}
     desc = ""
     extra: dict = {}  # schedules, history: the forecastable families'
-    if family in FORECASTABLE:
+    if family in unseen.UNSEEN_FAMILIES:
+        cold = _loguniform(rng, *unseen.RANGES["cold_start_s"])
+        arrivals, desc, extra, peak, error = unseen.shape(family, rng, peak)
+    elif family in FORECASTABLE:
         arrivals, desc, extra, peak = _foreseeable(family, rng, peak, cold)
     elif family == "steady":
         arrivals.update(pattern="steady", level=_uniform(rng, "steady_level"), cv=float(rng.uniform(1.0, 2.0)))
@@ -309,7 +315,7 @@ def _dist(values: list[float], worst_is_low: bool) -> dict | None:
 def summarize(rows: list[dict], policies: tuple[str, ...]) -> dict:
     """Per family and overall, per policy: windows in SLO and GPU-hours ÷ oracle and ÷ static."""
     groups = {"overall": rows}
-    for f in FAMILIES:
+    for f in ALL_FAMILIES:
         sel = [r for r in rows if r["family"] == f]
         if sel:
             groups[f] = sel
@@ -342,7 +348,7 @@ def targets(rows: list[dict], summary: dict, policy: str = "ours") -> dict:
         "median_gpu_hours_le_1.10_oracle": (vs_o.get("median") or math.inf) <= 1.10,
     }
     below_static, within_static = {}, []
-    for f in FAMILIES:
+    for f in ALL_FAMILIES:
         sel = [r for r in rows if r["family"] == f and "static" in r["policies"] and policy in r["policies"]]
         held = [r for r in sel if (r["policies"]["static"]["window_attainment"] or 0) >= 0.99]
         if held:
@@ -396,7 +402,7 @@ def run_suite(suite: str, seeds: list[int], out_dir: Path, policies: tuple[str, 
             progress(_progress_line(rows[-1], len(rows), len(args), t0))
     summary = summarize(rows, policies)
     report = {
-        "suite": suite, "seeds": seeds, "families": [f for f in FAMILIES if any(r["family"] == f for r in rows)],
+        "suite": suite, "seeds": seeds, "families": [f for f in ALL_FAMILIES if any(r["family"] == f for r in rows)],
         "ranges": RANGES,
         "tuning_seeds": seeds_text(TUNING_SEEDS),
         "held_out_seeds": seeds_text(HELD_OUT_SEEDS),
@@ -459,7 +465,7 @@ def write_suite_plots(out_dir: Path, rows: list[dict], policies: tuple[str, ...]
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fams = [f for f in FAMILIES if any(r["family"] == f for r in rows)]
+    fams = [f for f in ALL_FAMILIES if any(r["family"] == f for r in rows)]
     fig, axes = plt.subplots(1, 2, figsize=(14, 5))
     for k, p in enumerate(policies):
         xs, ya, yg = [], [], []

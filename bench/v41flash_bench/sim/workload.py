@@ -117,7 +117,7 @@ class ArrivalSpec(_Spec):
     latency). Sessions start as a renewal process whose rate keeps the live count on target.
     """
 
-    pattern: Literal["steady", "diurnal", "bursty", "surge", "trace", "batch"] = "steady"
+    pattern: Literal["steady", "diurnal", "bursty", "surge", "trace", "batch", "outage"] = "steady"
     peak_rps: float = Field(default=100.0, gt=0, description="Requests/s at the pattern's peak.")
     nominal_turn_latency_s: float = Field(
         default=8.0, gt=0, description="Assumed answer time per turn, used only to size concurrency."
@@ -143,6 +143,7 @@ class ArrivalSpec(_Spec):
     surge_at_s: float = 1200.0
     surge_ramp_s: float = Field(default=60.0, gt=0)
     surge_end_s: float | None = None
+    # outage: ``level``, down to ``base`` at surge_at_s (within 30 s), back at surge_end_s within surge_ramp_s
     # trace: a public trace's requests per minute (v41flash_bench.sim.traces), 1.0 at the played part's peak
     trace: str | None = Field(default=None, description="trace: a shape in sim/traces/arrival-shapes.json, or the "
                               "path of a JSON file `v41flash bench trace-shape` wrote.")
@@ -264,8 +265,10 @@ def _new_sid(counter: list[int]) -> Callable[[], int]:
     return take
 
 
-def _shape(arr: ArrivalSpec, duration: float, rng: np.random.Generator):
-    """The pattern's level (fraction of peak) as a vectorised function of time."""
+def _shape(arr: ArrivalSpec, duration: float, rng: np.random.Generator, start: float = 0.0):
+    """The pattern's level (fraction of peak) as a vectorised function of time over [``start``, ``duration``): the
+    run's shape, and its past from a negative ``start`` (a trace is scaled to the run's played part either way, and
+    bursts are drawn from ``start`` on, so a past has bursts too)."""
     if arr.pattern == "steady":
         return lambda t: np.full_like(np.asarray(t, dtype=float), arr.level)
     if arr.pattern == "diurnal":
@@ -302,11 +305,21 @@ def _shape(arr: ArrivalSpec, duration: float, rng: np.random.Generator):
             return level
 
         return surge
+    if arr.pattern == "outage":
+
+        def outage(t):
+            t = np.asarray(t, dtype=float)
+            down = np.clip((t - arr.surge_at_s) / 30.0, 0.0, 1.0)
+            end = arr.surge_end_s if arr.surge_end_s is not None else math.inf
+            back = np.clip((t - end) / arr.surge_ramp_s, 0.0, 1.0)
+            return arr.level - (arr.level - arr.base) * down * (1.0 - back)
+
+        return outage
     if arr.pattern == "trace":
         from v41flash_bench.sim import traces
         return traces.level(arr.trace, arr.trace_offset_s, arr.trace_time_scale, duration)
     # bursty: bursts at exponential gaps; levels ramp over 30 s so the rate has no infinite jumps
-    starts, t = [], float(rng.exponential(arr.burst_every_s))
+    starts, t = [], start + float(rng.exponential(arr.burst_every_s))
     while t < duration:
         starts.append(t)
         t += arr.burst_s + float(rng.exponential(arr.burst_every_s))
@@ -339,17 +352,20 @@ def _closed_loop_calibration(spec: AgentSessionSpec, arrivals: ArrivalSpec, seed
 
 
 def past_demand(spec: AgentSessionSpec, arrivals: ArrivalSpec, seed: int, start_s: float, bucket_s: float,
-                noise_cv: float) -> list[float]:
+                noise_cv: float, duration_s: float = 1.0, shift_s: float = 0.0) -> list[float]:
     """The request rate (req/s) the planner would have recorded over [start_s, 0), one mean per bucket: what its
     status holds when the run starts. Sessions start at the rate the workload uses (live target ÷ lifetime + its
     growth) and end after a lifetime on average (an exponential survival), so the live count lags the target as
-    in the run; each bucket's mean carries lognormal noise of ``noise_cv`` (seeded from the scenario's seed)."""
+    in the run; each bucket's mean carries lognormal noise of ``noise_cv`` (seeded from the scenario's seed).
+    ``duration_s``: the run's length, which a trace's scale (1.0 at the played part's busiest minute) is taken over,
+    as in the run — not over the past's first second. ``shift_s``: the past follows the shape ``shift_s`` later
+    than the run does (an hour's clock change: the day's own data is the only witness)."""
     cycle, lifetime = _closed_loop_calibration(spec, arrivals, seed)
     peak_live = arrivals.peak_rps * cycle
-    shape = _shape(arrivals, 1.0, np.random.default_rng([seed, 2]))
     burn = 5.0 * lifetime
+    shape = _shape(arrivals, duration_s, np.random.default_rng([seed, 2]), start=start_s - burn)
     grid = np.arange(start_s - burn, 0.0, 1.0)
-    target = peak_live * shape(grid)
+    target = peak_live * shape(grid + shift_s)
     lam = target / lifetime + np.maximum(0.0, np.gradient(target, grid))
     live = np.empty_like(grid)
     x = float(target[0])
