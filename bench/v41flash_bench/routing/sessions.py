@@ -21,6 +21,55 @@ from dataclasses import dataclass, field
 from v41flash_bench.agentx import AgentSession, ScaledDraws, agent_session
 
 
+ARRIVAL_KINDS = ("poisson",)
+
+
+@dataclass(frozen=True)
+class Arrivals:
+    """Open-loop arrivals (``scenario: arrivals: {kind: poisson, sessionsPerSecond: R, durationS: D}``): root
+    sessions start at the times of a Poisson process of rate R over D seconds instead of all at t = 0. The figures
+    are taken over the steady window [steadyAfterS, D]: after the live sessions have built up (default: the first
+    30 % of D), until arrivals stop (the tail that drains after it is left out)."""
+    kind: str = "poisson"
+    sessions_per_second: float = 1.0
+    duration_s: float = 60.0
+    steady_after_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ARRIVAL_KINDS:
+            raise ValueError(f"arrivals.kind must be one of {', '.join(ARRIVAL_KINDS)}, not {self.kind!r}")
+        if not self.sessions_per_second > 0 or not self.duration_s > 0:
+            raise ValueError("arrivals: sessionsPerSecond and durationS must be > 0")
+        if self.steady_after_s is not None and not 0 <= self.steady_after_s < self.duration_s:
+            raise ValueError("arrivals.steadyAfterS must be within [0, durationS)")
+
+    @property
+    def window(self) -> tuple[float, float]:
+        """The steady window (s after the first arrival's start)."""
+        start = self.duration_s * 0.3 if self.steady_after_s is None else self.steady_after_s
+        return start, self.duration_s
+
+    @classmethod
+    def from_doc(cls, doc: dict) -> Arrivals:
+        """From the scenario file's camelCase keys (the names traces from elsewhere use)."""
+        names = {"kind": "kind", "sessionsPerSecond": "sessions_per_second", "durationS": "duration_s",
+                 "steadyAfterS": "steady_after_s"}
+        unknown = set(doc) - set(names)
+        if unknown:
+            raise ValueError(f"arrivals: unknown keys {sorted(unknown)} (known: {', '.join(names)})")
+        return cls(**{names[k]: v for k, v in doc.items()})
+
+    def times(self, seed: int) -> list[float]:
+        """The root sessions' start times (seeded)."""
+        rng = random.Random(seed * 7919 + 1)
+        out, t = [], 0.0
+        while True:
+            t += rng.expovariate(self.sessions_per_second)
+            if t >= self.duration_s:
+                return out
+            out.append(t)
+
+
 @dataclass(frozen=True)
 class RoutingScenario:
     """Workload shape. Token figures are AgentX's divided by ``token_scale`` (see docs/*-routing.md)."""
@@ -50,8 +99,11 @@ class RoutingScenario:
     block_size: int = 16  # engine KV block size (tokens); hits are counted in whole blocks
     kv_cache_blocks: int = 40000  # per engine: 20M tokens per H200 / token_scale 32 / 16-token blocks
     token_scale: int = 32  # documentation only: how far token sizes were divided
+    arrivals: Arrivals | None = None  # None: closed loop (every session live from t = 0); else open loop
 
     def __post_init__(self) -> None:
+        if isinstance(self.arrivals, dict):
+            object.__setattr__(self, "arrivals", Arrivals.from_doc(self.arrivals))
         if self.engines < 1 or self.sessions < 1:
             raise ValueError("engines and sessions must be >= 1")
         if not 1 <= self.turns_min <= self.turns_max:
@@ -76,6 +128,7 @@ class Session:
     turns: tuple[Turn, ...]
     subagent: Session | None = None
     spawn_after_turn: int = -1  # the parent runs its sub-agent after this turn index, then goes on
+    start_s: float = 0.0  # open loop: when the session's first turn is sent (s after the replay's start)
 
     def requests(self) -> Iterable[tuple[Session, Turn]]:
         """This session's requests in the order one client sends them (sub-agent inline)."""
@@ -121,8 +174,9 @@ def build_trace(sc: RoutingScenario, prefix: str = "") -> Trace:
     draws = ScaledDraws(random.Random(sc.seed), sc)
     system = ("system", _words("sys", sc.system_tokens))
     sessions: list[Session] = []
-    sub_ids = itertools.count(sc.sessions)  # the tree's numbers; requests carry the names s<i>, s<i>.sub
-    for i in range(sc.sessions):
+    starts = sc.arrivals.times(sc.seed) if sc.arrivals is not None else [0.0] * sc.sessions
+    sub_ids = itertools.count(len(starts))  # the tree's numbers; requests carry the names s<i>, s<i>.sub
+    for i, start in enumerate(starts):
         sid = f"{prefix}s{i}"
         tree = agent_session(draws, i, sub_ids.__next__)
         turns, contexts = _conversation(tree, sid, [system])
@@ -134,7 +188,7 @@ def build_trace(sc: RoutingScenario, prefix: str = "") -> Trace:
             parent_ctx = [*contexts[spawn], ("assistant", _words(f"{sid}a{spawn}sw", turns[spawn].max_tokens))]
             sub_turns, _ = _conversation(child, sub_id, parent_ctx)
             sub = Session(sub_id, sid, tuple(sub_turns))
-        sessions.append(Session(sid, sid, tuple(turns), sub, spawn))
+        sessions.append(Session(sid, sid, tuple(turns), sub, spawn, start))
     return Trace(sc, tuple(sessions))
 
 
@@ -153,6 +207,12 @@ class OracleResult:
     hit_tokens: int
     prompt_tokens: int
     placement: dict[str, int]  # root session -> engine
+    per_request: tuple[int, ...] = ()  # hit tokens of each request, in order
+
+    def rate_of(self, requests: Sequence[int], tokens: Sequence[int]) -> float:
+        """The oracle's hit rate over some of the requests (indices; tokens: every request's prompt length)."""
+        total = sum(tokens[i] for i in requests)
+        return sum(self.per_request[i] for i in requests) / total if total else 0.0
 
     @property
     def hit_rate(self) -> float:
@@ -169,6 +229,7 @@ def oracle(requests: Sequence[tuple[str, Sequence[int]]], engines: int, block_si
     placement: dict[str, int] = {}
     stored: list[set[int]] = [set() for _ in range(engines)]
     hits = total = 0
+    per: list[int] = []
     for root, tokens in requests:
         engine = placement.setdefault(root, len(placement) % engines)
         chain = block_chain(tokens, block_size)
@@ -176,9 +237,10 @@ def oracle(requests: Sequence[tuple[str, Sequence[int]]], engines: int, block_si
         while n < len(chain) and chain[n] in stored[engine]:
             n += 1
         hits += n * block_size
+        per.append(n * block_size)
         total += len(tokens)
         stored[engine].update(chain)
-    return OracleResult(hits, total, placement)
+    return OracleResult(hits, total, placement, tuple(per))
 
 
 def pinned_uncached(requests: Sequence[tuple[str, Sequence[int]]], block_size: int) -> list[int]:
