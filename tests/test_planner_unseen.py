@@ -49,6 +49,12 @@ def test_a_saturated_breach_is_sized_from_what_each_ready_replica_completed():
     # 4 Ready replicas completed 10 req/s with a queue (waiting ≥ Ready): 2.5 req/s each; 12 req/s × 1.25 needs 6
     a = act(ctx(30.0, cur=4, judged=BREACH, rate=10.0, demand_rate=12.0, waiting=8.0))
     assert a.verdict.desired == 6 and "at the 2.50 req/s each of 4 saturated Ready replicas completed" in a.verdict.why
+    # ... also where the model calls the saturated fleet fit (an 8× surge once met +1 at a time), within the step
+    b = act(ctx(1.0, cur=1, judged=BREACH, rate=2.0, demand_rate=7.0, waiting=30.0))
+    assert b.verdict.desired == 2 and "saturated" in b.verdict.why and "at most 2, ×2 the 1 Ready" in b.verdict.why
+    # ... and the next reading, one starting, doubles again towards ⌈7 ÷ 2 × 1.25⌉ = 5
+    assert act(ctx(1.0, cur=2, ready=1, starting=1, judged=BREACH, rate=2.0, demand_rate=7.0,
+                   waiting=30.0)).verdict.desired == 4
     # no queue: the replicas were not at their capacity, so their rate proves nothing (the step bound alone)
     assert act(ctx(30.0, cur=4, judged=BREACH, rate=10.0, demand_rate=12.0, waiting=0.0)).verdict.desired == 8
 
@@ -130,3 +136,74 @@ def _plan_args():
     from planner_sim import PROFILE
     from v41flash.planner.datatypes import Bounds
     return PROFILE, SLO, Bounds(prefill=RoleBounds(1, 20), decode=RoleBounds(1, 20)), PlannerState(), T, CFG
+
+
+# ------------------------------------------------------------------ trend foresight (planner/trend.py)
+def _history(rates, start=T - 3600):
+    return tuple((start + 60 * i, r, 2) for i, r in enumerate(rates))
+
+
+def test_a_ramp_is_foreseen_one_cold_start_ahead_damped_once_its_backtest_beats_demand_stays():
+    from v41flash.planner import trend
+    s = trend.Settings()
+    ramp = _history([5.0 + 0.2 * i for i in range(60)])  # +0.2 req/s a minute for an hour
+    now = ramp[-1][0]
+    rate, why = trend.forecast(ramp, now, 900.0, s)
+    level = 5.0 + 0.2 * 59
+    assert rate == pytest.approx(level + 0.2 / 60 * 900 * 0.5, rel=0.02) and "trend" in why and "backtest error" in why
+    assert trend.forecast(ramp, now, 900.0, trend.Settings(damping=0.0)) == (None, "")
+    assert trend.forecast(ramp, now, 10 * 3600.0, s)[0] == pytest.approx(2 * level, rel=0.02)  # max_growth
+    falling = _history([20.0 - 0.2 * i for i in range(60)])
+    assert trend.forecast(falling, falling[-1][0], 900.0, s) == (None, "")
+
+
+def test_noise_and_a_ramp_that_just_began_get_no_trend():
+    import numpy as np
+    from v41flash.planner import trend
+    rng = np.random.default_rng(3)
+    noise = _history(list(10.0 * np.exp(0.25 * rng.standard_normal(60))))
+    assert trend.forecast(noise, noise[-1][0], 900.0, trend.Settings())[0] is None
+    young = _history([10.0] * 55 + [10.5, 11.0])  # two minutes of rise: no backtest point has seen it yet
+    assert trend.forecast(young, young[-1][0], 900.0, trend.Settings())[0] is None
+
+
+def test_the_trend_is_foresight_the_decision_names():
+    from v41flash.planner.foresight import foresee
+    ramp = _history([5.0 + 0.2 * i for i in range(60)])
+    state = PlannerState(prefill=RoleState(demand_history=ramp))
+    seen = foresee(state, "prefill", ramp[-1][0], 900.0, 3, CFG)
+    assert seen.source == "trend" and seen.rate > 16.8 and not seen.seasonal
+    assert foresee(state, "prefill", ramp[-1][0], 900.0, 3, CFG.with_knobs(slope_damping=0.0)).rate is None
+
+
+# ------------------------------------------------------------------ the season's rise gate (planner/seasonal.py)
+def _days(job_at_bucket=8, days=4, spike_day=None, seed=5):
+    import numpy as np
+    from v41flash.planner import seasonal
+    rng = np.random.default_rng(seed)
+    rates = []
+    for d in range(days):
+        for b in range(96):
+            r = 4.0 * float(np.exp(0.1 * rng.standard_normal()))
+            if job_at_bucket is not None and b in (job_at_bucket, job_at_bucket + 1):
+                r *= 3.0
+            if spike_day == d and b == 40:
+                r *= 5.0
+            rates.append(r)
+    return seasonal.seeded(900.0, -days * 86400.0, rates), seasonal
+
+
+def test_a_daily_job_too_short_for_the_quantile_gate_passes_on_its_own_buckets():
+    h, seasonal = _days()
+    s = seasonal.Settings(periods_s=(86400.0,))
+    model = seasonal.fit(h, 930.0, s)
+    assert model is not None and model.period_s == 86400.0
+    assert seasonal.fit(h, 930.0, replace(s, rise_ratio=0.0)) is None  # what the 75th-percentile gate alone says
+    # the forecast over the job's start (02:00 on the next day, one horizon ahead) sees it
+    rate, _ = seasonal.peak(h, model, 2 * 3600.0 - 900.0, 930.0, s)
+    assert rate > 2.0 * 4.0
+
+
+def test_one_off_spikes_and_noise_do_not_pass_the_rise_gate():
+    h, seasonal = _days(job_at_bucket=None, spike_day=2)
+    assert seasonal.fit(h, 930.0, seasonal.Settings(periods_s=(86400.0,))) is None

@@ -285,26 +285,30 @@ def foreseen_capacity(c: ActContext, p: Proposal) -> Proposal:
 
 
 def breach_step(c: ActContext, p: Proposal) -> Proposal:
-    """In a breach, a scale-up no larger than one reading can justify: at most ``breach_step_ratio`` × the replicas
-    Ready or starting (at least +1); and while a queue builds (waiting ≥ Ready: the Ready replicas are saturated, so
-    what each completed in the window is its capacity), at most the demand ÷ that capacity × (1 + margin) — a
-    backlog inflates the latency the model sizes from, not the work (one reading of a cache-hit dip once asked for
-    160 replicas where 30 held; issue 40)."""
+    """A breach's scale-up, sized from the work and no larger than one reading can justify. While a queue builds
+    (waiting ≥ Ready: the Ready replicas are saturated, so what each completed in the window is its capacity), the
+    demand (with the backlog to drain) ÷ that capacity × (1 + margin), whatever the model says — a backlog inflates
+    the latency the model sizes from, not the work, and a model that calls a saturated fleet fit is wrong (one reading
+    of a cache-hit dip once asked for 160 replicas where 30 held; an 8× surge met +1 at a time; issue 40). Either way
+    at most ``breach_step_ratio`` × the replicas Ready or starting (at least +1): the next reading, which counts what
+    is starting, may double again."""
     cfg = c.config.act
-    if cfg.breach_step_ratio <= 0 or not c.judged.breached or p.up_target <= c.current:
+    if cfg.breach_step_ratio <= 0 or not c.judged.breached:
         return p
     ready, w = c.observed.replicas.ready, c.observed.window
-    cap = max(c.current + 1, math.ceil(max(1, ready + c.starting) * cfg.breach_step_ratio - 1e-9))
-    why = f"×{cfg.breach_step_ratio:g} the {ready + c.starting} Ready or starting"
+    up, why = p.up_target, ""
     if w is not None and ready > 0 and w.request_rate > 0 and w.waiting >= ready and c.demand_rate:
         per_replica = w.request_rate / ready
-        by_rate = max(c.current + 1, math.ceil(c.demand_rate / per_replica * (1 + cfg.breach_rate_margin) - 1e-9))
-        if by_rate < cap:
-            cap, why = by_rate, (f"{c.demand_rate:.2f} req/s at the {per_replica:.2f} req/s each of {ready} saturated "
-                                 f"Ready replicas completed, ×{1 + cfg.breach_rate_margin:g}")
-    if p.up_target <= cap:
+        up = math.ceil(c.demand_rate / per_replica * (1 + cfg.breach_rate_margin) - 1e-9)
+        why = (f"{c.demand_rate:.2f} req/s at the {per_replica:.2f} req/s each of {ready} saturated Ready replicas "
+               f"completed, ×{1 + cfg.breach_rate_margin:g}: {up}")
+    cap = max(c.current + 1, math.ceil(max(1, ready + c.starting) * cfg.breach_step_ratio - 1e-9))
+    if up > cap:
+        up, why = cap, (f"{why}; " if why else "") + \
+            f"at most {cap}, ×{cfg.breach_step_ratio:g} the {ready + c.starting} Ready or starting"
+    if up == p.up_target or (up <= c.current and p.up_target <= c.current):
         return p
-    return p.said("breach_step", f" (a breach's step: at most {cap}, {why})", up_target=cap)
+    return p.said("breach_step", f" (a breach's step: {why})", up_target=max(up, c.current))
 
 
 def scale_up_stabilization(c: ActContext, p: Proposal) -> Proposal:

@@ -12,7 +12,7 @@ from typing import Literal
 
 from v41flash import defaults
 from v41flash.figures import RouterFigures, WindowFigures
-from v41flash.planner import seasonal
+from v41flash.planner import seasonal, trend
 from v41flash.planner.schedule import Window
 from v41flash.roles import Role
 
@@ -238,10 +238,28 @@ class ForesightConfig:
     season_periods_s: tuple[float, ...] = (86400.0, 7 * 86400.0)  # a day and a week
     season_keep: int = 3 * 672 + 96  # buckets kept: three weeks and a day (a weekly median of three)
     season_status_bytes: int = 16384  # the hard cap on the history's JSON in status
+    # a recurring rise the season's quantile gate cannot see passes on its own buckets (seasonal.Settings; 0: off)
+    season_rise_ratio: float = 1.5
+    # Foresight from the slope (planner/trend.py): the demand one cold start ahead on the slope of the last
+    # slope_window_s, × slope_damping (0 turns it off), at most slope_max_growth × the level, used only while its
+    # backtest (forecasting slope_check_s ahead over the last slope_backtest_s) errs at most slope_skill × "demand stays"
+    slope_damping: float = 0.5
+    slope_window_s: float = 600.0
+    slope_check_s: float = 300.0
+    slope_backtest_s: float = 600.0
+    slope_skill: float = 0.8
+    slope_max_growth: float = 2.0
 
     @property
     def season(self) -> seasonal.Settings:
-        return seasonal.Settings(periods_s=self.season_periods_s, quantile=self.forecast_quantile)
+        return seasonal.Settings(periods_s=self.season_periods_s, quantile=self.forecast_quantile,
+                                 rise_ratio=self.season_rise_ratio)
+
+    @property
+    def slope(self) -> trend.Settings:
+        return trend.Settings(window_s=self.slope_window_s, check_s=self.slope_check_s,
+                              backtest_s=self.slope_backtest_s, skill=self.slope_skill, damping=self.slope_damping,
+                              max_growth=self.slope_max_growth)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from v41flash.planner import schedule, seasonal
+from v41flash.planner import schedule, seasonal, trend
 from v41flash.planner.datatypes import PlannerConfig, PlannerState
 from v41flash.roles import Role
 
@@ -22,6 +22,7 @@ class Foresight:
     replicas: int = 0  # never fewer replicas (a schedule's floor; 0: none)
     note: str = ""  # for the decision's reason
     seasonal: bool = False  # a season forecasts the horizon (its learned headroom replaces the hour-scale one)
+    source: str = ""  # which foresight gave the rate: schedule, season or trend
 
 
 def remember_demand(state: PlannerState, demand_rate: float | None, now: float, cfg: PlannerConfig) -> PlannerState:
@@ -37,12 +38,14 @@ def remember_demand(state: PlannerState, demand_rate: float | None, now: float, 
 
 def foresee(state: PlannerState, role: Role, now: float, cold_start_s: float, current: int,
             cfg: PlannerConfig) -> Foresight:
-    """The schedules' floor and rate for ``role`` and the season's forecast over its next cold start (+ one
-    interval), combined by maximum."""
+    """The schedules' floor and rate for ``role``, the season's forecast over its next cold start (+ one interval)
+    and the role's demand trend over it (each only where its own backtest beats "demand stays"), combined by
+    maximum."""
     horizon = cold_start_s + cfg.interval_s
     floor = schedule.role_floor(cfg.foresight.schedules, role, now + cfg.foresight.epoch_s, cold_start_s, cfg.interval_s, current) \
         if cfg.foresight.schedules else schedule.Floor()
     rate, notes, season = floor.rate, [floor.why] if floor.why else [], False
+    source = "schedule" if rate is not None else ""
     if cfg.foresight.forecast_quantile > 0:
         model = seasonal.fit(state.season, horizon, cfg.foresight.season)
         got = seasonal.peak(state.season, model, now, horizon, cfg.foresight.season) if model is not None else None
@@ -50,6 +53,12 @@ def foresee(state: PlannerState, role: Role, now: float, cold_start_s: float, cu
             peak, level = got
             notes.append(f"forecast {peak:.2f} req/s within {horizon:.0f}s from a "
                          f"{model.describe(cfg.foresight.forecast_quantile, level)}")
-            rate = peak if rate is None else max(rate, peak)
+            if rate is None or peak > rate:
+                rate, source = peak, "season"
             season = True
-    return Foresight(rate=rate, replicas=floor.replicas, note="; ".join(notes), seasonal=season)
+    sloped, why = trend.forecast(state.role(role).demand_history, now, horizon, cfg.foresight.slope)
+    if sloped is not None:
+        notes.append(why)
+        if rate is None or sloped > rate:
+            rate, source = sloped, "trend"
+    return Foresight(rate=rate, replicas=floor.replicas, note="; ".join(notes), seasonal=season, source=source)

@@ -75,8 +75,8 @@ def plan(
                                budgets, fc.state, now, config, fc.headroom_note, profile, new_share, foreseen))
         new_state = new_state.with_role(role, acted.state)
         rates[role] = fc.demand_rate
-        # which foresight: the season or a schedule (foresee's note says which), else the forecast's own term
-        source = fc.source.replace("foresight", "season" if seen.seasonal else "schedule")
+        # which foresight (a schedule, the season or the trend), else the forecast's own term
+        source = fc.source.replace("foresight", seen.source or "foresight")
         deciders[role] = (acted.decided_by, source)
         # a schedule's floor bounds the answer (clamp), never the stabilization's recommendations: gone at its end
         floored = role_bounds if seen.replicas <= role_bounds.min_replicas else RoleBounds(

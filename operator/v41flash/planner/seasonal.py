@@ -15,8 +15,11 @@ The model, in words a platform team can check against its own dashboards:
 - **Only when it forecasts.** The season is used only when, over that same backtest, it forecast the demand one
   horizon ahead better than the planner's own "demand stays where it is" (the mean of the last level buckets):
   its error at most ``skill`` × that one's (the 75th percentile of absolute log errors). White noise, a trend
-  without a season and one-off spikes do not pass — no standing capacity from them. Of the periods that pass,
-  the one with the smaller error is used.
+  without a season and one-off spikes do not pass — no standing capacity from them. A recurring rise too short
+  to move that quantile (a 30-minute daily job fills 2 of 96 fifteen-minute buckets) passes on its own buckets:
+  where the shape stands at least ``rise_ratio`` × the history's median, in at least ``min_rise_backtest`` points,
+  the season's mean error at most ``skill`` × "demand stays"'s there. Of the periods that pass, the one with the
+  smaller error is used.
 
 The planner sizes for the highest forecast over the next cold start (+ one decision interval): capacity ordered
 now is Ready for the rise the season says comes. Pure: plain data in and out.
@@ -100,6 +103,8 @@ class Settings:
     skill: float = 0.7
     max_headroom: float = 2.0
     min_backtest: int = 8  # fewer backtest points: no season yet
+    rise_ratio: float = 1.5  # a recurring rise: the shape at least this × the history's median (0: no rise gate)
+    min_rise_backtest: int = 2  # backtest points on such rises the rise gate needs
 
 
 def _median(xs: list[float]) -> float:
@@ -152,11 +157,12 @@ def fit(h: History, horizon_s: float, s: Settings) -> SeasonModel | None:
     hb = max(1, math.ceil(horizon_s / h.bucket_s))
     first = h.last - len(h.values) + 1
     best: SeasonModel | None = None
+    median = _median([v for v in h.values if v is not None and v > 0] or [0.0])
     for period in s.periods_s:
         p = round(period / h.bucket_s)
         if p < 2 or len(h.values) < 2 * p + hb + s.min_backtest:
             continue
-        errs, persist, ratios = [], [], []
+        errs, persist, ratios, rises = [], [], [], []
         for i in range(first + 2 * p, h.last + 1):
             x = h.value(i)
             shape = _shape(h, i, p, s, 2)
@@ -168,10 +174,14 @@ def fit(h: History, horizon_s: float, s: Settings) -> SeasonModel | None:
             errs.append(_log_err(x, f))
             persist.append(_log_err(x, recent))
             ratios.append(x / f)
+            if s.rise_ratio > 0 and median > 0 and shape >= s.rise_ratio * median:
+                rises.append((errs[-1], persist[-1]))
         if len(errs) < s.min_backtest:
             continue
         e, ep = _quantile(errs, ERROR_QUANTILE), _quantile(persist, ERROR_QUANTILE)
-        if e > s.skill * ep:
+        rise_skill = len(rises) >= s.min_rise_backtest and \
+            sum(r[0] for r in rises) <= s.skill * sum(r[1] for r in rises)
+        if e > s.skill * ep and not rise_skill:
             continue
         model = SeasonModel(period_s=p * h.bucket_s, headroom=min(s.max_headroom, max(1.0, _quantile(ratios, s.quantile))),
                       error=round(e, 3), persistence_error=round(ep, 3), samples=len(errs))
