@@ -85,8 +85,10 @@ def deployment() -> dict:
             "routing": {"policy": "round_robin", "decodePolicy": "round_robin"},
             "slo": {"ttft": {"targetSeconds": TTFT_TARGET_S, "percentile": 90}, "e2eP95Seconds": E2E_P95_S,
                     "windowSeconds": WINDOW_S},
+            # outage memory off: the load's end is a collapse, and this test times the walk back to min (the memory's
+            # hold is tests/test_planner_unseen.py's)
             "autoscaling": {"intervalSeconds": INTERVAL_S, "scaleDownStabilizationSeconds": SCALE_DOWN_STABILIZATION_S,
-                            "capacityProfile": "sim-capacity-profile"},
+                            "capacityProfile": "sim-capacity-profile", "outageMemorySeconds": 0},
         },
     }
 
@@ -187,7 +189,8 @@ class Timeline:
                "rps": round(self.load.rate(now - 10), 2), "client_p95": self.load.p95(now - 10),
                "ttft": slo.get("ttftSeconds"), "e2e_p95": slo.get("e2eP95Seconds"),
                "action": last.get("action"), "decision_time": _parse_iso(last.get("time")),
-               "reason": last.get("reason", "")}
+               "reason": last.get("reason", ""), "decided_by": last.get("decidedBy") or {},
+               "forecast_by": last.get("forecastBy") or {}}
         for role in ("prefill", "decode"):
             rs = st.get(role) or {}
             row[f"{role}_ready"] = rs.get("readyReplicas")
@@ -284,6 +287,10 @@ def test_ttft_breach_scales_up_recovers_and_idle_returns_to_min(cluster, operato
     # 2. the planner scaled up: some role's desired replicas rose above min, with a scale_up decision
     up = next((r for r in rows if (r["prefill_desired"] or 0) > 1 or (r["decode_desired"] or 0) > 1), None)
     assert up and any(r["action"] == "scale_up" for r in rows), "no scale-up was observed"
+    # ... and status said which rule decided it and what the demand sized for came from
+    ups = [r for r in rows if r["action"] == "scale_up"]
+    assert any("scale_up" in r["decided_by"].values() and r["forecast_by"] for r in ups), \
+        [(r["decided_by"], r["forecast_by"]) for r in ups]
     assert breach["time"] <= up["time"], "the scale-up came before any observed breach"
     scaled = [role for role in ("prefill", "decode") if max(r[f"{role}_desired"] or 0 for r in rows) > 1]
     peak = {role: max(r[f"{role}_desired"] for r in rows) for role in scaled}
@@ -438,7 +445,8 @@ def test_a_profile_fitted_from_bench_serve_holds_the_slo_with_corrections_near_1
         st[r]["desiredReplicas"] == MIN_REPLICAS for r in ("prefill", "decode")), st["lastDecision"]
 
 
-DRA_BUDGET = 12  # decode's 4 GPUs and two prefill replicas of 4: the breach above wants a third
+DRA_EXAMPLE = REPO / "manifests" / "examples" / "tp4-h200-dra.yaml"
+DRA_BUDGET = 12  # the example's: decode's 4 GPUs and two prefill replicas of 4; the breach above wants a third
 
 
 def _gpus_claimed(cluster, ns: str, pod) -> set[str]:
@@ -452,13 +460,15 @@ def _gpus_claimed(cluster, ns: str, pod) -> set[str]:
 
 
 def test_dra_claims_hold_the_h200_gpus_and_the_planner_keeps_to_the_gpu_budget(cluster, operator_process, ns):
-    """spec.gpu.allocation: DRA (docs/decisions/2026-12-07-compute-domains.md): every engine pod is scheduled by its
-    claim, no nvidia.com/gpu requested, 4 H200 devices each; under the TTFT breach of the test above the planner
-    wants a third prefill replica, which gpuBudget 12 does not allow: it clamps to 2 and says so."""
-    doc = deployment()
-    doc["spec"]["gpu"]["allocation"] = "DRA"
+    """The H200 example with spec.gpu.allocation: DRA (docs/decisions/2026-12-07-compute-domains.md): every engine pod
+    is scheduled by its claim, no nvidia.com/gpu requested, 4 H200 devices each; under the TTFT breach of the test
+    above the planner wants a third prefill replica, which gpuBudget 12 does not allow: it clamps to 2 and says so."""
+    example = yaml.safe_load(DRA_EXAMPLE.read_text())["spec"]
+    assert example["gpu"]["allocation"] == "DRA" and example["autoscaling"]["gpuBudget"] == DRA_BUDGET
+    doc = deployment()  # the simulators' calibrated flags and profile, on the example's GPUs and budget
+    doc["spec"]["gpu"] = example["gpu"]
     doc["spec"]["decode"].update(minReplicas=1, maxReplicas=1)
-    doc["spec"]["autoscaling"]["gpuBudget"] = DRA_BUDGET
+    doc["spec"]["autoscaling"]["gpuBudget"] = example["autoscaling"]["gpuBudget"]
     t0 = time.monotonic()
     load = _serving(cluster, ns, doc)
 

@@ -88,7 +88,7 @@ def test_the_rules_run_in_the_documented_order():
     assert [r.__name__ for r in RULES] == [
         "autoscaling_off", "no_need",
         "need", "within_noise", "step_up_at_correction_limit", "proven_capacity", "foreseen_capacity",
-        "breach_step", "scale_up_stabilization",
+        "breach_proportional", "breach_step", "scale_up_stabilization",
         "learn_down_margin", "down_recommendation", "proven_down", "outage_memory", "stabilization_window",
         "unattainable",
         "cancel_on_clear", "wait_for_capacity_in_flight", "scale_up", "no_scale_down_on_incomplete_data",

@@ -51,7 +51,7 @@ def test_a_saturated_breach_is_sized_from_what_each_ready_replica_completed():
     assert a.verdict.desired == 6 and "at the 2.50 req/s each of 4 saturated Ready replicas completed" in a.verdict.why
     # ... also where the model calls the saturated fleet fit (an 8× surge once met +1 at a time), within the step
     b = act(ctx(1.0, cur=1, judged=BREACH, rate=2.0, demand_rate=7.0, waiting=30.0))
-    assert b.verdict.desired == 2 and "saturated" in b.verdict.why and "at most 2, ×2 the 1 Ready" in b.verdict.why
+    assert b.verdict.desired == 2  # ⌈7 ÷ 2 × 1.25⌉ = 5, at most ×2 the 1 Ready
     # ... and the next reading, one starting, doubles again towards ⌈7 ÷ 2 × 1.25⌉ = 5
     assert act(ctx(1.0, cur=2, ready=1, starting=1, judged=BREACH, rate=2.0, demand_rate=7.0,
                    waiting=30.0)).verdict.desired == 4
@@ -59,19 +59,38 @@ def test_a_saturated_breach_is_sized_from_what_each_ready_replica_completed():
     assert act(ctx(30.0, cur=4, judged=BREACH, rate=10.0, demand_rate=12.0, waiting=0.0)).verdict.desired == 8
 
 
+def test_a_breach_the_model_calls_fit_still_scales_the_ready_replicas():
+    # TTFT 3× its target (BREACH) while the model needs 3 of the 4 that run: 4 Ready × √3 → 7
+    a = act(ctx(3.0, cur=4, judged=BREACH))
+    assert a.verdict.desired == 7 and "breach_proportional" in a.rules
+    assert "a breach ×3.00 its target the model calls fit: 4 Ready × 1.73 = 7" in a.verdict.why
+    # counted on Ready: during a cold start the next reading asks for the same 7, not more
+    assert act(ctx(3.0, cur=7, ready=4, starting=3, judged=BREACH)).verdict.action == "hold"
+    # at most ×2 (breach_step_ratio); off at exponent 0
+    assert act(ctx(3.0, cur=4, judged=replace(BREACH, observed_ttft_s=SLO.ttft_s * 9))).verdict.desired == 8
+    assert act(ctx(3.0, cur=4, judged=BREACH, cfg=CFG.with_knobs(breach_exponent=0.0))).verdict.desired == 4 + 1 * 0
+
+
 # ------------------------------------------------------------------ cancel_on_clear
 def test_orders_a_cleared_breach_no_longer_needs_are_cancelled_at_once():
-    up = RoleState(last_action="scale_up", last_scale_time=T - 60)
+    up = RoleState(last_action="scale_up", last_scale_time=T - 60, up_in_breach=True)
     clear = replace(OK, observed_ttft_s=SLO.ttft_s * 0.5)
     a = act(ctx(3.0, cur=10, starting=4, judged=clear, state=up))
     assert (a.verdict.desired, a.verdict.action, a.decided_by) == (6, "scale_down", "cancel_on_clear")
     assert "the breach cleared" in a.verdict.why and "cancelling 4 replica(s) still starting" in a.verdict.why
-    # a need that still wants them keeps them: only down to the recommendation (need × 1.15)
+    # a need that still wants them keeps them: only down to the recommendation (need × 1.15) ...
     assert act(ctx(7.5, cur=10, starting=4, judged=clear, state=up)).verdict.desired == 9
+    # ... or to the highest of the last two minutes' (a breach that cleared for one window may come back)
+    recent = replace(up, recommendations=((T - 60, 8),), tracking_since=T - 60)
+    assert act(ctx(3.0, cur=10, starting=4, judged=clear, state=recent)).verdict.desired == 8
+    older = replace(up, recommendations=((T - 200, 8),), tracking_since=T - 200)
+    assert act(ctx(3.0, cur=10, starting=4, judged=clear, state=older)).verdict.desired == 6
     # not clearly clear, or the last action was no scale-up: they wait as before
     near = replace(OK, observed_ttft_s=SLO.ttft_s * 0.95)
     assert act(ctx(3.0, cur=10, starting=4, judged=near, state=up)).verdict.action == "hold"
     assert act(ctx(3.0, cur=10, starting=4, judged=clear, state=RoleState())).decided_by != "cancel_on_clear"
+    forecast_up = replace(up, up_in_breach=False)  # ordered by a forecast, not a breach: the stabilization decides
+    assert act(ctx(3.0, cur=10, starting=4, judged=clear, state=forecast_up)).decided_by != "cancel_on_clear"
     off = CFG.with_knobs(cancel_clear_ttft_ratio=0.0)
     assert act(ctx(3.0, cur=10, starting=4, judged=clear, state=up, cfg=off)).decided_by != "cancel_on_clear"
 
@@ -172,7 +191,7 @@ def test_the_trend_is_foresight_the_decision_names():
     ramp = _history([5.0 + 0.2 * i for i in range(60)])
     state = PlannerState(prefill=RoleState(demand_history=ramp))
     seen = foresee(state, "prefill", ramp[-1][0], 900.0, 3, CFG)
-    assert seen.source == "trend" and seen.rate > 16.8 and not seen.seasonal
+    assert seen.source == "slope" and seen.rate > 16.8 and not seen.seasonal
     assert foresee(state, "prefill", ramp[-1][0], 900.0, 3, CFG.with_knobs(slope_damping=0.0)).rate is None
 
 
@@ -207,3 +226,16 @@ def test_a_daily_job_too_short_for_the_quantile_gate_passes_on_its_own_buckets()
 def test_one_off_spikes_and_noise_do_not_pass_the_rise_gate():
     h, seasonal = _days(job_at_bucket=None, spike_day=2)
     assert seasonal.fit(h, 930.0, seasonal.Settings(periods_s=(86400.0,))) is None
+
+
+def test_a_ttft_breach_decode_owns_keeps_prefill_on_guard_but_does_not_grow_it():
+    from planner_kit import BUDGETS as B
+    from planner_sim import PROFILE
+    from v41flash.planner.judge import judge
+    obs = observe(8, prefill=3, dw={"ttft_mean_s": 1.2})  # decode's slot wait makes the TTFT breach
+    j = judge(obs, PROFILE, SLO, B, T, CFG)
+    assert j.prefill.breached and not j.prefill.own_breach and j.decode.own_breach
+    own = judge(observe(14, prefill=2), PROFILE, SLO, B, T, CFG)  # prefill's own queue
+    assert own.prefill.breached and own.prefill.own_breach
+    a = act(ctx(6.0, cur=3, judged=replace(j.prefill, observed_ttft_s=SLO.ttft_s * 1.5)))
+    assert a.verdict.desired == 3 and "the breach is another role's" in a.verdict.why

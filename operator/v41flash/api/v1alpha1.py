@@ -1231,8 +1231,8 @@ class PlannerDecision(Model):
     decided_by: dict[str, str] | None = Field(
         None, description="Per role, the planner rule that chose hold, scale-up or scale-down (docs/planner.md).")
     forecast_by: dict[str, str] | None = Field(
-        None, description="Per role, what set the demand sized for: level, trend, observed, headroom, season or "
-                          "schedule (+backlog when a queue added to it).")
+        None, description="Per role, what set the demand sized for: level, trend, observed, headroom, season, "
+                          "schedule or slope (+backlog when a queue added to it).")
 
 
 class RolloutAction(Model):

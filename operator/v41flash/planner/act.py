@@ -284,6 +284,28 @@ def foreseen_capacity(c: ActContext, p: Proposal) -> Proposal:
     return p
 
 
+def breach_proportional(c: ActContext, p: Proposal) -> Proposal:
+    """A breach is never ignored because the model calls the fleet fit (a closed loop keeps the observed demand flat
+    while users wait; cache-affine queues the pooled model does not see): at least the Ready replicas × (observed ÷
+    target)^``breach_exponent`` (at most ``breach_step_ratio``×), counted on Ready replicas so that readings during a
+    cold start ask for the same, not for more each time."""
+    cfg, j = c.config.act, c.judged
+    if cfg.breach_exponent <= 0 or not (j.breached and j.own_breach) or j.data == "stale":
+        return p
+    ratios = [o / t for o, t in ((j.observed_ttft_s, c.slo.ttft_s), (j.observed_e2e_p95_s, c.slo.e2e_p95_s))
+              if o is not None and t > 0]
+    ready = c.observed.replicas.ready
+    if not ratios or max(ratios) <= 1 or ready <= 0:
+        return p
+    r = max(ratios)
+    factor = min(max(1.0, cfg.breach_step_ratio), r ** cfg.breach_exponent)
+    up = math.ceil(ready * factor - 1e-9)
+    if up <= max(p.up_target, c.current):
+        return p
+    return p.said("breach_proportional", f" (a breach ×{r:.2f} its target the model calls fit: {ready} Ready × "
+                                         f"{factor:.2f} = {up})", up_target=up)
+
+
 def breach_step(c: ActContext, p: Proposal) -> Proposal:
     """A breach's scale-up, sized from the work and no larger than one reading can justify. While a queue builds
     (waiting ≥ Ready: the Ready replicas are saturated, so what each completed in the window is its capacity), the
@@ -295,6 +317,9 @@ def breach_step(c: ActContext, p: Proposal) -> Proposal:
     cfg = c.config.act
     if cfg.breach_step_ratio <= 0 or not c.judged.breached:
         return p
+    if not c.judged.own_breach:  # another role's breach: this one does not grow for it
+        return p.said("breach_step", " (the breach is another role's)", up_target=min(p.up_target, c.current)) \
+            if p.up_target > c.current and c.config.act.breach_exponent > 0 else p
     ready, w = c.observed.replicas.ready, c.observed.window
     up, why = p.up_target, ""
     if w is not None and ready > 0 and w.request_rate > 0 and w.waiting >= ready and c.demand_rate:
@@ -403,17 +428,19 @@ def unattainable(c: ActContext, p: Proposal) -> Proposal:
 
 def cancel_on_clear(c: ActContext, p: Proposal) -> Proposal:
     """Replicas still starting when the breach that ordered them has cleared (TTFT at most
-    ``cancel_clear_ttft_ratio`` × its target, and this window's scale-down recommendation fits in the Ready replicas)
-    are cancelled at once: they hold nothing, and every second they start costs GPUs (the stabilization window
-    waits for evidence about Ready replicas, not about orders). Foresight and headroom are in the recommendation,
-    so an order a forecast wants stays."""
+    ``cancel_clear_ttft_ratio`` × its target, and every scale-down recommendation of the last
+    ``cancel_clear_window_s`` fits in the Ready replicas) are cancelled at once: they hold nothing, and every second
+    they start costs GPUs (the stabilization window waits for evidence about Ready replicas, not about orders).
+    Foresight and headroom are in the recommendations, so an order a forecast wants stays."""
     cfg, j = c.config.act, c.judged
     if p.decided or cfg.cancel_clear_ttft_ratio <= 0 or not cfg.cancel_starting or c.starting <= 0 \
-            or j.breached or j.data != "ok" or c.state.last_action != "scale_up" or j.observed_ttft_s is None \
+            or j.breached or j.data != "ok" or c.state.last_action != "scale_up" or not c.state.up_in_breach \
+            or j.observed_ttft_s is None \
             or j.observed_ttft_s > cfg.cancel_clear_ttft_ratio * c.slo.ttft_s:
         return p
     ready = c.current - c.starting - c.observed.replicas.unschedulable - c.observed.replicas.lost
-    target = max(p.down_target, ready)
+    recent = [x[1] for x in p.state.recommendations if x[0] > c.now - cfg.cancel_clear_window_s]
+    target = max([p.down_target, ready, *recent])
     if target >= c.current:
         return p
     return p.decide("cancel_on_clear", f"; {c.current} → {target}: the breach cleared (TTFT "
@@ -432,10 +459,11 @@ def wait_for_capacity_in_flight(c: ActContext, p: Proposal) -> Proposal:
 
 
 def scale_up(c: ActContext, p: Proposal) -> Proposal:
-    """At once to the need."""
+    """At once to the need (remembering whether users suffered: only a breach's orders are cancelled when it clears)."""
     if p.decided or p.up_target <= c.current:
         return p
-    return p.decide("scale_up", f"; {c.current} → {p.up_target}", p.up_target, "scale_up")
+    return p.decide("scale_up", f"; {c.current} → {p.up_target}", p.up_target, "scale_up",
+                    state=replace(p.state, up_in_breach=c.judged.breached))
 
 
 def no_scale_down_on_incomplete_data(c: ActContext, p: Proposal) -> Proposal:
@@ -539,8 +567,8 @@ def partial_metrics(c: ActContext, p: Proposal) -> Proposal:
 RULES: tuple[Rule, ...] = (
     autoscaling_off, no_need,
     # what a scale-up would ask for
-    need, within_noise, step_up_at_correction_limit, proven_capacity, foreseen_capacity, breach_step,
-    scale_up_stabilization,
+    need, within_noise, step_up_at_correction_limit, proven_capacity, foreseen_capacity, breach_proportional,
+    breach_step, scale_up_stabilization,
     # what a scale-down would come down to
     learn_down_margin, down_recommendation, proven_down, outage_memory, stabilization_window, unattainable,
     # the answer: the first of these that applies
@@ -562,8 +590,9 @@ def act(c: ActContext) -> Acted:
     2. ``need`` states what users saw and the model needs; a scale-up would ask for the need, but
        ``within_noise`` (SLO holds, need within ``up_tolerance``), ``step_up_at_correction_limit`` (+1 on a
        breach the model cannot explain), ``proven_capacity`` and ``foreseen_capacity`` (P/D prefill: what held
-       this work before, what Ready replicas do at the season's rise), ``breach_step`` (a breach's step no larger
-       than one reading justifies) and ``scale_up_stabilization`` change it;
+       this work before, what Ready replicas do at the season's rise), ``breach_proportional`` (a breach the model
+       calls fit still scales the Ready replicas), ``breach_step`` (a breach's step no larger than one reading
+       justifies) and ``scale_up_stabilization`` change it;
     3. a scale-down would come down to the need × the margin (``learn_down_margin``, ``down_recommendation``),
        or the proven capacity (``proven_down``), never below the peak before a collapse of the demand
        (``outage_memory``); ``stabilization_window`` records it; ``unattainable`` says when no replica count meets

@@ -205,10 +205,13 @@ class ActConfig:
     # and the model's answer with it, not the work. 0: no bound
     breach_step_ratio: float = 2.0
     breach_rate_margin: float = 0.25
+    # a breach the model calls fit still asks for Ready × (observed ÷ target)^this (act.breach_proportional; 0: off)
+    breach_exponent: float = 0.5
     # replicas still starting are cancelled as soon as the SLO holds clearly again (TTFT at most this × its target) and
-    # this window's scale-down recommendation fits in the Ready ones (act.cancel_on_clear): an order a breach made
+    # the scale-down recommendations fit in the Ready ones (act.cancel_on_clear): an order a breach made
     # that the breach no longer needs. 0: they wait for the stabilization window like any scale-down
     cancel_clear_ttft_ratio: float = 0.8
+    cancel_clear_window_s: float = 120.0  # ... and the recommendations of this long fit in the Ready ones
     # Outage memory (act.outage_memory): when the demand collapses below outage_collapse_ratio × its highest of the
     # last outage_memory_s, no scale-down goes below the most replicas run at a demand above that, until
     # outage_memory_s after it: a returning crowd finds them (the HPA's scale-down stabilisation, longer for a model
@@ -354,6 +357,7 @@ class RoleState:
     # (time, replicas) run while the demand had not collapsed, within outage_memory_s, each above every later one
     # (the outage memory's floor is the first)
     recent_high: tuple[tuple[float, int], ...] = ()
+    up_in_breach: bool = False  # the last scale-up was made in a breach (its orders go when the breach clears)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ class RoleForecast:
     demand_rate: float | None  # req/s to size for; None when the data cannot be used
     headroom_note: str = ""  # set when the learned headroom raised the demand
     # what set demand_rate: "level" (the smoothed rate), "trend" (its damped trend), "observed" (the raw rate in a
-    # breach), "headroom" (the learned rises), "foresight" (a schedule or the season); "+backlog" when a queue added
+    # breach), "headroom" (the learned rises), "foresight" (a schedule, the season or the slope); "+backlog" when a queue added
     source: str = ""
 
 

@@ -22,7 +22,7 @@ class Foresight:
     replicas: int = 0  # never fewer replicas (a schedule's floor; 0: none)
     note: str = ""  # for the decision's reason
     seasonal: bool = False  # a season forecasts the horizon (its learned headroom replaces the hour-scale one)
-    source: str = ""  # which foresight gave the rate: schedule, season or trend
+    source: str = ""  # which foresight gave the rate: schedule, season or slope (the trend one cold start ahead)
 
 
 def remember_demand(state: PlannerState, demand_rate: float | None, now: float, cfg: PlannerConfig) -> PlannerState:
@@ -60,5 +60,5 @@ def foresee(state: PlannerState, role: Role, now: float, cold_start_s: float, cu
     if sloped is not None:
         notes.append(why)
         if rate is None or sloped > rate:
-            rate, source = sloped, "trend"
+            rate, source = sloped, "slope"
     return Foresight(rate=rate, replicas=floor.replicas, note="; ".join(notes), seasonal=season, source=source)

@@ -24,6 +24,7 @@ class RoleJudgement:
     observed_ttft_s: float | None = None  # user-facing figures this role reports on (None: not judged)
     observed_e2e_p95_s: float | None = None
     observed_itl_s: float | None = None
+    own_breach: bool = True  # the breach is this role's doing (False: another role's, this one only stays on guard)
 
     @property
     def usable(self) -> bool:
@@ -127,12 +128,17 @@ def judge(observed: Observation, profile: CapacityProfile, slo: Slo, budgets: Bu
                 f"(> 2× the profile's {cold_start:.0f}s cold start): check their pods"
             )
         if role == "prefill":
+            # a TTFT breach decode owns (its slot wait) while prefill's own TTFT fits keeps prefill on guard (no
+            # scale-down) but is not prefill's to scale up for (issue 40: attributed to the role that causes it)
+            own = not (decode_ttft_breach and pw is not None and pw.ttft_s is not None
+                       and pw.ttft_s + budgets.handover_s <= slo.ttft_s and not (e2e_breach and not itl_breach))
             breached = ttft_breach or (e2e_breach and not itl_breach)
         else:
+            own = True
             breached = ((e2e_breach and (itl_breach or not disagg or not ttft_breach)) or (ttft_breach and not disagg)
                         or decode_ttft_breach)
         return RoleJudgement(
-            role=role, data=status, data_why=why, breached=breached,
+            role=role, data=status, data_why=why, breached=breached, own_breach=breached and own,
             observed_ttft_s=obs_ttft if (role == "prefill" or not disagg) else None,
             observed_e2e_p95_s=obs_e2e if role == "decode" else None,
             observed_itl_s=obs_itl if role == "decode" else None,
