@@ -618,12 +618,7 @@ def _gateway_mode_rules() -> list[dict[str, str]]:
                  "with mode: Gateway clients come through your Gateway, which authenticates them: remove "
                  "apiKeySecretRef (it is the session proxy's, which mode: Gateway does not run)",
                  field_path=".apiKeySecretRef")]
-    front = FrontSpec()
-    rules.append(cel("self.mode != 'Gateway' || !has(self.front) || ("
-                     f"self.front.minReplicas == {front.min_replicas} && self.front.maxReplicas == {front.max_replicas}"
-                     f" && self.front.targetCpuUtilizationPercent == {front.target_cpu_utilization_percent}"
-                     f" && self.front.maxInFlight == {front.max_in_flight}"
-                     f" && self.front.maxConnections == {front.max_connections} && self.front.image == '{front.image}')",
+    rules.append(cel("self.mode != 'Gateway' || !has(self.front)",
                      "front configures the router Service's Envoy front (mode: VllmRouter); with mode: Gateway your "
                      "Gateway is the front and nothing reads it: remove it", field_path=".front"))
     for name, default in VLLM_ROUTER_ONLY_FIELDS:
@@ -728,17 +723,22 @@ class RoutingSpec(Model):
                                                       "front.minReplicas/maxReplicas). The router places sessions: "
                                                       "with sticky_least_loaded each replica keeps its own session "
                                                       "map, so more than one splits a session's turns over engines.")
-    front: FrontSpec = Field(default_factory=FrontSpec,
-                             description="The front (mode VllmRouter): Envoy replicas on the router Service's port "
-                                         "that derive session keys, split sessions between revisions, check the "
-                                         "API key and the limits, and relay the token streams "
-                                         "(docs/decisions/2026-12-07-front.md).")
+    front: FrontSpec | None = Field(None,
+                                    description="The front (mode VllmRouter; unset = the defaults): Envoy replicas "
+                                                "on the router Service's port that derive session keys, split sessions between revisions, check "
+                                                "the API key and the limits, and relay the token streams "
+                                                "(docs/decisions/2026-12-07-front.md).")
     image: str = Field(DEFAULT_ROUTER_IMAGE, min_length=1, max_length=1024, pattern=F.IMAGE,
                        description="vllm-router image (PyPI vllm-router 0.1.17).")
     session_proxy_image: str = Field(DEFAULT_OPERATOR_IMAGE, min_length=1, max_length=1024, pattern=F.IMAGE,
                                      description="Image of the front pod's counters container: the "
                                                  "operator image, which runs `v41flash front-counters`. Keep it at "
                                                  "the operator's own tag.")
+
+    @property
+    def front_or_default(self) -> FrontSpec:
+        """The front's settings (front unset: the defaults)."""
+        return self.front or FrontSpec()
 
 
 class TTFTTarget(Model):

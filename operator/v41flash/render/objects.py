@@ -126,7 +126,7 @@ def config_map(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec, r
                            if spec.routing.session_key == "derive" else
                            "client: the front forwards the x-session-id clients send, unchanged"),
             # in every mode: vllm-router's admin API is reachable only through the front's path allowlist
-            "front": {"image": spec.routing.front.image, "command": proxy_command} if proxy_command else "none",
+            "front": {"image": spec.routing.front_or_default.image, "command": proxy_command} if proxy_command else "none",
         },
         "podTiming": {"preStopDrainSeconds": drain_s,
                       "preStopDrainSource": f"this ConfigMap's {DRAIN_CONFIG_KEY} (updated in place)",

@@ -105,7 +105,8 @@ def front_settings(spec: api.V41FlashDeploymentSpec) -> FrontSettings:
     routing = spec.routing
     return FrontSettings(session_key=routing.session_key, session_header=routing.session_header,
                          api_key_env=PROXY_API_KEY_ENV if routing.api_key_secret_ref is not None else "",
-                         max_in_flight=routing.front.max_in_flight, max_connections=routing.front.max_connections,
+                         max_in_flight=routing.front_or_default.max_in_flight,
+                         max_connections=routing.front_or_default.max_connections,
                          request_timeout_s=routing.request_timeout_seconds)
 
 
@@ -135,7 +136,7 @@ def front_containers(spec: api.V41FlashDeploymentSpec) -> list[dict[str, Any]]:
               "readOnlyRootFilesystem": True}
     envoy = {
         "name": "front",
-        "image": routing.front.image,
+        "image": routing.front_or_default.image,
         "imagePullPolicy": spec.image_pull_policy,
         "command": cmd[:1],
         "args": cmd[1:],
@@ -151,7 +152,7 @@ def front_containers(spec: api.V41FlashDeploymentSpec) -> list[dict[str, Any]]:
         "lifecycle": {"preStop": {"exec": {"command": ["/bin/bash", "-c", _DRAIN_SCRIPT]}}},
         # Envoy's workers relay the streams: FRONT_WORKERS threads on about one core at full load
         "resources": {"requests": {"cpu": "1", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
-        "securityContext": dict(secure),
+        "securityContext": copy.deepcopy(secure),
         "volumeMounts": [{"name": "front", "mountPath": CONFIG_DIR, "readOnly": True}],
     }
     counters = {
@@ -161,7 +162,7 @@ def front_containers(spec: api.V41FlashDeploymentSpec) -> list[dict[str, Any]]:
         "command": ["v41flash"],
         "args": ["front-counters", "--listen", f"127.0.0.1:{COUNTERS_PORT}", "--admin", f"127.0.0.1:{ADMIN_PORT}"],
         "resources": {"requests": {"cpu": "50m", "memory": "96Mi"}, "limits": {"memory": "256Mi"}},
-        "securityContext": dict(secure),
+        "securityContext": copy.deepcopy(secure),
     }
     return [envoy, counters]
 
@@ -303,7 +304,7 @@ def front_objects(cr_name: str, namespace: str, spec: api.V41FlashDeploymentSpec
     serving_service["metadata"]["name"] = serving_router_name(cr_name)
     serving_service["spec"]["selector"] = {**L.selector_labels(cr_name, L.ROUTER), L.SLOT_LABEL: L.slot_tag(serving_slot)}
     serving_service["spec"]["ports"] = [p for p in serving_service["spec"]["ports"] if p["name"] == "http"]
-    front = spec.routing.front
+    front = spec.routing.front_or_default
     hpa = {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
