@@ -316,12 +316,12 @@ STALL_S = 10.0
 
 
 def _serving_doc(name: str, **engine_health) -> dict:
-    """The TP4 example at two prefill, two decode engines and two front replicas, replicas fixed (no planner)."""
+    """The TP4 example at two prefill, two decode engines and two front replicas (the default), replicas fixed (no
+    planner)."""
     doc = load(REPO / "manifests" / "examples" / "tp4-h200-low-latency.yaml")
     doc["metadata"]["name"] = name
     doc["spec"]["prefill"] = {"minReplicas": 2, "maxReplicas": 2}
     doc["spec"]["decode"] = {"minReplicas": 2, "maxReplicas": 2, "maxNumSeqs": 64}
-    doc["spec"]["routing"] = {"replicas": 2}
     doc["spec"]["autoscaling"] = {"enabled": False}
     if engine_health:
         doc["spec"]["engineHealth"] = engine_health
@@ -464,7 +464,7 @@ def _pods(cluster, ns: str, name: str, selector: str) -> list:
 
 
 def test_serving_path_crashes_under_streaming_load_restart_in_place(cluster, operator_process, ns):
-    """One decode engine, one prefill engine, one front pod's session proxy and one vllm-router, each SIGKILLed
+    """One decode engine, one prefill engine, one front pod's Envoy and one vllm-router, each SIGKILLed
     under streaming multi-turn load and restarted by the kubelet (the harness) in place. A front's crash fails only
     the streams that went through it. Engine crashes fail their in-flight streams until the front continues them
     (issue 41/42 item 1): measured here, not asserted."""
@@ -478,7 +478,7 @@ def test_serving_path_crashes_under_streaming_load_restart_in_place(cluster, ope
         traffic.wait_requests(40)
         for fault, selector, kind in (("decode engine SIGKILLed", "v41flash.io/role=decode", "sim"),
                                       ("prefill engine SIGKILLed", "v41flash.io/role=prefill", "sim"),
-                                      ("front (session proxy) SIGKILLed", "v41flash.io/front=true", "proxy"),
+                                      ("front (Envoy) SIGKILLed", "v41flash.io/front=true", "front"),
                                       ("vllm-router SIGKILLed", "app.kubernetes.io/component=slot-router", "router")):
             pod = sorted(_pods(cluster, ns, name, selector), key=lambda p: p.metadata.name)[0]
             proc = _sim(cluster, ns, pod.metadata.name, kind)
@@ -576,3 +576,74 @@ def test_a_hung_decode_engine_and_a_straggler_are_taken_out_and_replaced(cluster
                             "front's (issue 41/42 item 1)")
     print(f"[serving faults] hung engine out of routing {left:.1f} s after the freeze (target N + 5 = {hang_s + 5} s); "
           f"straggler out {gone - serving_slow:.1f} s after it served at 2x ITL (window {window} s)")
+
+
+def _prefill_served(cluster, ns: str, name: str) -> dict[str, float]:
+    """Requests each prefill engine finished (its simulator's own counter)."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+    out = {}
+    for p in _pods(cluster, ns, name, "v41flash.io/role=prefill"):
+        s = _sim(cluster, ns, p.metadata.name, "sim")
+        text = httpx.get(f"http://{s['ip']}:{s['port']}/metrics", timeout=5).text
+        out[p.metadata.name] = sum(x.value for fam in text_string_to_metric_families(text) for x in fam.samples
+                                   if x.name in ("vllm:request_success", "vllm:request_success_total"))
+    return out
+
+
+def test_a_front_replica_lost_fails_only_its_streams_and_moves_no_session(cluster, operator_process, ns):
+    """Issue 41: two front replicas (Envoy) by default. Sessions whose turns cross both fronts stay on one prefill
+    engine before, during and after one front's loss (the fronts hold no placement: the slot's router places by
+    the session key every front derives alike); under streaming load a front SIGKILLed fails only the streams in
+    flight on it. The seconds until new requests were served normally again are printed (the harness's client
+    re-reads the Ready fronts every 0.25 s, as a kube-proxy follows endpoints)."""
+    import httpx
+    doc = _serving_doc("fronts")
+    name = doc["metadata"]["name"]
+    apply(cluster, doc, ns)
+    wait_ready(cluster, ns, name)
+    fronts = wait_for(lambda: (f := sorted(_pods(cluster, ns, name, "v41flash.io/front=true"),
+                                         key=lambda p: p.metadata.name)) and len(f) == 2 and f, 90,
+                      "two Ready front replicas (the autoscaler's minReplicas)")
+    urls = {p.metadata.name: (lambda s: f"http://{s['ip']}:{s['port']}")(_sim(cluster, ns, p.metadata.name, "front"))
+            for p in fronts}
+    a, b = fronts[0].metadata.name, fronts[1].metadata.name
+    sessions = {f"s{i}": [{"role": "system", "content": "You are an agent."},
+                          {"role": "user", "content": f"front test session {i}: {random.random()}"}] for i in range(4)}
+    engine_of: dict[str, list[str]] = {k: [] for k in sessions}
+
+    def turn(via: str) -> None:
+        for key, messages in sessions.items():  # one request at a time: the counter that moves is its engine's
+            before = _prefill_served(cluster, ns, name)
+            r = httpx.post(f"{urls[via]}/v1/chat/completions", timeout=60,
+                           json={"model": "deepseek-v4.1-flash", "messages": messages, "max_tokens": 4})
+            assert r.status_code == 200, r.text
+            moved = wait_for(lambda: [p for p, n in _prefill_served(cluster, ns, name).items() if n > before.get(p, 0)],
+                             20, "the prefill engine's counter")
+            engine_of[key].append(moved[0])
+            messages += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "next"}]
+
+    turn(a)
+    turn(b)
+    proc = _sim(cluster, ns, a, "front")
+    os.kill(proc["pid"], signal.SIGKILL)
+    turn(b)  # front a is down or restarting
+    _restarted_in_place(cluster, ns, fronts[0], "front", proc["pid"])
+    turn(a)  # a new Envoy process, nothing remembered
+    assert all(len(set(e)) == 1 for e in engine_of.values()), engine_of
+    assert len({e[0] for e in engine_of.values()}) == 2, engine_of  # and the sessions spread over both engines
+
+    with StreamLoad(cluster, ns, name) as traffic:
+        traffic.wait_requests(40)
+        proc = _sim(cluster, ns, a, "front")
+        at = time.time()
+        os.kill(proc["pid"], signal.SIGKILL)
+        _restarted_in_place(cluster, ns, fronts[0], "front", proc["pid"])
+        traffic.wait_requests(40)
+    fig = fault_figures(traffic.records, at, float("inf"))
+    print_fault_table([("front replica (Envoy) SIGKILLed, the other serving", fig)])
+    failed = [r for r in traffic.records if not r["ok"] and r["t1"] >= at]
+    assert failed, "the kill cut no stream: the load did not reach the killed front"
+    assert all(r["front"] == a for r in failed), [(r["front"], r["error"]) for r in failed][:5]
+    assert sum(r["ok"] for r in traffic.records if r["front"] == b and r["t0"] >= at) >= 10
+    assert traffic.records[-1]["ok"] and sum(r["ok"] for r in traffic.records[-20:]) == 20

@@ -324,12 +324,12 @@ def test_a_failing_blue_green_step_through_the_users_own_route_moves_the_front_p
 
 
 def router_chat(cluster, ns: str, name: str, doc: dict) -> httpx.Response | None:
-    """A chat completion through the deployment's router pod (the session proxy's port), None while it has none."""
+    """A chat completion through the deployment's front (Envoy's port), None while it has none."""
     pods = [p for p in cluster.core.list_namespaced_pod(
         ns, label_selector=f"v41flash.io/deployment={name},v41flash.io/role=router").items
         if not p.metadata.deletion_timestamp]
     entry = next((s for s in cluster.supervised(ns) for p in pods if s["pod"] == p.metadata.name
-                  and s["kind"] == "proxy"), None)
+                  and s["kind"] == "front"), None)
     if entry is None:
         return None
     r = chat(f"http://{entry['ip']}:{entry['port']}", doc, "through the router")

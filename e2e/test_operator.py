@@ -326,10 +326,10 @@ def test_chat_completion_through_router_hits_prefill_and_decode(cluster, operato
     assert r.json()["choices"][0]["message"]["content"]
     wait_for(lambda: all(served(role) > base[role] for role in sims), 20,
              "both the prefill and the decode simulator counting the request")
-    # The front door is the session proxy (sessionKey: derive, the default) alone, slot ""'s vllm-router behind it
+    # The front door is Envoy (sessionKey: derive, the default) with its counters, slot ""'s vllm-router behind it
     # in pods of its own: a request without x-session-id gets a derived one on its way through.
     kinds = {s["kind"]: s for s in cluster.supervised(ns) if s["pod"] == by_role["router"]["metadata"]["name"]}
-    assert set(kinds) == {"proxy"} and router["kind"] == "proxy" and router["port"] == 30000
+    assert set(kinds) == {"front", "counters"} and router["kind"] == "front" and router["port"] == 30000
     bare = httpx.post(f"http://{router['ip']}:{router['port']}/v1/chat/completions", timeout=30,
                       json={"model": model, "messages": [{"role": "user", "content": "Hi again"}], "max_tokens": 8})
     assert bare.status_code == 200, bare.text

@@ -599,8 +599,8 @@ def test_a_deployment_from_before_the_front_moves_to_it_with_no_engine_restarted
                     if not p.metadata.deletion_timestamp]
                 kinds = {(p.metadata.labels.get("v41flash.io/front"), p.metadata.labels.get("v41flash.io/slot"))
                          for p in pods if _ready(p)}
-                return len(pods) == 2 and kinds == {("true", None), (None, "0")}
-            wait_for(moved, 120, "the front and slot \"\"'s router Ready, the one-pod router gone")
+                return len(pods) == 3 and kinds == {("true", None), (None, "0")}  # two front replicas
+            wait_for(moved, 120, "the front's two replicas and slot \"\"'s router Ready, the one-pod router gone")
             load.wait_requests(8)
     finally:
         operator_process.assert_alive() if operator_process.alive else operator_process.start()

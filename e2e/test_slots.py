@@ -1,5 +1,5 @@
 """Two serving revisions side by side on the real control plane, applied straight from render() with two slots (no
-operator): the front's session proxy splits new sessions between the slots' routers by the routing table,
+operator): the front (Envoy) splits sessions between the slots' routers by the routing table,
 every session stays on one revision, and each request's prefill and decode ran on engines of that revision
 (the simulators' own request counters per revision match the front's per-revision counts exactly: a
 cross-revision pair would count a request on one revision's prefill and the other's decode). The simulator
@@ -15,9 +15,7 @@ import pytest
 import yaml
 
 from e2e.kit import wait_for
-from e2e.router_pods import UNREACHABLE
 from v41flash.api.v1alpha1 import V41FlashDeployment
-from v41flash.proxy.session_proxy import ROUTES_RELOAD_S
 from v41flash.render.revision import revision_of
 from v41flash.render import SlotSpec, render
 
@@ -63,23 +61,29 @@ def test_two_revisions_split_by_session_with_revision_consistent_pairs(cluster, 
     def all_ready():
         engines = _pods(cluster, ns, "v41flash.io/deployment=slots,v41flash.io/serving=true")
         routers = _pods(cluster, ns, "v41flash.io/deployment=slots,v41flash.io/role=router")
-        ok = len(engines) == 4 and len(routers) == 3 and all(_ready(p) for p in engines + routers)
+        ok = len(engines) == 4 and len(routers) == 4 and all(_ready(p) for p in engines + routers)
         return (engines, routers) if ok else None
-    engines, routers = wait_for(all_ready, 180, "4 engine pods and 3 router pods Ready")
+    # two front replicas (the autoscaler's minimum) and one vllm-router per slot
+    engines, routers = wait_for(all_ready, 180, "4 engine pods and 4 router pods Ready")
     assert {p["metadata"]["labels"][REVISION] for p in engines} == {rev1, rev2}
     front = next(p for p in routers if p["metadata"]["labels"].get("v41flash.io/front") == "true")
     proxy = cluster.sim_for(front["metadata"]["name"], ns)
-    assert proxy["kind"] == "proxy"
-    routes = Path(next(a for a in [proxy["argv"][i + 1] for i, t in enumerate(proxy["argv"]) if t == "--routes-file"]))
+    assert proxy["kind"] == "front"
+    boot = Path(proxy["argv"][proxy["argv"].index("-c") + 1])
+    clusters = boot.parent / "front-clusters.json"
 
     def resolved():
-        revs = json.loads(routes.read_text())["revisions"] if routes.exists() else []
-        return len(revs) == 2 and all(r["upstream"] != UNREACHABLE for r in revs)
-    # both upstreams resolved: a route still unreachable would move its sessions to the serving revision
-    wait_for(resolved, 30, "the front's routing table, both upstreams resolved")
-    time.sleep(ROUTES_RELOAD_S + 0.2)  # the proxy reads the file again on its first request after this
-    before = {p["metadata"]["name"]: _served(cluster, p, ns) for p in engines}
+        docs = json.loads(clusters.read_text())["resources"] if clusters.exists() else []
+        eps = [e["endpoint"]["address"]["socket_address"]["port_value"] for c in docs
+               for e in c["load_assignment"]["endpoints"][0]["lb_endpoints"]]
+        return len(docs) == 3 and 9 not in eps
+    # both revisions' routers resolved (the harness's copy of the front's clusters), then Envoy has them
+    wait_for(resolved, 30, "the front's clusters, both revisions' routers resolved")
     model = r1.spec.model.served_model_name or r1.spec.model.checkpoint
+    wait_for(lambda: all(httpx.post(f"http://{proxy['ip']}:{proxy['port']}/v1/chat/completions", timeout=30, json={
+        "model": model, "max_tokens": 2, "messages": [{"role": "user", "content": f"probe {i}"}]}).status_code == 200
+        for i in range(8)), 30, "both revisions answering through the front")
+    before = {p["metadata"]["name"]: _served(cluster, p, ns) for p in engines}
     by_rev: dict[str, int] = {}
     sessions: dict[str, set[str]] = {}
     with httpx.Client(timeout=30) as client:
