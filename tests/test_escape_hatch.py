@@ -1,6 +1,6 @@
 """extraArgs may not set what a field owns, in any spelling vLLM 0.33.0's parser accepts (issue 39).
 
-The refused spellings come from the parser snapshot (serve_flags.spelling_pattern); here they are checked against
+The refused spellings come from the parser snapshot (serve_flags.spelling_terms); here they are checked against
 Python's own argparse matcher, built from the same snapshot the way FlexibleArgumentParser feeds it: every token
 argparse resolves to an owned setting matches the group's pattern, and no token it resolves to another setting
 does."""
@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import re
 
 import pytest
 
@@ -91,10 +90,10 @@ def resolved(parser) -> dict[str, str | None]:
 @pytest.mark.parametrize("group", list(eh.REFUSED_ARGS), ids=lambda g: g[0])
 def test_every_spelling_argparse_accepts_is_refused_and_no_other_setting(resolved, group):
     owned = flags.dests_of(group)
-    pattern = re.compile(flags.spelling_pattern(owned))
+    terms = flags.spelling_terms(owned)
     missed, overreach = [], []
     for token, dest in resolved.items():
-        hit = pattern.search(token) is not None
+        hit = flags.sets_one_of(token, terms)
         if dest in owned and not hit:
             missed.append(token)
         elif dest is not None and dest not in owned and hit:
@@ -118,14 +117,14 @@ def test_every_spelling_argparse_accepts_is_refused_and_no_other_setting(resolve
 ])
 def test_known_bypasses_are_refused(token, owner):
     group = next(g for g in eh.REFUSED_ARGS if owner in g)
-    assert re.search(flags.spelling_pattern(flags.dests_of(group)), token), token
+    assert flags.sets_one_of(token, flags.spelling_terms(flags.dests_of(group))), token
 
 
 @pytest.mark.parametrize("token", ["--enable-log-requests", "--kv-cache-dtype", "--max-logprobs=5", "--seed", "8",
                                    "--model-impl", "--enable-prefix-caching", "-O3", "fp8", "--disable-log-stats",
                                    "--num-seqs-max"])  # unknown to vLLM: the parser check names it
 def test_the_escape_hatch_stays_open_for_what_no_field_owns(token):
-    assert not any(re.search(flags.spelling_pattern(flags.dests_of(g)), token) for g in eh.REFUSED_ARGS), token
+    assert not any(flags.sets_one_of(token, flags.spelling_terms(flags.dests_of(g))) for g in eh.REFUSED_ARGS), token
 
 
 def _rendered_dests() -> set[str]:
@@ -155,6 +154,17 @@ def test_every_speculative_flag_is_the_features_field():
     spec = {d for d in {s["dest"] for s in flags.options().values()} if d.startswith(("spec_", "speculative"))}
     group = next(g for g in eh.REFUSED_ARGS if "--speculative-config" in g)
     assert spec == flags.dests_of(group)
+
+
+@pytest.mark.parametrize("group", list(eh.REFUSED_ARGS)[::3], ids=lambda g: g[0])
+def test_the_crd_rule_is_the_same_test(group):
+    """The CEL rule (evaluated as the apiserver would, by the cel package) refuses exactly what sets_one_of finds."""
+    import cel
+    program = cel.compile(eh.arg_rule(group))
+    terms = flags.spelling_terms(flags.dests_of(group))
+    sample = random.Random(7).sample(tokens(), 400) + [*terms[0], *(p + "x" for p in terms[1])]
+    for token in sample:
+        assert program.execute({"self": {"extraArgs": [token]}}) is (not flags.sets_one_of(token, terms)), token
 
 
 def _doc(**role):

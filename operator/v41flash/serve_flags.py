@@ -28,9 +28,9 @@ def options() -> dict[str, dict[str, Any]]:
 # before any '=' is a dotted key (`--kv-events-config.topic x`, `-sc.method=...`) merged into one JSON value of
 # the option named before the dot. argparse (allow_abbrev is left True) then takes the exact option, or
 # `option=value`, or a prefix that starts only one option ("--load-f dummy"), or a one-letter option glued to its
-# value (`-n2`). spelling_pattern() turns a set of option dests into one regular expression (RE2 and Python
-# alike, for the CRD's CEL rules) that matches every token setting one of them; tests/test_escape_hatch.py checks
-# it against argparse's own matcher over every option of the snapshot.
+# value (`-n2`). spelling_terms() turns a set of option dests into exact tokens and prefixes (the CRD's CEL rules
+# test them) that match every token setting one of them; tests/test_escape_hatch.py checks them against argparse's
+# own matcher over every option of the snapshot.
 
 def dests_of(flags_: tuple[str, ...] | list[str]) -> set[str]:
     """The option dests (settings) the given option strings set."""
@@ -42,15 +42,11 @@ def spellings(dest: str) -> list[str]:
     return sorted(o for o, spec in options().items() if spec["dest"] == dest)
 
 
-def _lit(text: str) -> str:
-    out = ""
-    for ch in text:
-        if ch in "-_":
-            out += "[-_]"  # FlexibleArgumentParser makes '_' a '-' in a long option's name
-        elif ch.isascii() and ch.isalnum():
-            out += ch
-        else:
-            raise ValueError(f"unexpected character {ch!r} in a vLLM option name")
+def _variants(name: str) -> list[str]:
+    """A `--` option name in every '-'/'_' spelling FlexibleArgumentParser turns into it."""
+    out = [""]
+    for ch in name:
+        out = [o + c for o in out for c in ("-_" if ch == "-" else ch)]
     return out
 
 
@@ -65,37 +61,47 @@ def _owned_prefix(option: str, same_kind: list[str], owned: set[str]) -> int:
     return len(option)
 
 
-def spelling_pattern(dests: set[str]) -> str:
-    """A regular expression matching every argv token with which vLLM 0.33.0's parser sets one of dests: the
-    option or an abbreviation of it, then the end, `=value` or `.key`. An abbreviation is written as the shortest
-    prefix only owned options start with, then any name characters: a compact expression (the CRD's CEL cost
-    budget counts regex length x 4,096 characters x 64 items) that also takes a misspelling starting that way
-    (`--max-num-sequences` for --max-num-seqs), which vLLM would refuse anyway."""
+def spelling_terms(dests: set[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(exact tokens, token prefixes): an argv token sets one of dests with vLLM 0.33.0's parser if it is one of the
+    exact tokens or starts with one of the prefixes. An option that is itself the start of another option is exact,
+    `=value` or `.key`; otherwise the shortest prefix that only owned options start with stands for the option and
+    its abbreviations (and for misspellings starting that way, `--max-num-sequences`, which vLLM refuses anyway).
+    Prefix and equality tests, not a regular expression: the apiserver's CEL cost of `matches` is the pattern's length
+    times the 4,096-character item, and the CRD's budget would not hold one per owned setting."""
     unknown = dests - {spec["dest"] for spec in options().values()}
     if unknown:
         raise ValueError(f"not a vLLM {snapshot()['header']['vllm_version']} option dest: {sorted(unknown)}")
     longs = sorted(o for o in options() if o.startswith("--"))
     shorts = sorted(o for o in options() if not o.startswith("--"))
-    long_alts: set[str] = set()
-    short_alts: set[str] = set()
-    glued: set[str] = set()
+    exact: set[str] = set()
+    prefixes: set[str] = set()
     for option in sorted(o for d in dests for o in spellings(d)):
         if option.startswith("--"):
             n = _owned_prefix(option, longs, dests)
-            long_alts.add(_lit(option[2:n]) + ("[-_a-z0-9]*" if n < len(option) else ""))
+            if n < len(option):
+                prefixes.update("--" + v for v in _variants(option[2:n]))
+            else:
+                for v in _variants(option[2:]):
+                    exact.add("--" + v)
+                    prefixes.update({f"--{v}=", f"--{v}."})
         elif len(option) == 2:  # -n: argparse reads `-n2` as -n 2, so every token starting -n sets it
             others = [s for s in shorts if s != option and s.startswith(option)]
             if others:
-                raise ValueError(f"{option} is also the start of {others}: no regular expression for it")
-            glued.add(option[1])
+                raise ValueError(f"{option} is also the start of {others}: no prefix stands for it")
+            prefixes.add(option)
         else:
             n = _owned_prefix(option, shorts, dests)
-            short_alts.add(_lit(option[1:n]) + ("[a-z0-9]*" if n < len(option) else ""))
-    parts = []
-    if long_alts:
-        parts.append(f"--(?:{'|'.join(sorted(long_alts))})(?:[=.]|$)")
-    if short_alts:
-        parts.append(f"-(?:{'|'.join(sorted(short_alts))})(?:[=.]|$)")
-    if glued:
-        parts.append(f"-[{''.join(sorted(glued))}]")
-    return "^(?:" + "|".join(parts) + ")"
+            if n < len(option):
+                prefixes.add(option[:n])
+            else:
+                exact.add(option)
+                prefixes.update({f"{option}=", f"{option}."})
+    prefixes = {p for p in prefixes if not any(q != p and p.startswith(q) for q in prefixes)}
+    exact = {e for e in exact if not any(e.startswith(q) for q in prefixes)}
+    return tuple(sorted(exact)), tuple(sorted(prefixes))
+
+
+def sets_one_of(token: str, terms: tuple[tuple[str, ...], tuple[str, ...]]) -> bool:
+    """Whether vLLM 0.33.0's parser sets one of the settings spelling_terms() was made for from token."""
+    exact, prefixes = terms
+    return token in exact or token.startswith(prefixes)

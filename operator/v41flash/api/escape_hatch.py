@@ -7,13 +7,13 @@ what the operator wires, not a user who may already create pods.
 """
 from __future__ import annotations
 
-from ..serve_flags import dests_of, spelling_pattern
+from ..serve_flags import dests_of, spelling_terms
 
 # vllm serve settings the operator sets, a field owns, or that change which weights load or what the engine is, with
 # the reason (naming the field that owns it) shown on refusal. Each key lists one option string per setting; every
 # other spelling vLLM 0.33.0's parser accepts for it (aliases such as -tp, --no-/--disable- forms, '_' for '-',
 # `=value`, dotted JSON keys, abbreviations, `-n2`) is refused too: arg_rule() derives them from the parser snapshot
-# (serve_flags.spelling_pattern). tests/test_escape_hatch.py checks that every flag the builder renders is here or in
+# (serve_flags.spelling_terms). tests/test_escape_hatch.py checks that every flag the builder renders is here or in
 # RECIPE_FLAGS.
 REFUSED_ARGS: dict[tuple[str, ...], str] = {
     ("--host",): "the operator binds engines to the pod IP the router discovers; another host makes the pod "
@@ -123,7 +123,10 @@ def _cel_str(s: str) -> str:
 
 def arg_rule(flags: tuple[str, ...]) -> str:
     """CEL over self.extraArgs: no token sets what one of flags sets, in any spelling vLLM 0.33.0 accepts."""
-    return f"self.extraArgs.all(a, !a.matches({_cel_str(spelling_pattern(dests_of(flags)))}))"
+    exact, prefixes = spelling_terms(dests_of(flags))
+    tests = ([f"a in [{', '.join(map(_cel_str, exact))}]"] if exact else []) + \
+        [f"a.startsWith({_cel_str(p)})" for p in prefixes]
+    return f"self.extraArgs.all(a, !({' || '.join(tests)}))"
 
 
 def env_rule(names: tuple[str, ...]) -> str:
