@@ -229,6 +229,9 @@ def test_the_job_runs_the_same_command_in_the_namespace():
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == "img:1" and "--rate 1,2 --out /results" in container["command"][2]
     assert job["metadata"]["namespace"] == "ns"
+    import kubernetes_validate
+    for doc in docs:  # the schemas of the pinned Kubernetes minor, unknown fields refused
+        kubernetes_validate.validate(doc, "1.36.0", strict=True)
     with pytest.raises(ValueError, match="--job-image"):
         job_manifest(argv, "d", "ns", "")
 
