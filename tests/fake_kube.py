@@ -127,7 +127,7 @@ class FakeKube:
         for (_, kind, ns, name), obj in self.objects.items():
             if ns != namespace or kind not in (DEPLOYMENT, LEADER_WORKER_SET):
                 continue
-            n = obj["spec"].get("replicas", 1)
+            n = obj["spec"].get("replicas", self._autoscaled(ns, name))
             template = (obj["spec"]["template"] if kind == DEPLOYMENT
                         else obj["spec"]["leaderWorkerTemplate"]["leaderTemplate"])
             self.pods = [p for p in self.pods if not (p.metadata.namespace == ns
@@ -140,6 +140,13 @@ class FakeKube:
             obj["status"] = {"replicas": n, "updatedReplicas": n, "readyReplicas": n if ready else 0,
                              "observedGeneration": obj["metadata"]["generation"]}
             obj["metadata"]["resourceVersion"] = str(next(self._rv))
+
+    def _autoscaled(self, namespace: str, name: str) -> int:
+        """A Deployment without spec.replicas: its HorizontalPodAutoscaler's minReplicas (the autoscaler raises it
+        to that at once), else the apiserver's default 1."""
+        return next((o["spec"]["minReplicas"] for (_, kind, ns, _), o in self.objects.items()
+                     if kind == "HorizontalPodAutoscaler" and ns == namespace
+                     and o["spec"]["scaleTargetRef"]["name"] == name), 1)
 
     def _failure(self, method: str, what: str) -> None:
         exc = self.fail.pop((method, what), None)

@@ -57,8 +57,8 @@ def test_first_reconcile_creates_every_child_owned_by_the_cr_and_says_it_is_prog
     cr = kube.add_cr(example("tp4-h200-low-latency"))
     out, events = run(kube, "tp4-h200-low-latency")
     assert out.stall is None and out.status_written and out.pruned == []
-    # 18: with the front (session proxy), slot ""'s router, the serving router's Service, 2 NetworkPolicies
-    assert len(out.applied) == 18 and {v for v, _ in kube.writes} == {"create", "status"}
+    # 19: with the front (Envoy) and its autoscaler, slot ""'s router, the serving router's Service, 2 NetworkPolicies
+    assert len(out.applied) == 19 and {v for v, _ in kube.writes} == {"create", "status"}
     for obj in kube.objects.values():
         assert [o["uid"] for o in obj["metadata"]["ownerReferences"]] == [cr["metadata"]["uid"]]
     status = kube.cr("tp4-h200-low-latency")["status"]
@@ -197,7 +197,7 @@ def test_a_status_conflict_is_left_to_the_next_pass():
     events = Events()
     out = reconcile(kube, stale, events, now=NOW)
     assert not out.status_written and "status" not in kube.cr("tp4-h200-low-latency")
-    assert len(out.applied) == 18  # the children were applied all the same
+    assert len(out.applied) == 19  # the children were applied all the same
     out, _ = run(kube, "tp4-h200-low-latency")  # the next pass, from a fresh read
     assert out.status_written and kube.cr("tp4-h200-low-latency")["status"]["observedGeneration"] == 2
 

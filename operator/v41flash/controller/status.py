@@ -199,7 +199,9 @@ def deployment_status(*, body: dict[str, Any], model: api.V41FlashDeployment | N
         want = desired_replicas(spec, previous, planner.desired if planner and stall is None else None)
         resolved = resolve(spec)
         gpus = {role: r.gpus_per_replica for role, r in resolved.roles.items()}
-        router_desired = 1 if gateway_mode else spec.routing.replicas  # one picker per slot
+        # one picker per slot; the front: what its autoscaler decided (spec.replicas), at least its minimum
+        router_desired = 1 if gateway_mode else max(router.spec_replicas or 0,
+                                                   spec.routing.front_or_default.min_replicas)
     else:  # an invalid spec: describe what runs, as it runs
         enabled = {role: workloads[role].exists for role in ROLES}
         want = {role: workloads[role].spec_replicas for role in ROLES}
