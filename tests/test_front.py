@@ -232,3 +232,48 @@ def test_the_counters_read_envoy_stats(front_factory):
     assert got[("v41flash_session_proxy_session_keys_total", (("source", "client"),))] == 1
     assert got[("v41flash_session_proxy_requests_total", (("code_class", "4xx"),))] == 1
     assert got[("v41flash_session_proxy_prompt_tokens_estimated_total", ())] > 0
+
+
+# --- the Lua step's JSON scan, without Envoy (lupa's LuaJIT, the dev extra) -------------------------------------
+
+@pytest.fixture(scope="module")
+def scan():
+    lupa = pytest.importorskip("lupa.luajit21")
+    from v41flash.front.envoy import lua_source
+    src = lua_source(FrontSettings()) + "\nreturn function(b) return chat_key(b, ws(b, 1)) end, " \
+                                        "function(b) return completion_key(b, ws(b, 1)) end"
+    chat_fn, completion_fn = lupa.LuaRuntime().execute(src)
+    return lambda body: tuple(chat_fn(body)), lambda body: tuple(completion_fn(body))
+
+
+def test_the_scan_finds_the_first_non_system_message_whatever_surrounds_it(scan):
+    chat, _ = scan
+    base = chat(json.dumps(chat_body := {"model": "m", "messages": [
+        {"role": "system", "content": "sys"}, {"role": "user", "content": 'say "hi" \\ {not json} ]'}]}))
+    assert base[0].startswith("p-") and base[1:] == (True, True)
+    # member order, spacing between tokens, other members (tools with nested arrays) and later turns: one key
+    same = [
+        json.dumps({"messages": [{"content": "sys", "role": "system"},
+                                 {"content": 'say "hi" \\ {not json} ]', "role": "user"}], "model": "m"}),
+        json.dumps(chat_body, indent=2),
+        json.dumps({"tools": [{"type": "function", "function": {"parameters": {"a": [1, [2, {"b": "]"}]]}}}],
+                    **chat_body}),
+        json.dumps({**chat_body, "messages": [*chat_body["messages"], {"role": "assistant", "content": "x"},
+                                              {"role": "user", "content": "y"}]}),
+    ]
+    assert [chat(b)[0] for b in same] == [base[0]] * 4
+    assert chat(same[3])[1] is False  # a later turn
+    assert chat(json.dumps({"messages": [{"role": "assistant", "content": "a"}]}))[1] is False  # not the user's
+    assert chat(json.dumps({"messages": [{"role": "user", "content": "other"}]}))[0] != base[0]
+    assert chat(json.dumps({"model": "m"}))[0] is None  # nothing to key on: no key, still readable
+    for broken in ('{"messages": [{"role": "user", "content": "x"', '{"messages": [{"role" "user"}]}', '{"a": 1,}'):
+        assert chat(broken)[-1] is False, broken
+
+
+def test_the_scan_keys_completions_on_the_prompt_start(scan):
+    _, completion = scan
+    a = completion(json.dumps({"prompt": "x" * 3000}))[0]
+    assert a == completion(json.dumps({"model": "m", "prompt": "x" * 3000 + "tail"}))[0]
+    assert completion(json.dumps({"prompt": ["first", "second"]}))[0] == completion(json.dumps({"prompt": "first"}))[0]
+    assert completion(json.dumps({"prompt": [1, 2, 3]}))[0].startswith("p-")
+    assert completion(json.dumps({"model": "m"}))[0] is None

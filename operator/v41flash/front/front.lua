@@ -69,6 +69,17 @@ local function skip_value(s, i)  -- (end + 1, start) of the value at or after i
   return find(s, "[,%]}%s]", i) or #s + 1, i
 end
 
+-- after a value that ends before j: (the next item's index) or (nil, the index after the closing byte close);
+-- nothing when the text is not a separator or that close
+local function next_item(s, j, close)
+  j = ws(s, j)
+  if not j then return nil end
+  local b = byte(s, j)
+  if b == close then return nil, j + 1 end
+  if b ~= 44 then return nil end
+  return (ws(s, j + 1))  -- one value: find also returns where the match ends
+end
+
 -- each member of the object at s[i] ('{'): f(name, value start, value end + 1); true from f stops the walk
 local function members(s, i, f)
   local j = ws(s, i + 1)
@@ -83,12 +94,9 @@ local function members(s, i, f)
     local ve, vs = skip_value(s, c + 1)
     if not ve then return nil end
     if f(sub(s, j + 1, ke - 2), vs, ve) then return true end
-    j = ws(s, ve)
-    if not j then return nil end
-    local b = byte(s, j)
-    if b == 125 then return j + 1 end
-    if b ~= 44 then return nil end
-    j = ws(s, j + 1)
+    local done
+    j, done = next_item(s, ve, 125)
+    if done then return done end
     if not j then return nil end
   end
 end
@@ -102,12 +110,9 @@ local function elements(s, i, f)
     local ve, vs = skip_value(s, j)
     if not ve then return nil end
     if f(vs, ve) then return true end
-    j = ws(s, ve)
-    if not j then return nil end
-    local b = byte(s, j)
-    if b == 93 then return j + 1 end
-    if b ~= 44 then return nil end
-    j = ws(s, j + 1)
+    local done
+    j, done = next_item(s, ve, 93)
+    if done then return done end
     if not j then return nil end
   end
 end
