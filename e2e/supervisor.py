@@ -116,6 +116,8 @@ class Supervisor(PodProcesses, Termination):
                 continue
             if ch.extra.get("routes"):
                 self.sync_routes(ch)
+            if ch.extra.get("front"):  # the front's Envoy files, Services resolved to the pods Ready now
+                self.sync_front(ch)
             if ch.proc is not None and ch.proc.alive():
                 if time.monotonic() >= ch.next_probe:
                     self.probe(ch, pod)
