@@ -131,6 +131,11 @@ def sweep(target: Target, ep: Endpoint, wl: WorkloadSpec, loads: list[Load], met
         R.write(out / R.RECORDS, new)
         written.extend(new)
         progress(f"point {i + 1}: {_line(rec['figures'])}; SLO {'met' if rec['slo']['met'] else 'not met' if rec['slo']['met'] is False else 'none given'}")
+        if not rec["figures"]["requests"]["succeeded"]:
+            errors = rec["figures"]["requests"]["errors"]
+            progress(f"stopping: no request succeeded at {load.label()} ({errors}); check the endpoint (--url, "
+                     "--model, --api-key-env) with one request before measuring")
+            break
         if method.stop_at_breach and rec["slo"]["met"] is False:
             progress(f"stopping: {load.label()} breaks the SLO (the points after it would only break it more)")
             break

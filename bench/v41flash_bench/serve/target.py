@@ -74,6 +74,10 @@ def _seconds(a: str, b: str) -> float:
     return (datetime.strptime(b, fmt) - datetime.strptime(a, fmt)).total_seconds()
 
 
+def _ready(pod) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or []))
+
+
 def cold_starts(pods: list) -> list[float]:
     """Seconds from creation to Ready of the engine pods that are Ready (kubernetes V1Pod objects)."""
     out = []
@@ -182,9 +186,9 @@ def _front_address(cr: dict, namespace: str, pods: list) -> str:
     from v41flash_bench.procs import proc_start_ticks
     local = ClusterRecords()
     front = [p.metadata.name for p in pods if (p.metadata.labels or {}).get(L.ROLE_LABEL) == "router"
-             and (p.metadata.labels or {}).get(L.FRONT_LABEL) == "true"]
+             and (p.metadata.labels or {}).get(L.FRONT_LABEL) == "true" and _ready(p)]
     sims = [s for s in local.supervised() if s.get("namespace") == namespace and s.get("pod") in front
-            and proc_start_ticks(s.get("pid", 0)) == s.get("start")]
+            and s.get("kind") in ("front", "proxy", None) and proc_start_ticks(s.get("pid", 0)) == s.get("start")]
     if sims:
         return f"http://{sims[0]['ip']}:{sims[0]['port']}"
     raise LookupError(f"the front Service {service} is not reachable from here: run `kubectl port-forward -n "
