@@ -1,6 +1,8 @@
 """NetworkPolicies (issue 12): engines reachable only from their router, their own engines and the
 operator; the router's client port from anywhere, its metrics port only from the operator; the session
-proxy's API key wired from the Secret."""
+front's API key wired from the Secret."""
+import json
+
 from v41flash.api.v1alpha1 import V41FlashDeployment
 from v41flash.render import render
 from v41flash.render import labels as L
@@ -77,18 +79,26 @@ def test_aggregated_engine_policy_covers_decode_only():
     assert expr == [{"key": L.ROLE_LABEL, "operator": "In", "values": ["decode"]}]
 
 
-def test_api_key_secret_reaches_the_proxy_as_env_not_as_text():
+def _lua(objs) -> str:
+    """The front's Lua step as its bootstrap carries it."""
+    boot = json.loads(next(o for o in objs if o["kind"] == "ConfigMap")["data"]["front-envoy.json"])
+    hcm = boot["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    lua = next(f for f in hcm["http_filters"] if f["name"] == "envoy.filters.http.lua")
+    return lua["typed_config"]["default_source_code"]["inline_string"]
+
+
+def test_api_key_secret_reaches_the_front_as_env_not_as_text():
     objs = render(_cr({"routing": {"apiKeySecretRef": {"name": "clients", "key": "key"}}}))
     router = next(o for o in objs if o["metadata"]["name"] == "demo-router" and o["kind"] == "Deployment")
-    proxy = router["spec"]["template"]["spec"]["containers"][0]
-    assert proxy["name"] == "session-proxy"
-    assert proxy["args"][proxy["args"].index("--api-key-env") + 1] == "V41FLASH_PROXY_API_KEY"
-    assert proxy["env"] == [{"name": "V41FLASH_PROXY_API_KEY",
+    front = router["spec"]["template"]["spec"]["containers"][0]
+    assert front["name"] == "front"
+    assert front["env"] == [{"name": "V41FLASH_PROXY_API_KEY",
                              "valueFrom": {"secretKeyRef": {"name": "clients", "key": "key"}}}]
+    assert 'API_KEY_ENV = "V41FLASH_PROXY_API_KEY"' in _lua(objs)  # the variable's name, never the key
     no_key = render(_cr())
-    proxy = next(o for o in no_key if o["metadata"]["name"] == "demo-router" and o["kind"] == "Deployment")[
+    front = next(o for o in no_key if o["metadata"]["name"] == "demo-router" and o["kind"] == "Deployment")[
         "spec"]["template"]["spec"]["containers"][0]
-    assert "env" not in proxy and "--api-key-env" not in proxy["args"]
+    assert "env" not in front and 'API_KEY_ENV = ""' in _lua(no_key)
 
 
 PROM = {"autoscaling": {"metrics": {"source": "Prometheus", "prometheus": {
