@@ -102,11 +102,12 @@ def gpu_limit_kept(doc, objs):
 
 
 def api_key_from_secret(doc, objs):
-    proxy = next(c for c in _containers(objs, "router") if c["name"] == "session-proxy")
-    assert proxy["env"] == [{"name": "V41FLASH_PROXY_API_KEY",
+    front = next(c for c in _containers(objs, "router") if c["name"] == "front")
+    assert front["env"] == [{"name": "V41FLASH_PROXY_API_KEY",
                              "valueFrom": {"secretKeyRef": {"name": "keys", "key": "api-key"}}}]
     router = next(c for c in _containers(objs, "router") if c["name"] == "router")
-    assert router["args"][router["args"].index("--host") + 1] == "127.0.0.1"  # reachable only through the proxy
+    # not the Service's port: the router NetworkPolicy opens it to the deployment's router pods only
+    assert router["args"][router["args"].index("--port") + 1] == "30001"
 
 
 def default_is_locked_down(doc, objs):
@@ -117,7 +118,7 @@ def default_is_locked_down(doc, objs):
             assert pod["automountServiceAccountToken"] is False
             assert all("capabilities" not in c["securityContext"] for c in pod["containers"])
     router = [c["name"] for c in _containers(objs, "router")]
-    assert router == ["session-proxy", "router"]  # clients meet the proxy's path allowlist first
+    assert router == ["front", "counters", "router"]  # clients meet the front's path allowlist first
 
 
 def _weight_cache_mounts(objs):
