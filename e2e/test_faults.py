@@ -11,6 +11,7 @@ import os
 import random
 import signal
 import time
+from pathlib import Path
 
 import pytest
 from kubernetes import client
@@ -430,27 +431,38 @@ class StreamLoad(LoadThreads):
 def fault_figures(records: list[dict], fault_at: float, until: float) -> dict:
     """One fault's figures from the requests in flight at it or started before ``until`` (the next fault):
     failed, stalled (longer than STALL_S in all, or a gap that long between chunks), and the seconds from the fault
-    until the last bad request that started after it (0: every request started after the fault was served
-    normally)."""
+    until the last bad request was over (failed or answered late; 0: none was bad): from then on every request was
+    served normally (the clients are closed-loop: one stuck on a frozen engine sends nothing else meanwhile)."""
     mine = [r for r in records if r["t1"] >= fault_at and r["t0"] < until]
     bad = [r for r in mine if not r["ok"] or r["t1"] - r["t0"] > STALL_S or r["gap"] > STALL_S]
-    after = [r["t0"] - fault_at for r in bad if r["t0"] >= fault_at]
     return {"requests": len(mine), "failed": sum(not r["ok"] for r in mine),
             "stalled": sum(r["t1"] - r["t0"] > STALL_S or r["gap"] > STALL_S for r in mine),
-            "normal_after_s": round(max(after, default=0.0), 1),
+            "normal_after_s": round(max([r["t1"] - fault_at for r in bad], default=0.0), 1),
             "errors": sorted({r["error"][:80] for r in mine if not r["ok"]})[:4]}
 
 
-def print_fault_table(rows: list[tuple[str, dict]], note: str = "") -> str:
+def print_fault_table(rows: list[tuple[str, dict]], note: str = "", report: Path | None = None) -> str:
+    """The table (printed); with ``report``, the rows appended to that JSON file (one object per fault)."""
     lines = ["| fault | requests | failed | stalled > 10 s | served normally again after |", "|---|---|---|---|---|"]
     lines += [f"| {fault} | {f['requests']} | {f['failed']} | {f['stalled']} | {f['normal_after_s']:.1f} s |"
               for fault, f in rows]
     text = "\n".join(lines) + (f"\n{note}" if note else "")
     print("\n[serving faults]\n" + text)
+    if report is not None:
+        import json
+        report.parent.mkdir(parents=True, exist_ok=True)
+        old = json.loads(report.read_text()) if report.exists() else []
+        report.write_text(json.dumps(old + [{"fault": fault, **f, "at": time.time()} for fault, f in rows], indent=1))
+        print(f"[serving faults] rows appended to {report}")
     for fault, f in rows:
         if f["errors"]:
             print(f"[serving faults] {fault}: {f['errors']}")
     return text
+
+
+def _report(cluster) -> Path:
+    """Where the serving-fault tests append their rows: the cluster's artifacts (kept by `make down`)."""
+    return cluster.state / "artifacts" / "serving-faults.json"
 
 
 def _sim(cluster, ns: str, pod: str, kind: str) -> dict:
@@ -500,7 +512,8 @@ def test_serving_path_crashes_under_streaming_load_restart_in_place(cluster, ope
     ends = [t for _, t, _ in marks[1:]] + [float("inf")]
     for (fault, at, pod), until in zip(marks, ends):
         rows.append((fault, fault_figures(traffic.records, at, until)))
-    print_fault_table(rows, "engine crashes: no continuation in the front yet (issue 41/42 item 1), measured as is")
+    print_fault_table(rows, "engine crashes: no continuation in the front yet (issue 41/42 item 1), measured as is",
+                      report=_report(cluster))
     front_fault, front_at, front_pod = marks[2]
     failed = [r for r in traffic.records if not r["ok"] and front_at <= r["t1"] < marks[3][1]]
     assert all(r["front"] == front_pod for r in failed), [(r["front"], r["error"]) for r in failed][:5]
@@ -582,7 +595,7 @@ def test_a_hung_decode_engine_and_a_straggler_are_taken_out_and_replaced(cluster
         rows.append((f"decode engine at 2x ITL (out of routing {gone - serving_slow:.1f} s after it served slow, "
                      f"window {window} s)", fault_figures(traffic.records, serving_slow, float("inf"))))
     print_fault_table(rows, "hang: the streams on the frozen engine end when it is deleted; continuing them is the "
-                            "front's (issue 41/42 item 1)")
+                            "front's (issue 41/42 item 1)", report=_report(cluster))
     print(f"[serving faults] hung engine out of routing {left:.1f} s after the freeze (target N + 5 = {hang_s + 5} s); "
           f"straggler out {gone - serving_slow:.1f} s after it served at 2x ITL (window {window} s)")
 
