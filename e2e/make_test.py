@@ -42,7 +42,7 @@ UNIT_NICE = 10
 # Each e2e module's wall time (s), measured on the 2-core CI machine (`--durations`, summed per module, with its
 # share of the cluster start); what deals the modules to the shards. Remeasure when a module grows.
 MODULE_SECONDS = {
-    "test_autoscale.py": 300, "test_capacity_pending.py": 60, "test_cluster.py": 120, "test_faults.py": 300,
+    "test_autoscale.py": 300, "test_capacity_pending.py": 60, "test_cluster.py": 120, "test_faults.py": 540,
     "test_gateway.py": 420, "test_hostile_metrics.py": 90, "test_idle_writes.py": 90, "test_install.py": 180,
     "test_operator.py": 240, "test_prometheus.py": 90, "test_rollout.py": 420, "test_routing_bench_smoke.py": 60,
     "test_security.py": 120, "test_slots.py": 60,
