@@ -164,13 +164,13 @@ def _history(rates, start=T - 3600):
 
 def test_a_ramp_is_foreseen_one_cold_start_ahead_damped_once_its_backtest_beats_demand_stays():
     from v41flash.planner import trend
-    s = trend.Settings()
+    s = trend.SlopeSettings()
     ramp = _history([5.0 + 0.2 * i for i in range(60)])  # +0.2 req/s a minute for an hour
     now = ramp[-1][0]
     rate, why = trend.forecast(ramp, now, 900.0, s)
     level = 5.0 + 0.2 * 59
     assert rate == pytest.approx(level + 0.2 / 60 * 900 * 0.5, rel=0.02) and "trend" in why and "backtest error" in why
-    assert trend.forecast(ramp, now, 900.0, trend.Settings(damping=0.0)) == (None, "")
+    assert trend.forecast(ramp, now, 900.0, trend.SlopeSettings(damping=0.0)) == (None, "")
     assert trend.forecast(ramp, now, 10 * 3600.0, s)[0] == pytest.approx(2 * level, rel=0.02)  # max_growth
     falling = _history([20.0 - 0.2 * i for i in range(60)])
     assert trend.forecast(falling, falling[-1][0], 900.0, s) == (None, "")
@@ -181,9 +181,9 @@ def test_noise_and_a_ramp_that_just_began_get_no_trend():
     from v41flash.planner import trend
     rng = np.random.default_rng(3)
     noise = _history(list(10.0 * np.exp(0.25 * rng.standard_normal(60))))
-    assert trend.forecast(noise, noise[-1][0], 900.0, trend.Settings())[0] is None
+    assert trend.forecast(noise, noise[-1][0], 900.0, trend.SlopeSettings())[0] is None
     young = _history([10.0] * 55 + [10.5, 11.0])  # two minutes of rise: no backtest point has seen it yet
-    assert trend.forecast(young, young[-1][0], 900.0, trend.Settings())[0] is None
+    assert trend.forecast(young, young[-1][0], 900.0, trend.SlopeSettings())[0] is None
 
 
 def test_the_trend_is_foresight_the_decision_names():

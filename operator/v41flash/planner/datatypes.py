@@ -259,8 +259,8 @@ class ForesightConfig:
                                  rise_ratio=self.season_rise_ratio)
 
     @property
-    def slope(self) -> trend.Settings:
-        return trend.Settings(window_s=self.slope_window_s, check_s=self.slope_check_s,
+    def slope(self) -> trend.SlopeSettings:
+        return trend.SlopeSettings(window_s=self.slope_window_s, check_s=self.slope_check_s,
                               backtest_s=self.slope_backtest_s, skill=self.slope_skill, damping=self.slope_damping,
                               max_growth=self.slope_max_growth)
 

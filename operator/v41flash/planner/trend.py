@@ -21,7 +21,7 @@ from v41flash.planner.headroom import History
 
 
 @dataclass(frozen=True)
-class Settings:
+class SlopeSettings:
     window_s: float = 600.0  # the slope is fitted over this much of the history
     check_s: float = 300.0  # the backtest forecasts this far ahead (short: a ramp qualifies within minutes)
     backtest_s: float = 600.0  # the minutes the backtest scores
@@ -51,7 +51,7 @@ def _err(actual: float, forecast: float) -> float:
     return abs(math.log(max(actual, 1e-6) / max(forecast, 1e-6)))
 
 
-def backtest(history: History, now: float, s: Settings) -> tuple[float, float, int]:
+def backtest(history: History, now: float, s: SlopeSettings) -> tuple[float, float, int]:
     """(the trend's mean error, "demand stays"'s, points) over the buckets of the last ``backtest_s``, each forecast
     from the fit ``check_s`` before it."""
     trend_e, stay_e = [], []
@@ -70,7 +70,7 @@ def backtest(history: History, now: float, s: Settings) -> tuple[float, float, i
     return sum(trend_e) / len(trend_e), sum(stay_e) / len(stay_e), len(trend_e)
 
 
-def forecast(history: History, now: float, horizon_s: float, s: Settings) -> tuple[float | None, str]:
+def forecast(history: History, now: float, horizon_s: float, s: SlopeSettings) -> tuple[float | None, str]:
     """(the demand ``horizon_s`` ahead on the damped trend, why); None while the trend is off, falling or without
     the skill its backtest asks for."""
     if s.damping <= 0:
