@@ -470,18 +470,91 @@ def test_show4_no_surge_room_waits_saying_why_and_in_place_completes_never_at_ze
     assert load.failures() == [], load.failures()
     print(f"\n[show4] waited with: {rec['message']}; in place through {phases}; {len(load.records)} requests")
 
+class DomainWatch:
+    """Samples, every 0.2 s in a thread, whether a ComputeDomain exists, whether its workload does, and which pods
+    (terminating ones too) still claim its channel: (domain, workload, claiming pods) rows."""
 
+    def __init__(self, cluster, ns: str, workload: str):
+        self.cluster, self.ns, self.workload = cluster, ns, workload
+        self.rows: list[tuple[bool, bool, int]] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self.stop.is_set():
+            try:
+                pods = _channel_claimants(self.cluster, self.ns, f"{self.workload}-imex-channel")
+                domain = f"{self.workload}-imex" in _domains(self.cluster, self.ns)
+                lws = self.cluster.kubectl_json("get", "leaderworkersets", "-n", self.ns, "-o", "json")["items"]
+                self.rows.append((domain, any(w["metadata"]["name"] == self.workload for w in lws), len(pods)))
+            except Exception as e:  # noqa: BLE001 - an apiserver hiccup costs one row
+                print(f"[domains] sample failed: {e}", flush=True)
+            self.stop.wait(0.2)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join(10)
+
+
+def _domains(cluster, ns: str) -> set[str]:
+    return {d["metadata"]["name"] for d in cluster.custom.list_namespaced_custom_object(
+        "resource.nvidia.com", "v1beta1", ns, "computedomains")["items"]}
+
+
+def _channel_claimants(cluster, ns: str, template: str) -> list:
+    return [p for p in cluster.core.list_namespaced_pod(ns).items
+            if any(c.resource_claim_template_name == template for c in p.spec.resource_claims or [])]
+
+
+def _group_holds_its_channels(cluster, ns: str, workload: str) -> set[str]:
+    """Every pod of the workload's group holds an allocated IMEX channel of the workload's domain, on its own node,
+    all nodes in one NVLink clique; the nodes."""
+    from kubernetes import client
+    pods = [p for p in _channel_claimants(cluster, ns, f"{workload}-imex-channel") if not p.metadata.deletion_timestamp]
+    assert len(pods) == 4, [p.metadata.name for p in pods]  # DEP16 over 4 trays: a leader and 3 workers
+    claims = client.ResourceV1Api(cluster.api)
+    nodes = set()
+    for p in pods:
+        (status,) = [s for s in p.status.resource_claim_statuses or [] if s.name == "imex-channel"]
+        claim = claims.read_namespaced_resource_claim(status.resource_claim_name, ns)
+        (result,) = claim.status.allocation.devices.results
+        assert (result.driver, result.device, result.pool) == ("compute-domain.nvidia.com", "channel-0",
+                                                               p.spec.node_name), (p.metadata.name, result)
+        assert any(r.name == p.metadata.name for r in claim.status.reserved_for or []), claim.status.reserved_for
+        nodes.add(p.spec.node_name)
+    assert len(nodes) == 4, nodes
+    cliques = {cluster.core.read_node(n).metadata.labels.get("nvidia.com/gpu.clique") for n in nodes}
+    assert len(cliques) == 1 and None not in cliques, cliques
+    return nodes
+
+
+
+    """... with an IMEX ComputeDomain per decode slot (docs/decisions/2026-12-07-compute-domains.md): every pod of
+    the group holds a channel of its slot's domain, in one clique; the old slot's domain outlives its workload
+    until its last pod is gone; deleting the deployment deletes the domain."""
 def test_show6_the_gb300_example_with_a_leaderworkerset_decode_rolls_out_the_same_way(cluster, operator_process, ns):
     name = "rack"
     doc = _doc(name, "gb300-pd-dep4-dep16")
     apply(cluster, doc, ns)
     old = wait_ready(cluster, ns, name)["status"]["servingRevision"]
-    with Load(cluster, ns, name, _model(doc)) as load:
+    assert _domains(cluster, ns) == {f"{name}-decode-imex"}
+    _group_holds_its_channels(cluster, ns, f"{name}-decode")
+    with Load(cluster, ns, name, _model(doc)) as load, DomainWatch(cluster, ns, f"{name}-decode") as watch:
         load.wait_requests(6)
         doc["spec"]["model"]["revision"] = "e2e-rack"
         apply(cluster, doc, ns)
+        wait_for(lambda: _domains(cluster, ns) == {f"{name}-decode-a-imex"}, 60, "the old slot's domain deleted")
         new, phases = _until_complete(cluster, ns, name, old, 300, "the rollout to complete", 90)
     lws = {i["metadata"]["name"] for i in cluster.kubectl_json("get", "leaderworkersets", "-n", ns)["items"]}
+    _group_holds_its_channels(cluster, ns, f"{name}-decode-a")
+    # the old domain was never gone while a pod claimed its channel, and outlived its workload while one did
+    assert not [r for r in watch.rows if not r[0] and r[2]], watch.rows
+    kept = [r for r in watch.rows if r[0] and not r[1] and r[2]]
+    assert kept and watch.rows[-1] == (False, False, 0), watch.rows
     assert lws == {f"{name}-decode-a"}, lws  # the candidate's decode LWS serves, the old one is gone
     _promoted_and_drained(cluster, ns, name, phases)
     assert load.failures() == [], load.failures()
@@ -491,7 +564,35 @@ def test_show6_the_gb300_example_with_a_leaderworkerset_decode_rolls_out_the_sam
         served[role] = served.get(role, 0) + _served(cluster, ns, p.metadata.name)
     sent = load.by_revision().get(new, 0)
     assert sent > 0 and served == {"prefill": sent, "decode": sent}, (served, sent)
-    print(f"\n[show6] GB300 through {phases}; {len(load.records)} requests, by revision {load.by_revision()}")
+    cluster.kubectl("delete", "v41f", name, "-n", ns, "--wait=true")
+    wait_for(lambda: not _domains(cluster, ns), 60, "the deployment's domain deleted with it")
+    print(f"\n[show6] GB300 through {phases}; {len(load.records)} requests, by revision {load.by_revision()}; "
+          f"the old domain outlived its workload for {len(kept) * 0.2:.1f} s of claiming pods")
+
+
+def test_recreate_keeps_the_old_group_s_domain_until_its_pods_are_gone(cluster, operator_process, ns):
+    """Strategy Recreate deletes the serving slot's workloads and starts the candidate's at once: the old decode
+    group's ComputeDomain outlives its LeaderWorkerSet while its pods terminate, and goes once they are gone; the
+    candidate's group holds channels of its own domain. Waits on pods, not on the deployment's Ready."""
+    name = "rackre"
+    doc = _doc(name, "gb300-pd-dep4-dep16", strategy="Recreate")
+    apply(cluster, doc, ns)
+    wait_for(lambda: len([p for p in _channel_claimants(cluster, ns, f"{name}-decode-imex-channel") if _ready(p)])
+             == 4, 180, "the decode group's 4 pods Ready")
+    _group_holds_its_channels(cluster, ns, f"{name}-decode")
+    with DomainWatch(cluster, ns, f"{name}-decode") as watch:
+        doc["spec"]["model"]["revision"] = "e2e-rackre"
+        apply(cluster, doc, ns)
+        wait_for(lambda: len([p for p in _channel_claimants(cluster, ns, f"{name}-decode-a-imex-channel")
+                              if _ready(p)]) == 4, 180, "the candidate's decode group Ready")
+        wait_for(lambda: _domains(cluster, ns) == {f"{name}-decode-a-imex"}, 60, "the old group's domain deleted")
+    _group_holds_its_channels(cluster, ns, f"{name}-decode-a")
+    assert not [r for r in watch.rows if not r[0] and r[2]], watch.rows  # never gone while a pod claimed it
+    kept = [r for r in watch.rows if r[0] and not r[1] and r[2]]
+    assert kept and watch.rows[-1] == (False, False, 0), watch.rows
+    cluster.kubectl("delete", "v41f", name, "-n", ns, "--wait=true")
+    wait_for(lambda: not _domains(cluster, ns), 60, "the deployment's domain deleted with it")
+    print(f"\n[recreate] the old domain outlived its workload for {len(kept) * 0.2:.1f} s of claiming pods")
 
 
 def test_a_candidate_with_two_prefill_replicas_to_match_grows_before_the_full_share(cluster, operator_process, ns):
