@@ -88,7 +88,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         description="Pairs the records of two runs point by point (same load and state) and prints B against A; "
                     "refuses (exit 3) a pair whose system, workload (the requests' digests) or method differ in "
                     "anything but VARIABLE: a record path (system.roles.decode.args.--max-num-seqs), a group "
-                    "(system) or a last part (--max-num-seqs).")
+                    "(system) or a last part (--variable=--max-num-seqs).")
     c.add_argument("a", help="Run A: DIR or records.jsonl.")
     c.add_argument("b", help="Run B: DIR or records.jsonl.")
     c.add_argument("--variable", required=True)
