@@ -169,3 +169,15 @@ def test_what_the_harness_plays_of_the_nvidia_driver_is_valid_kubernetes_1_36():
     assert rct["metadata"]["name"] == domain["spec"]["channel"]["resourceClaimTemplate"]["name"]
     for o in [*harness.device_classes(), *slices, rct]:
         kubernetes_validate.validate(o, K8S_VERSION, strict=True)
+
+
+def test_a_cluster_without_resource_k8s_io_v1_stalls_naming_it():
+    import process_memory
+    from fake_kube import FakeKube
+    from v41flash.controller.kube import CHILD_KINDS
+    kube = FakeKube(kinds=[k for k in CHILD_KINDS if k != (dra.RESOURCE_API_VERSION, "ResourceClaimTemplate")])
+    name = kube.add_cr(doc())["metadata"]["name"]
+    out = process_memory.reconcile(kube, kube.cr(name), lambda *e: None)
+    assert out.stall.reason == "KindNotInstalled" and kube.objects == {}
+    assert out.stall.message == ("the cluster does not serve ResourceClaimTemplate.resource.k8s.io/v1: install "
+                                 f"{dra.INSTALL_HINTS['ResourceClaimTemplate']}")
