@@ -30,8 +30,7 @@ from e2e.kit import LoadThreads, wait_for
 from e2e.test_operator import apply, condition, get_cr, wait_ready
 from v41flash.api.v1alpha1 import DEFAULT_IMAGE, V41FlashDeployment
 from v41flash.controller.kube import FIELD_MANAGER
-from v41flash.render import render, resolve
-from v41flash.render.router import router_objects
+from v41flash.render import render
 
 pytestmark = pytest.mark.e2e
 
@@ -470,6 +469,7 @@ def test_show4_no_surge_room_waits_saying_why_and_in_place_completes_never_at_ze
     assert load.failures() == [], load.failures()
     print(f"\n[show4] waited with: {rec['message']}; in place through {phases}; {len(load.records)} requests")
 
+
 class DomainWatch:
     """Samples, every 0.2 s in a thread, whether a ComputeDomain exists, whether its workload does, and which pods
     (terminating ones too) still claim its channel: (domain, workload, claiming pods) rows."""
@@ -532,11 +532,10 @@ def _group_holds_its_channels(cluster, ns: str, workload: str) -> set[str]:
     return nodes
 
 
-
+def test_show6_the_gb300_example_with_a_leaderworkerset_decode_rolls_out_the_same_way(cluster, operator_process, ns):
     """... with an IMEX ComputeDomain per decode slot (docs/decisions/2026-12-07-compute-domains.md): every pod of
     the group holds a channel of its slot's domain, in one clique; the old slot's domain outlives its workload
     until its last pod is gone; deleting the deployment deletes the domain."""
-def test_show6_the_gb300_example_with_a_leaderworkerset_decode_rolls_out_the_same_way(cluster, operator_process, ns):
     name = "rack"
     doc = _doc(name, "gb300-pd-dep4-dep16")
     apply(cluster, doc, ns)
@@ -547,15 +546,15 @@ def test_show6_the_gb300_example_with_a_leaderworkerset_decode_rolls_out_the_sam
         load.wait_requests(6)
         doc["spec"]["model"]["revision"] = "e2e-rack"
         apply(cluster, doc, ns)
-        wait_for(lambda: _domains(cluster, ns) == {f"{name}-decode-a-imex"}, 60, "the old slot's domain deleted")
         new, phases = _until_complete(cluster, ns, name, old, 300, "the rollout to complete", 90)
+        wait_for(lambda: _domains(cluster, ns) == {f"{name}-decode-a-imex"}, 60, "the old slot's domain deleted")
     lws = {i["metadata"]["name"] for i in cluster.kubectl_json("get", "leaderworkersets", "-n", ns)["items"]}
+    assert lws == {f"{name}-decode-a"}, lws  # the candidate's decode LWS serves, the old one is gone
     _group_holds_its_channels(cluster, ns, f"{name}-decode-a")
     # the old domain was never gone while a pod claimed its channel, and outlived its workload while one did
     assert not [r for r in watch.rows if not r[0] and r[2]], watch.rows
     kept = [r for r in watch.rows if r[0] and not r[1] and r[2]]
     assert kept and watch.rows[-1] == (False, False, 0), watch.rows
-    assert lws == {f"{name}-decode-a"}, lws  # the candidate's decode LWS serves, the old one is gone
     _promoted_and_drained(cluster, ns, name, phases)
     assert load.failures() == [], load.failures()
     served = {}
@@ -659,18 +658,29 @@ class EndpointLoad(Load):
 
 
 
+ONE_POD_ROUTER = REPO / "e2e/fixtures/one-pod-router-tp4-h200-low-latency.yaml"
+
+
 def _legacy_layout(cluster, ns: str, doc: dict) -> list[dict]:
-    """What an operator from before 2026-12-07 applied for `doc`: the same engines, ConfigMap, Services, PDBs and
-    NetworkPolicies, and one router Deployment whose pods run the session proxy and vllm-router together."""
+    """What an operator from before 2026-12-07 applied for `doc` (tp4-h200-low-latency): the same engines, ConfigMap,
+    Services, PDBs and NetworkPolicies as now, and one router Deployment whose pods ran the session proxy and
+    vllm-router together (the fixture, from that operator's golden file)."""
     cr = get_cr(cluster, ns, doc["metadata"]["name"])
     obj = V41FlashDeployment.model_validate({**doc, "metadata": {"name": cr["metadata"]["name"], "namespace": ns}})
     owner = {"apiVersion": cr["apiVersion"], "kind": cr["kind"], "name": cr["metadata"]["name"],
              "uid": cr["metadata"]["uid"]}
     name = obj.metadata["name"]
-    fronts = {f"{name}-router", f"{name}-router-0", f"{name}-router-serving"}
-    kept = [o for o in render(obj, owner=owner) if o["metadata"]["name"] not in fronts
-            or o["kind"] not in ("Deployment", "Service", "ServiceAccount", "Role", "RoleBinding")]
-    return kept + router_objects(name, ns, obj.spec, resolve(obj.spec), owner)
+    router = list(yaml.safe_load_all(ONE_POD_ROUTER.read_text().replace(
+        "--service-discovery-namespace\n        - default", f"--service-discovery-namespace\n        - {ns}")))
+    assert {o["metadata"]["name"] for o in router} == {f"{name}-router"}
+    for o in router:
+        o["metadata"].update(namespace=ns, ownerReferences=[{**owner, "controller": True, "blockOwnerDeletion": True}])
+        for subject in o.get("subjects") or []:  # the RoleBinding: the router's ServiceAccount in this namespace
+            subject["namespace"] = ns
+    kinds = {"Deployment", "Service", "ServiceAccount", "Role", "RoleBinding", "HorizontalPodAutoscaler"}
+    kept = [o for o in render(obj, owner=owner) if o["kind"] not in kinds or o["metadata"]["labels"].get(
+        "v41flash.io/role") not in ("router",)]
+    return kept + router
 
 
 def test_a_deployment_from_before_the_front_moves_to_it_with_no_engine_restarted_and_no_request_failed(
@@ -678,7 +688,7 @@ def test_a_deployment_from_before_the_front_moves_to_it_with_no_engine_restarted
     """The upgrade path: an operator of this version finds a deployment an older one made (one router pod with the
     session proxy and vllm-router together) and, on its next pass, moves it to the front plus slot "" with no engine
     pod replaced and no request failed, as a client through the Service's Ready endpoints sees it."""
-    name = "upgrade"
+    name = "tp4-h200-low-latency"  # the fixture's
     doc = _doc(name)
     operator_process.stop()
     try:
