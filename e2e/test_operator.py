@@ -380,4 +380,6 @@ def test_operator_killed_mid_reconcile_converges_without_duplicates(cluster, ope
         {f"{name}-prefill", f"{name}-decode", f"{name}-router", f"{name}-router-0"})
     pods = [p for p in cluster.kubectl_json("get", "pods", "-n", ns, "-l", f"v41flash.io/deployment={name}")["items"]
             if not p["metadata"].get("deletionTimestamp")]
-    assert len(pods) == cr["status"]["prefill"]["desiredReplicas"] + cr["status"]["decode"]["desiredReplicas"] + 2
+    fronts = cluster.kubectl_json("get", "deployment", f"{name}-router", "-n", ns)["spec"]["replicas"]  # its HPA's
+    assert len(pods) == cr["status"]["prefill"]["desiredReplicas"] + cr["status"]["decode"]["desiredReplicas"] + \
+        fronts + 1  # the front's replicas and slot ""'s vllm-router
