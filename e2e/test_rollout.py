@@ -642,20 +642,22 @@ def test_a_candidate_with_two_prefill_replicas_to_match_grows_before_the_full_sh
 # --- the upgrade path: a deployment from before every deployment had a front ------------------------------------
 
 class EndpointLoad(Load):
-    """Load as kube-proxy sends it: each request to a Ready endpoint of the router Service's EndpointSlices, read
-    afresh every half second; while the Service has none, a request fails (status 0, "no ready endpoint")."""
+    """Load as kube-proxy sends it: each request to a Ready endpoint of the router Service, read afresh every half
+    second — the Ready, not terminating pods its selector selects now (what its EndpointSlices would hold; the harness's
+    loopback pod IPs are ones an EndpointSlice may not carry); while it has none, a request fails (status 0, "no
+    ready endpoint")."""
 
     def _resolve(self) -> None:
-        slices = self.cluster.kubectl_json("get", "endpointslices", "-n", self.ns, "-l",
-                                           f"kubernetes.io/service-name={self.name}-router")["items"]
-        ready = sorted(e["targetRef"]["name"] for s in slices for e in s.get("endpoints") or []
-                       if (e.get("conditions") or {}).get("ready") and e.get("targetRef"))
+        svc = self.cluster.core.read_namespaced_service(f"{self.name}-router", self.ns)
+        sel = ",".join(f"{k}={v}" for k, v in sorted(svc.spec.selector.items()))
+        ready = sorted(p.metadata.name for p in self.cluster.core.list_namespaced_pod(self.ns, label_selector=sel).items
+                       if _ready(p) and not p.metadata.deletion_timestamp and p.status.pod_ip)
         if not ready:
             self.endpoint = None
         elif self.endpoint is None or self.endpoint[0] not in ready:
-            s = self.cluster.sim_for(ready[-1], self.ns)
+            # the process on the Service's port: the front's Envoy, or the one-pod router's session proxy
+            s = next(x for x in self.cluster.supervised(self.ns) if x["pod"] == ready[-1] and x["port"] == 30000)
             self.endpoint = (ready[-1], f"http://{s['ip']}:{s['port']}")
-
 
 
 ONE_POD_ROUTER = REPO / "e2e/fixtures/one-pod-router-tp4-h200-low-latency.yaml"
