@@ -300,7 +300,8 @@ def test_the_workloads_a_pass_applied_are_known_before_their_watch_events_arrive
     known("u1", body())
     run_pass(rt, "u1", Work(trigger="create", full=True))
     workloads = {ref: o for ref, o in kube.children().items() if ref.kind == "Deployment"}
-    assert len(workloads) == 3 and set(process_memory.MEMORY.children.of("ns", "u1")) == set(workloads)  # prefill, decode, router
+    # prefill, decode, the front and slot ""'s router
+    assert len(workloads) == 4 and set(process_memory.MEMORY.children.of("ns", "u1")) == set(workloads)
     for obj in workloads.values():  # the watch delivers our own creations, late
         asyncio.run(handlers.child_event({"type": "ADDED"}, copy.deepcopy(obj), memo(rt)))
     assert asked == []

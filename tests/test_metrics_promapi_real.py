@@ -202,7 +202,9 @@ def test_stopped_prometheus_gives_every_role_the_error(setup, tmp_path):
                                                  ["r-0"]))
     assert rt is None
     for role in ("prefill", "decode", "overall"):
-        assert windows[role].error.startswith(f"Prometheus at {src.url} unreachable: ConnectError")
+        # the error names the field (issue 39), then what failed, never the answer's text
+        assert windows[role].error == f"spec.autoscaling.metrics.prometheus.url: Prometheus at {src.url} unreachable: " \
+                                      "ConnectError"
         assert not windows[role].complete
 
 
