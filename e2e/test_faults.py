@@ -64,7 +64,9 @@ def assert_exact_children(cluster, ns: str, doc: dict, cr: dict) -> None:
                    if any(r.uid == d.metadata.uid for r in rs.metadata.owner_references or []) and rs.spec.replicas]
         assert len(live_rs) == 1, f"{d.metadata.name}: {len(live_rs)} ReplicaSets with replicas"
     pods = pod_uids(cluster, ns)
-    want = cr["status"]["decode"]["desiredReplicas"] + (cr["status"].get("prefill") or {}).get("desiredReplicas", 0) + 1
+    fronts = cluster.apps.read_namespaced_deployment(f"{doc['metadata']['name']}-router", ns).spec.replicas  # its HPA's
+    want = cr["status"]["decode"]["desiredReplicas"] + (cr["status"].get("prefill") or {}).get("desiredReplicas", 0) + \
+        fronts + 1  # the front's replicas and slot ""'s vllm-router
     assert len(pods) == want, sorted(pods)
 
 
