@@ -53,9 +53,11 @@ def test_router_admin_api_is_closed_and_network_policies_are_accepted(cluster, o
     _apply(cluster, doc, ns)
     _ready(cluster, ns, name)
     pods = cluster.kubectl_json("get", "pods", "-n", ns, "-l", f"v41flash.io/deployment={name}")["items"]
-    router_pod = next(p for p in pods if p["metadata"]["labels"]["v41flash.io/role"] == "router")
-    router = cluster.sim_for(router_pod["metadata"]["name"], ns)
-    base = f"http://{router['ip']}:{router['port']}"
+    front_pod = next(p for p in pods if p["metadata"]["labels"].get("v41flash.io/front") == "true")
+    router_pod = next(p for p in pods if p["metadata"]["labels"].get("v41flash.io/slot") == "0")  # slot ""'s router
+    front = wait_for(lambda: next((x for x in cluster.supervised(ns) if x["pod"] == front_pod["metadata"]["name"]
+                                   and x["port"] == 30000), None), 30, "the front's process on the Service's port")
+    base = f"http://{front['ip']}:{front['port']}"
     for method, path in (("POST", "/add_worker?url=http://attacker:8000"), ("POST", "/remove_worker?url=x"),
                          ("GET", "/list_workers")):
         r = httpx.request(method, base + path, timeout=10)
@@ -65,8 +67,13 @@ def test_router_admin_api_is_closed_and_network_policies_are_accepted(cluster, o
     r = httpx.post(base + "/v1/chat/completions", headers={"x-session-id": "s-1"}, timeout=30,
                    json={"model": served, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
     assert r.status_code == 200, r.text
+    # vllm-router listens on its internal port, never the Service's; the Service selects the front's pods only, and
+    # the router NetworkPolicy opens that port to the deployment's router pods only
     router_args = next(c for c in router_pod["spec"]["containers"] if c["name"] == "router")["args"]
-    assert router_args[router_args.index("--host") + 1] == "127.0.0.1"  # never on the Service's port
+    assert router_args[router_args.index("--port") + 1] == "30001"
+    svc = cluster.kubectl_json("get", "service", f"{name}-router", "-n", ns)["spec"]["selector"]
+    assert svc.items() <= front_pod["metadata"]["labels"].items()
+    assert not svc.items() <= router_pod["metadata"]["labels"].items()
     # The apiserver took both policies; each selects what it should (enforcement needs a CNI: not here).
     pols = {p["metadata"]["name"]: p for p in
             cluster.kubectl_json("get", "networkpolicies", "-n", ns, "-l", f"app.kubernetes.io/instance={name}")["items"]}
