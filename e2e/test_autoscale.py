@@ -377,6 +377,9 @@ def _v41flash(cluster, *args: str, timeout: float = 240) -> subprocess.Completed
     return r
 
 
+@pytest.mark.xfail(strict=True, reason="issue 43, open: on the local cluster the planner learns no correction on the "
+                   "fitted profile within 60 s of steady load (run 2026-12-07 at 640e95f: measure, fit and apply pass); "
+                   "strict: passing turns this red until the mark goes")
 def test_a_profile_fitted_from_bench_serve_holds_the_slo_with_corrections_near_1(cluster, operator_process, ns,
                                                                                   tmp_path):
     """The README's path: deploy, measure (`bench serve` through the front), fit (`profile build` from the
