@@ -120,9 +120,9 @@ def test_a_deleted_pod_terminates_as_kubelet_terminates_it(cluster, ns):
     assert unready < 3, unready  # before the hook is over
     assert proc_start_ticks(sim["pid"]) == sim["start"] and httpx.get(base + "/health", timeout=2).status_code == 200
     assert p["status"]["podIP"] == pod["status"]["podIP"]  # it keeps its IP while it terminates
-    wait_for(lambda: get() is None, 20, "the pod removed once terminated")
+    wait_for(lambda: get() is None, 25, "the pod removed once terminated")
     took = time.monotonic() - t0
-    assert 3 <= took < 8, took  # the hook's 3 s, SIGTERM, the simulator's exit, the final delete
+    assert 3 <= took < 30, took  # the hook's 3 s first, then SIGTERM and the simulator's exit: never the grace's kill
     assert proc_start_ticks(sim["pid"]) != sim["start"]
     trace = (cluster.state / "logs" / f"prestop-{ns}-term-vllm.log").read_text()
     assert '+ exec sleep 3' in trace, trace  # the hook read its configMap file

@@ -480,15 +480,18 @@ class DomainWatch:
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._loop, daemon=True)
 
+    def _sample(self) -> None:
+        try:
+            pods = _channel_claimants(self.cluster, self.ns, f"{self.workload}-imex-channel")
+            domain = f"{self.workload}-imex" in _domains(self.cluster, self.ns)
+            lws = self.cluster.kubectl_json("get", "leaderworkersets", "-n", self.ns, "-o", "json")["items"]
+            self.rows.append((domain, any(w["metadata"]["name"] == self.workload for w in lws), len(pods)))
+        except Exception as e:  # noqa: BLE001 - an apiserver hiccup costs one row
+            print(f"[domains] sample failed: {e}", flush=True)
+
     def _loop(self) -> None:
         while not self.stop.is_set():
-            try:
-                pods = _channel_claimants(self.cluster, self.ns, f"{self.workload}-imex-channel")
-                domain = f"{self.workload}-imex" in _domains(self.cluster, self.ns)
-                lws = self.cluster.kubectl_json("get", "leaderworkersets", "-n", self.ns, "-o", "json")["items"]
-                self.rows.append((domain, any(w["metadata"]["name"] == self.workload for w in lws), len(pods)))
-            except Exception as e:  # noqa: BLE001 - an apiserver hiccup costs one row
-                print(f"[domains] sample failed: {e}", flush=True)
+            self._sample()
             self.stop.wait(0.2)
 
     def __enter__(self):
@@ -498,6 +501,7 @@ class DomainWatch:
     def __exit__(self, *exc) -> None:
         self.stop.set()
         self.thread.join(10)
+        self._sample()  # the last row is taken after what the test waited for, never one begun before it
 
 
 def _domains(cluster, ns: str) -> set[str]:
