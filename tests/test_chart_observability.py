@@ -21,7 +21,7 @@ from prereq import require_tool, tool_cache, versions
 from test_chart import CHART, REPO, by_kind, helm, template  # noqa: F401  (helm is a fixture)
 from v41flash.controller import handlers  # noqa: F401  (its import registers the reconcile metrics)
 from v41flash.metrics import parse as vllm_names
-from v41flash.metrics.operator_metrics import planner_metrics
+from v41flash.controller.metrics import planner_metrics
 from v41flash.render import render
 from v41flash.api import v1alpha1 as api
 

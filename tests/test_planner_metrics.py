@@ -5,7 +5,7 @@ from prometheus_client import CollectorRegistry
 
 from planner_sim import Cluster, run
 from v41flash.metrics.window import PodSnapshot
-from v41flash.metrics.operator_metrics import PlannerMetrics
+from v41flash.controller.metrics import PlannerMetrics
 
 
 def test_decision_and_scrape_metrics():

@@ -23,7 +23,6 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from ..api import v1alpha1 as api
-from ..metrics.operator_metrics import planner_metrics
 from ..metrics.promapi import PromSource, prometheus_windows
 from ..metrics.scrape import scrape
 from ..metrics.window import SnapshotHistory
@@ -42,6 +41,7 @@ from ..vllm import features as vfeatures
 from ..rollout import progress
 from .config import admin_policy
 from .kube import KubeAPI
+from .metrics import planner_metrics
 from .observation import (  # noqa: F401  (observed_slo_status: re-exported)
     METRICS_UNAVAILABLE, Measured, Observed, PodView, metrics_trouble, observe, observed_slo_status, owned_pod,
     capacity_pending, nodes_not_ready, planner_bounds, planner_slo, pod_view, prometheus_pods, scrape_targets,

@@ -29,7 +29,6 @@ from datetime import datetime, timezone
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
-from prometheus_client import Counter
 
 from ..api import v1alpha1 as api
 from ..health import stragglers as S
@@ -40,6 +39,7 @@ from ..pods import ready_condition
 from ..render import labels as L
 from ..roles import ROLES
 from .kube import KubeAPI
+from .metrics import HANGS, REPLACED, STRAGGLERS
 from .observation import owned_pod, pod_view
 
 log = logging.getLogger(__name__)
@@ -66,13 +66,6 @@ def interval_for(spec: api.EngineHealthSpec) -> float:
     """Seconds between a deployment's checks: a tenth of the hang threshold, 1 to 3 s."""
     return min(3.0, max(1.0, spec.hang.seconds / 10))
 STATE = {ENGINE_HUNG: "Hung", STRAGGLER: "Straggler"}
-
-HANGS = Counter("v41flash_engine_hangs_total", "Engines found hung (requests running, no progress) and replaced",
-                ["namespace", "name", "role"])
-STRAGGLERS = Counter("v41flash_engine_stragglers_total", "Engines (DEP groups) found straggling and replaced",
-                     ["namespace", "name", "role"])
-REPLACED = Counter("v41flash_engine_replaced_total", "Engine pods deleted by engine health for a replacement",
-                   ["namespace", "name", "role", "reason"])
 
 
 def _iso(t: float) -> str:
