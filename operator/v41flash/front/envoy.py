@@ -13,9 +13,10 @@ configured by the operator (docs/decisions/2026-12-07-front.md). Nothing per tok
   request's bucket (the revision split of proxy/revisions.py: cumulative shares over buckets 0..9999 in table
   order, the candidate first, so a growing share only adds sessions to it); /proxy/metrics to the front's
   counters; anything else 404 (vllm-router's admin API is never reachable). Every routed answer carries
-  x-v41flash-revision.
+  x-v41flash-revision. A failure before the answer's first byte (connection refused or reset, 5xx) is retried on
+  the same revision (``retry_policy``).
 - **clusters** (``clusters``): one per revision, its slot router's Service (DNS), with the in-flight cap as
-  circuit breakers (503 beyond it).
+  circuit breakers (503 beyond it) and the retry budget.
 
 The session placement itself is not the front's: it sets the session key and the slot's vllm-router places the
 session (sticky_least_loaded), so every front replica agrees by construction and a front replica lost or
@@ -58,6 +59,17 @@ CONFIG_DIR = "/etc/v41flash/front"  # where the pod mounts the three files
 BOOTSTRAP_FILE, ROUTES_FILE, CLUSTERS_FILE = "front-envoy.json", "front-routes.json", "front-clusters.json"
 FRONT_FILES = (BOOTSTRAP_FILE, ROUTES_FILE, CLUSTERS_FILE)  # ConfigMap keys = file names in CONFIG_DIR
 SERVING_CLUSTER = "serving"  # the serving slot's router Service: the health paths
+# Before its first byte reaches the client, a failed answer is sent again to the same revision's router (which
+# places it anew): a router or engine that died or was being replaced (connection refused or reset, 5xx). Once
+# the answer's headers went out Envoy retries nothing (a stream cut later is the client's to retry, issue 42).
+# Backoff with full jitter, base and cap: the attempts span about what a crashed engine's restart or a router's
+# endpoint update takes (1-2 s); the budget keeps retries to a fifth of the requests in flight (a retry storm
+# when everything fails), never fewer than RETRY_MIN_CONCURRENCY at once.
+RETRY_ON = "connect-failure,refused-stream,reset,5xx"
+RETRIES = 3
+RETRY_BACKOFF_S = (0.25, 1.0)
+RETRY_BUDGET_PERCENT = 20.0
+RETRY_MIN_CONCURRENCY = 8
 
 _T = "type.googleapis.com/envoy."
 
@@ -178,8 +190,11 @@ def clusters(table: list[Route], s: FrontSettings, serving: str) -> dict[str, An
             "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [
                 {"endpoint": {"address": _address(u.hostname or "", port)}}]}]},
             # the in-flight cap: over it, 503 at once (HTTP/1.1 upstream: a request waits for its connection as pending)
-            "circuit_breakers": {"thresholds": [{"max_connections": s.max_in_flight, "max_pending_requests": s.max_in_flight,
-                                                 "max_requests": s.max_in_flight, "max_retries": 0}]},
+            "circuit_breakers": {"thresholds": [{
+                "max_connections": s.max_in_flight, "max_pending_requests": s.max_in_flight,
+                "max_requests": s.max_in_flight,
+                "retry_budget": {"budget_percent": {"value": RETRY_BUDGET_PERCENT},
+                                 "min_retry_concurrency": RETRY_MIN_CONCURRENCY}}]},
         })
     return {"resources": out}
 
@@ -202,7 +217,7 @@ def routes(table: list[Route], s: FrontSettings) -> dict[str, Any]:
 
     def action(r: Route | None) -> dict[str, Any]:
         return {"cluster": cluster_name(r.revision) if r else SERVING_CLUSTER, "timeout": f"{s.request_timeout_s}s",
-                "idle_timeout": f"{s.request_timeout_s}s"}
+                "idle_timeout": f"{s.request_timeout_s}s", "retry_policy": retry_policy()}
 
     def add_revision(r: Route) -> list[dict[str, Any]]:
         return [{"header": {"key": REVISION_HEADER, "value": r.revision}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}]
@@ -230,7 +245,19 @@ def routes(table: list[Route], s: FrontSettings) -> dict[str, Any]:
         for src in KEY_SOURCES for first in ("", "_first")]
     return {"resources": [{"@type": _T + "config.route.v3.RouteConfiguration", "name": VHOST,
                                                       "virtual_hosts": [{"name": VHOST, "domains": ["*"], "routes": rs,
-                                              "virtual_clusters": vclusters}]}]}
+                                              "virtual_clusters": vclusters,
+                                              # a retry resends the whole body: kept up to the body limit
+                                              "per_request_buffer_limit_bytes": s.max_body_bytes}]}]}
+
+
+def retry_policy() -> dict[str, Any]:
+    """A serving route's retries: the same cluster (the request's revision), another host of it first."""
+    base, cap = RETRY_BACKOFF_S
+    return {"retry_on": RETRY_ON, "num_retries": RETRIES,
+            "retry_back_off": {"base_interval": _seconds(base), "max_interval": _seconds(cap)},
+            "retry_host_predicate": [{"name": "envoy.retry_host_predicates.previous_hosts", "typed_config": {
+                "@type": _T + "extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"}}],
+            "host_selection_retry_max_attempts": 3}
 
 
 def _method(m: str) -> dict[str, Any]:
