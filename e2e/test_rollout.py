@@ -576,12 +576,14 @@ def test_show6_the_gb300_example_with_a_leaderworkerset_decode_rolls_out_the_sam
 def test_recreate_keeps_the_old_group_s_domain_until_its_pods_are_gone(cluster, operator_process, ns):
     """Strategy Recreate deletes the serving slot's workloads and starts the candidate's at once: the old decode
     group's ComputeDomain outlives its LeaderWorkerSet while its pods terminate, and goes once they are gone; the
-    candidate's group holds channels of its own domain. Waits on pods, not on the deployment's Ready."""
+    candidate's group holds channels of its own domain. The change comes once the first revision serves (before
+    that, a spec change is applied in place: nothing to roll from); the candidate is waited on by its pods."""
     name = "rackre"
     doc = _doc(name, "gb300-pd-dep4-dep16", strategy="Recreate")
     apply(cluster, doc, ns)
     wait_for(lambda: len([p for p in _channel_claimants(cluster, ns, f"{name}-decode-imex-channel") if _ready(p)])
              == 4, 180, "the decode group's 4 pods Ready")
+    wait_ready(cluster, ns, name)
     _group_holds_its_channels(cluster, ns, f"{name}-decode")
     with DomainWatch(cluster, ns, f"{name}-decode") as watch:
         doc["spec"]["model"]["revision"] = "e2e-rackre"
