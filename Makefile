@@ -8,8 +8,8 @@ PY := $(VENV)/bin/python
 # What the unit tests run from the tool cache: helm (chart), promtool (alert rules), the LWS CRD (schema),
 # prometheus (the Prometheus metrics source against a real server), kwok's stage files (the harness's pod
 # stages), the InferencePool and HTTPRoute CRDs and the endpoint picker and P/D sidecar binaries (mode Gateway:
-# schemas and flags).
-UNIT_TOOLS := helm promtool lws prometheus kwok gie gateway-api pd-sidecar epp
+# schemas and flags), and llm-d-inference-sim (bench serve measured against bare simulators).
+UNIT_TOOLS := helm promtool lws prometheus kwok gie gateway-api pd-sidecar epp inference-sim
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -67,3 +67,15 @@ def test_a_tool_that_fails_to_build_fails_the_run_and_runs_no_suite(tmp_path, mo
     assert M.main([]) == 1
     out = capsys.readouterr().out
     assert "[unit]" not in out and "[e2e" not in out and "FAILED: tools" in out
+
+
+def test_every_tool_a_unit_test_requires_is_built_before_the_unit_suite():
+    """A unit test that needs a built tool (prereq.require_tool, its build command naming the component) fails under
+    CI when the tool is missing; `make test` builds only UNIT_TOOLS before the unit suite starts, so on a cold cache
+    a component left out of it fails the run (inference-sim did, 2026-12-07; kwok before it)."""
+    import re
+    unit_tools = set(re.search(r"^UNIT_TOOLS := (.*)$", (REPO / "Makefile").read_text(), re.M).group(1).split())
+    needed = {m for p in (REPO / "tests").glob("*.py")  # the build command each require_tool call quotes
+              for m in re.findall(r"[\"']bash e2e/build-tools\.sh ([a-z][a-z0-9-]*)[\"']", p.read_text())}
+    assert needed and {"helm", "inference-sim"} <= needed, needed  # the scan finds what it looks for
+    assert needed <= unit_tools, sorted(needed - unit_tools)
