@@ -126,12 +126,11 @@ def check_installed_operator(cluster, tmp_path: Path, example_ns: str) -> None:
         example = (REPO / "manifests" / "examples" / f"{EXAMPLE}.yaml").read_text()
         if not cluster.kubectl("get", "v41f", EXAMPLE, "-n", example_ns, check=False).returncode == 0:
             cluster.kubectl("apply", "--server-side", "-n", example_ns, "-f", "-", input=example)
-        waited = cluster.kubectl("wait", "--for=condition=Ready", f"v41f/{EXAMPLE}", "-n", example_ns,
-                                 f"--timeout={READY_TIMEOUT}s", timeout=READY_TIMEOUT + 30, check=False)
-        if waited.returncode:
-            conditions = cluster.kubectl_json("get", "v41f", EXAMPLE, "-n", example_ns).get("status", {})
-            raise AssertionError(f"{EXAMPLE} not Ready in {READY_TIMEOUT}s: {conditions.get('conditions')}; "
-                                 f"operator log {op.log_path}")
+        def ready() -> bool:  # polled: `kubectl wait` errors out on a status without conditions yet
+            conds = (cluster.kubectl_json("get", "v41f", EXAMPLE, "-n", example_ns).get("status") or {}).get(
+                "conditions") or []
+            return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
+        wait_for(ready, READY_TIMEOUT, f"{EXAMPLE} Ready (operator log {op.log_path})")
         status = cluster.kubectl_json("get", "v41f", EXAMPLE, "-n", example_ns)
         assert status["status"]["observedGeneration"] == status["metadata"]["generation"]
         _, metrics = op.get(op.metrics_port, "/metrics")
@@ -234,7 +233,9 @@ def test_kustomize_install_runs_under_its_rbac_and_uninstalls_cleanly(cluster, a
             # otherwise every later test of the session fails on a missing CRD instead of on its own).
             crds = sorted((REPO / "crds").glob("*.yaml"))
             cluster.kubectl("apply", "--server-side", "--force-conflicts", *[f"-f={c}" for c in crds])
-            cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                            "crd/v41flashdeployments.v41flash.io")
+            # polled, not `kubectl wait`: that errors out on a CRD the apiserver has not given conditions yet
+            wait_for(lambda: any(c["type"] == "Established" and c["status"] == "True" for c in (cluster.kubectl_json(
+                "get", "crd", "v41flashdeployments.v41flash.io").get("status") or {}).get("conditions") or []),
+                60, "the CRD Established again")
     assert_nothing_left(cluster, ns, "app.kubernetes.io/instance=v41flash-operator")
     assert crd_gone or others, "kubectl delete -k manifests/ left the CRD"
