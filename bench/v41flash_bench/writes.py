@@ -92,16 +92,19 @@ def writes_by(manager: str, before: Snapshot, after: Snapshot) -> list[Write]:
 
 def settle(take: Callable[[], Snapshot], manager: str, quiet_s: float, sample_s: float, timeout: float) -> Snapshot:
     """Snapshots (from `take`) every sample_s until no writer but `manager` changed an object for quiet_s (new
-    Events aside: they record news, they are not state); returns the last snapshot. Raises after timeout."""
+    Events aside: they record news, they are not state); '' for `manager`: until nobody did. Returns the last
+    snapshot. Raises after timeout, saying who wrote what last."""
     t0 = time.monotonic()
-    snap, quiet_from = take(), time.monotonic()
+    snap, quiet_from, last = take(), time.monotonic(), []
     while time.monotonic() - quiet_from < quiet_s:
         if time.monotonic() - t0 > timeout:
-            raise RuntimeError(f"no {quiet_s:g} s without other writers within {timeout:.0f} s")
+            raise RuntimeError(f"no {quiet_s:g} s without {'other ' if manager else ''}writers within {timeout:.0f} s; "
+                               f"the last writes: {[(m, w) for m, w in last][:8]}")
         time.sleep(sample_s)
         nxt = take()
-        if any(m != manager and not w.key.startswith("Event/") for m, w in writes(snap, nxt)):
-            quiet_from = time.monotonic()
+        moved = [(m, w) for m, w in writes(snap, nxt) if m != manager and not w.key.startswith("Event/")]
+        if moved:
+            quiet_from, last = time.monotonic(), moved
         snap = nxt
     return snap
 
