@@ -58,4 +58,4 @@ def ns(request, cluster):
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
     cluster.kubectl("create", "namespace", name)
     yield name
-    cluster.kubectl("delete", "namespace", name, "--wait=false")
+    cluster.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found")
