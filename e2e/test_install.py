@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from e2e.kit import CHILD_RESOURCES, OperatorProcess, kubectl, wait_for
+from e2e.test_operator import wait_ready
 from v41flash_bench.procs import free_port
 
 pytestmark = pytest.mark.e2e
@@ -126,11 +127,10 @@ def check_installed_operator(cluster, tmp_path: Path, example_ns: str) -> None:
         example = (REPO / "manifests" / "examples" / f"{EXAMPLE}.yaml").read_text()
         if not cluster.kubectl("get", "v41f", EXAMPLE, "-n", example_ns, check=False).returncode == 0:
             cluster.kubectl("apply", "--server-side", "-n", example_ns, "-f", "-", input=example)
-        def ready() -> bool:  # polled: `kubectl wait` errors out on a status without conditions yet
-            conds = (cluster.kubectl_json("get", "v41f", EXAMPLE, "-n", example_ns).get("status") or {}).get(
-                "conditions") or []
-            return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
-        wait_for(ready, READY_TIMEOUT, f"{EXAMPLE} Ready (operator log {op.log_path})")
+        try:  # polled: `kubectl wait` errors out on a status without conditions yet
+            wait_ready(cluster, example_ns, EXAMPLE, READY_TIMEOUT)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; operator log {op.log_path}") from None
         status = cluster.kubectl_json("get", "v41f", EXAMPLE, "-n", example_ns)
         assert status["status"]["observedGeneration"] == status["metadata"]["generation"]
         _, metrics = op.get(op.metrics_port, "/metrics")

@@ -150,9 +150,10 @@ class Scripted(Echo):
         if step == "ok":
             return super()._answer()
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        if step == "close":
-            self.close_connection = True
-            self.connection.shutdown(socket.SHUT_RDWR)
+        if step not in ("close", "cut"):
+            self.send_response(int(step))
+            self.send_header("Content-Length", "0")
+            self.end_headers()
             return
         if step == "cut":
             self.send_response(200)
@@ -162,12 +163,8 @@ class Scripted(Echo):
             data = b'data: {"choices": [{"text": "partial"}]}\n\n'
             self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
             self.wfile.flush()
-            self.close_connection = True
-            self.connection.shutdown(socket.SHUT_RDWR)
-            return
-        self.send_response(int(step))
-        self.send_header("Content-Length", "0")
-        self.end_headers()
+        self.close_connection = True  # the connection dropped, as by a process killed mid-request
+        self.connection.shutdown(socket.SHUT_RDWR)
 
     do_GET = do_POST = _answer
 

@@ -99,7 +99,7 @@ def settle(take: Callable[[], Snapshot], manager: str, quiet_s: float, sample_s:
     while time.monotonic() - quiet_from < quiet_s:
         if time.monotonic() - t0 > timeout:
             raise RuntimeError(f"no {quiet_s:g} s without {'other ' if manager else ''}writers within {timeout:.0f} s; "
-                               f"the last writes: {[(m, w) for m, w in last][:8]}")
+                               f"the last writes: {last[:8]}")
         time.sleep(sample_s)
         nxt = take()
         moved = [(m, w) for m, w in writes(snap, nxt) if m != manager and not w.key.startswith("Event/")]
